@@ -1,0 +1,27 @@
+// Communicator: the collectives the trainer needs, over torch::Tensor, for one process group.
+//
+// One interface, two backends: MPI for CPU tensors (mpi_communicator.hpp; runs everywhere and in CI)
+// and NCCL for CUDA tensors (the GPU issue). Every rank of the group calls the same collectives in the
+// same order with tensors of the same shape and dtype. All tensors must be contiguous.
+#pragma once
+
+#include <torch/types.h>
+
+namespace ulysses::comm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+
+  // x: [size() * n, ...] → out: [size() * n, ...]; out chunk j (rows [j*n, (j+1)*n)) is rank j's
+  // chunk rank(). This exchange is its own adjoint (the Ulysses backward uses it unchanged).
+  virtual torch::Tensor all_to_all(const torch::Tensor& x) = 0;
+  virtual void all_reduce_sum(torch::Tensor& x) = 0;                  // in place
+  virtual torch::Tensor all_gather(const torch::Tensor& x) = 0;       // [n, ...] → [size() * n, ...]
+  virtual void broadcast(torch::Tensor& x, int root) = 0;             // in place
+  virtual void barrier() = 0;
+};
+
+}  // namespace ulysses::comm

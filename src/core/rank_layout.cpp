@@ -1,0 +1,47 @@
+#include "core/rank_layout.hpp"
+
+#include "core/error.hpp"
+
+namespace ulysses {
+
+RankLayout::RankLayout(int world, int sp) : world_(world), sp_(sp) {
+  if (world < 1 || sp < 1)
+    throw BadInput(fmt::format("world size ({}) and --sp ({}) must be positive", world, sp));
+  if (world % sp != 0)
+    throw BadInput(fmt::format("world size ({}) is not divisible by --sp ({})", world, sp),
+                   fmt::format("launch a multiple of {} ranks, or choose --sp among the divisors of {}", sp, world));
+}
+
+void RankLayout::check_rank(int g) const {
+  ULY_CHECK(g >= 0 && g < world_, "rank {} outside world of {}", g, world_);
+}
+
+int RankLayout::sp_rank(int g) const {
+  check_rank(g);
+  return g % sp_;
+}
+
+int RankLayout::dp_rank(int g) const {
+  check_rank(g);
+  return g / sp_;
+}
+
+int RankLayout::global_rank(int sp_rank, int dp_rank) const {
+  ULY_CHECK(sp_rank >= 0 && sp_rank < sp_ && dp_rank >= 0 && dp_rank < dp(),
+            "sp_rank {} / dp_rank {} outside layout sp={} dp={}", sp_rank, dp_rank, sp_, dp());
+  return sp_rank + sp_ * dp_rank;
+}
+
+std::vector<int> RankLayout::sp_group_of(int g) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < sp_; ++r) ranks.push_back(global_rank(r, dp_rank(g)));
+  return ranks;
+}
+
+std::vector<int> RankLayout::dp_group_of(int g) const {
+  std::vector<int> ranks;
+  for (int d = 0; d < dp(); ++d) ranks.push_back(global_rank(sp_rank(g), d));
+  return ranks;
+}
+
+}  // namespace ulysses

@@ -1,0 +1,69 @@
+// Reading and writing one packed shard (format: shard_format.hpp, docs/data-format.md).
+// Torch-free and MPI-free. Every HDF5 call is checked; failures throw with the file name.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace ulysses::shard {
+
+struct ShardParams {
+  std::int64_t seq_len = 0;
+  std::int64_t sp = 1;
+  std::int64_t alignment = 64;
+  std::int64_t pad_id = 0;
+  bool has_loss_mask = false;
+};
+
+// tokens per HDF5 chunk along the sequence: the largest divisor of seq_len/sp that is <= 65536
+// (so SP rank r's slice is whole chunks, and its +1 label token costs at most one extra chunk).
+std::int64_t chunk_len_for(std::int64_t seq_len, std::int64_t sp);
+
+// The per-sequence metadata the loader needs besides tokens.
+struct SequenceMeta {
+  std::int32_t length = 0;                 // non-pad tokens; [length, seq_len) is padding
+  std::vector<std::int32_t> doc_starts;    // ascending, first is 0
+};
+
+class ShardWriter {
+ public:
+  // Creates `path` (truncating) for exactly num_sequences sequences.
+  ShardWriter(const std::filesystem::path& path, const ShardParams& params, std::int64_t num_sequences);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // Appends n = metas.size() sequences. ids: [n, seq_len] row-major; mask: [n, seq_len] or empty
+  // (required iff params.has_loss_mask).
+  void append(std::span<const std::int32_t> ids, std::span<const std::uint8_t> mask,
+              std::span<const SequenceMeta> metas);
+  void close();   // writes the metadata datasets; throws if fewer sequences than announced were appended
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class ShardReader {
+ public:
+  explicit ShardReader(const std::filesystem::path& path);   // checks format, version, shapes → BadInput
+  ~ShardReader();
+  ShardReader(ShardReader&&) noexcept;
+
+  const ShardParams& params() const;
+  std::int64_t num_sequences() const;
+  const SequenceMeta& meta(std::int64_t seq) const;   // all metadata is read at open (small)
+
+  // Tokens [begin, begin + n) of sequence `seq` (n may run to seq_len). mask: n bytes or nullptr;
+  // a shard without loss_mask yields all ones.
+  void read(std::int64_t seq, std::int64_t begin, std::int64_t n, std::int32_t* ids, std::uint8_t* mask) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ulysses::shard
