@@ -4,8 +4,16 @@
 // Format (https://huggingface.co/docs/safetensors): u64 little-endian N, then N bytes of UTF-8 JSON
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}},
 // then the data section; offsets are relative to it. The reader trusts nothing: header size within the
-// file, JSON well-formed, known dtypes, begin <= end, end - begin == numel * itemsize, offsets inside the
-// data section and non-overlapping — each violation a BadInput naming the file and the tensor.
+// file (and at most 100 MB, the official limit), JSON well-formed, known dtypes, begin <= end,
+// end - begin == numel * itemsize, offsets inside the data section and non-overlapping — each violation
+// a BadInput naming the file and the tensor. Like the official library it accepts a header padded with
+// spaces; unlike it, it also accepts gaps between tensors and bytes after the last one (harmless: every
+// tensor is still checked in bounds).
+//
+// Errors: a malformed file is a BadInput; an I/O failure after the header checked out (a short read,
+// a short write such as ENOSPC, a failed fsync) is a std::runtime_error naming the file; misuse of the
+// Writer by our own code (wrong byte count, tensors left unwritten) is a ULY_CHECK failure.
+// Little-endian hosts only (as the format), checked at compile time.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +50,7 @@ class Reader {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }   // sorted by begin offset
   const TensorInfo* find(const std::string& name) const;                 // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  void read(const TensorInfo& t, void* dst) const;                       // exactly t.nbytes() bytes
+  void read(const TensorInfo& t, void* dst) const;   // exactly t.nbytes() bytes; pread, thread-safe
 
  private:
   std::filesystem::path path_;
@@ -54,6 +62,13 @@ class Reader {
 
 // Streams tensors into a file: declare all tensors (name, dtype, shape) up front, then write their bytes
 // in the declared order. Memory stays at one tensor's worth. finish() checks every tensor was written.
+// The header lists the tensors in declared order with contiguous offsets and is padded with spaces to a
+// multiple of 8 bytes, as the official library writes it.
+//
+// The Writer creates `path` and refuses an existing file (it only ever removes what it created). Until
+// finish() returns, the file is incomplete: after any error, or if the Writer is destroyed unfinished,
+// it removes the file. Callers still write to a temporary name (or inside an OutputDir) and rename it
+// once finish() has returned, so a crash never leaves a complete-looking file under the final name.
 class Writer {
  public:
   struct Decl {
@@ -64,17 +79,22 @@ class Writer {
   Writer(const std::filesystem::path& path, std::vector<Decl> tensors,
          const std::map<std::string, std::string>& metadata = {});
   ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
   void write_next(const void* data, std::uint64_t nbytes);   // the next declared tensor, in order
   void finish();                                              // flush, fsync, close; throws on short write
 
  private:
   std::filesystem::path path_;
-  int fd_ = -1;
+  int fd_ = -1;                  // open while unfinished; -1 once finished or abandoned (file removed)
   std::vector<Decl> decls_;
   std::size_t next_ = 0;
 };
 
-// A Hugging Face weights directory: model.safetensors, or model.safetensors.index.json + shards.
+// A Hugging Face weights directory: model.safetensors, or model.safetensors.index.json
+// ({"metadata": {..}, "weight_map": {tensor: shard file}}) + shards, each opened once. Like transformers,
+// a model.safetensors is preferred when both exist. The index is the authority: tensors a shard holds
+// beyond the ones the index maps to it are not listed.
 class HfWeights {
  public:
   explicit HfWeights(const std::filesystem::path& dir);   // BadInput: missing files, shard named but absent

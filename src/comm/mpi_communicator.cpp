@@ -1,0 +1,124 @@
+#include "comm/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <string_view>
+
+#include "core/error.hpp"
+#include "dist/check_mpi.hpp"
+
+namespace ulysses::comm {
+namespace {
+
+std::string shape(const torch::Tensor& x) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
+  return s + "]";
+}
+
+bool exchangeable(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: case torch::kDouble: case torch::kBFloat16: case torch::kHalf:
+    case torch::kLong: case torch::kInt: case torch::kByte:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void check_tensor(std::string_view op, const torch::Tensor& x) {
+  ULY_CHECK(x.defined(), "{}: undefined tensor", op);
+  ULY_CHECK(x.device().is_cpu(), "{}: MpiCommunicator takes CPU tensors, got one on {}", op,
+            x.device().str());
+  ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op,
+            shape(x));
+  ULY_CHECK(exchangeable(x.scalar_type()), "{}: dtype {} is not supported (float32, float64, "
+            "bfloat16, float16, int64, int32, uint8)", op, c10::toString(x.scalar_type()));
+}
+
+// MPI counts are ints; larger pieces are refused with the sizes rather than silently truncated.
+int byte_count(std::string_view op, const torch::Tensor& x, std::int64_t bytes) {
+  ULY_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank (tensor {} {}) exceed MPI's int count limit {}",
+            op, bytes, c10::toString(x.scalar_type()), shape(x), INT_MAX);
+  return static_cast<int>(bytes);
+}
+
+// Calls piece(begin, count) over [0, total) in pieces of at most INT_MAX: MPI counts are ints, and a
+// flat gradient buffer or a broadcast of all weights may hold billions of elements.
+template <typename Piece>
+void in_int_pieces(std::int64_t total, Piece piece) {
+  for (std::int64_t begin = 0; begin < total; begin += INT_MAX)
+    piece(begin, static_cast<int>(std::min<std::int64_t>(INT_MAX, total - begin)));
+}
+
+MPI_Datatype sum_type(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return MPI_FLOAT;
+    case torch::kDouble: return MPI_DOUBLE;
+    case torch::kLong: return MPI_INT64_T;
+    case torch::kInt: return MPI_INT32_T;
+    default: ULY_CHECK(false, "all_reduce_sum: dtype {} is not summed (uint8 would wrap around)",
+                       c10::toString(t));
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+void all_reduce_in_place(MPI_Comm comm, torch::Tensor& x) {   // x: float32/float64/int64/int32
+  const MPI_Datatype type = sum_type(x.scalar_type());
+  auto* data = static_cast<char*>(x.data_ptr());
+  const std::int64_t item = x.element_size();
+  in_int_pieces(x.numel(), [&](std::int64_t begin, int count) {
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + begin * item, count, type, MPI_SUM, comm));
+  });
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+}
+
+torch::Tensor MpiCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, ...]
+  check_tensor("all_to_all", x);
+  ULY_CHECK(x.dim() >= 1 && x.size(0) % size_ == 0,
+            "all_to_all: dim 0 of tensor {} must be divisible by the group size {}", shape(x), size_);
+  const int chunk = byte_count("all_to_all", x, static_cast<std::int64_t>(x.nbytes()) / size_);
+  torch::Tensor out = torch::empty_like(x);                          // [P*n, ...]
+  CHECK_MPI(MPI_Alltoall(x.data_ptr(), chunk, MPI_BYTE, out.data_ptr(), chunk, MPI_BYTE, comm_));
+  return out;
+}
+
+void MpiCommunicator::all_reduce_sum(torch::Tensor& x) {
+  check_tensor("all_reduce_sum", x);
+  const auto t = x.scalar_type();
+  if (t != torch::kBFloat16 && t != torch::kHalf) return all_reduce_in_place(comm_, x);
+  torch::Tensor wide = x.to(torch::kFloat);                          // same shape, float32
+  all_reduce_in_place(comm_, wide);
+  x.copy_(wide);
+}
+
+torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
+  check_tensor("all_gather", x);
+  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape(x));
+  const int bytes = byte_count("all_gather", x, static_cast<std::int64_t>(x.nbytes()));
+  auto sizes = x.sizes().vec();
+  sizes[0] *= size_;
+  torch::Tensor out = torch::empty(sizes, x.options());              // [P*n, ...]
+  CHECK_MPI(MPI_Allgather(x.data_ptr(), bytes, MPI_BYTE, out.data_ptr(), bytes, MPI_BYTE, comm_));
+  return out;
+}
+
+void MpiCommunicator::broadcast(torch::Tensor& x, int root) {
+  check_tensor("broadcast", x);
+  ULY_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a group of {}", root, size_);
+  auto* data = static_cast<char*>(x.data_ptr());
+  in_int_pieces(static_cast<std::int64_t>(x.nbytes()), [&](std::int64_t begin, int count) {
+    CHECK_MPI(MPI_Bcast(data + begin, count, MPI_BYTE, root, comm_));
+  });
+}
+
+void MpiCommunicator::barrier() { CHECK_MPI(MPI_Barrier(comm_)); }
+
+}  // namespace ulysses::comm

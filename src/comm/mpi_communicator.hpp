@@ -1,0 +1,38 @@
+// MpiCommunicator: the Communicator collectives over one MPI communicator, for CPU tensors.
+//
+// Dtypes: float32, float64, bfloat16, float16, int64, int32, uint8. Data moves as bytes, so every
+// dtype is exchanged bit-exactly; all_reduce_sum adds float32/float64/int64/int32 with MPI_SUM and
+// bfloat16/float16 in a float32 temporary (cast back once at the end); uint8 is not summed.
+// Every tensor is checked (CPU, contiguous, supported dtype, dim-0 divisible where the collective
+// needs it) before any MPI call, with the numbers in the message; such a failure is raised on every
+// rank alike when the ranks agree on shapes. What cannot be checked locally is the caller's contract:
+// all ranks of the group call the same collectives in the same order, with the same dtype and shape
+// (broadcast, all_reduce_sum, all_to_all) or the same shape per rank (all_gather).
+// Borrows the MPI_Comm (e.g. from dist::ProcessGroups), which must outlive this object.
+#pragma once
+
+#include <mpi.h>
+
+#include "comm/communicator.hpp"
+
+namespace ulysses::comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm);
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+
+  torch::Tensor all_to_all(const torch::Tensor& x) override;       // [P*n, ...] → [P*n, ...]
+  void all_reduce_sum(torch::Tensor& x) override;                   // [...] in place
+  torch::Tensor all_gather(const torch::Tensor& x) override;        // [n, ...] → [P*n, ...]
+  void broadcast(torch::Tensor& x, int root) override;              // [...] in place
+  void barrier() override;
+
+ private:
+  MPI_Comm comm_;
+  int size_ = 1, rank_ = 0;
+};
+
+}  // namespace ulysses::comm

@@ -1,0 +1,103 @@
+#include "dist/mpi_world.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "dist/check_mpi.hpp"
+
+namespace ulysses::dist {
+
+MpiWorld::MpiWorld(int& argc, char**& argv) {
+  int provided = MPI_THREAD_SINGLE;
+  CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+  if (provided < MPI_THREAD_FUNNELED)
+    abort_all(kExitFailure, fmt::format("error: MPI provides thread level {} < MPI_THREAD_FUNNELED ({})",
+                                        provided, MPI_THREAD_FUNNELED));
+  CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+}
+
+MpiWorld::~MpiWorld() { MPI_Finalize(); }
+
+namespace {
+
+std::string plural(int n, std::string_view noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
+int parse_ntasks(const char* text) {
+  char* end = nullptr;
+  long n = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || n < 1 || n > 1'000'000)
+    throw BadInput(fmt::format("SLURM_NTASKS='{}' is not a positive task count", text));
+  return static_cast<int>(n);
+}
+
+void print_line(int rank, std::string_view message) {
+  fmt::print(stderr, "[rank {}] {}\n", rank, message);
+  std::fflush(stderr);
+}
+
+int world_rank_or_minus_one() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+}  // namespace
+
+void check_world_size(int mpi_size, std::optional<int> expected) {
+  if (expected) {
+    if (*expected != mpi_size)
+      throw BadInput(fmt::format("MPI world has {} but --world asks for {}", plural(mpi_size, "rank"),
+                                 *expected),
+                     fmt::format("launch {} ranks (mpiexec -n {} or srun --mpi=pmi2 -n {})", *expected,
+                                 *expected, *expected));
+    return;
+  }
+  const char* ntasks_text = std::getenv("SLURM_NTASKS");
+  if (ntasks_text == nullptr) return;
+  int ntasks = parse_ntasks(ntasks_text);
+  if (ntasks != mpi_size)
+    throw BadInput(fmt::format("MPI world has {} but Slurm asked for {} (SLURM_NTASKS={})",
+                               plural(mpi_size, "rank"), plural(ntasks, "task"), ntasks),
+                   "launch with srun --mpi=pmi2 (srun --mpi=none starts N independent singletons)");
+}
+
+void abort_all(int code, std::string_view message) {
+  int rank = world_rank_or_minus_one();
+  print_line(rank, message);
+  if (rank < 0) std::exit(code);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);   // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so
+}
+
+int run_guarded(const MpiWorld& world, const std::function<int()>& body) {
+  int code = kExitOk;
+  std::string message;
+  try {
+    return body();
+  } catch (const BadInput& e) {
+    code = kExitBadInput;
+    message = one_line(e);
+  } catch (const std::exception& e) {
+    code = kExitFailure;
+    message = e.what();
+  }
+  message = "error: " + message;
+  if (world.size() > 1) abort_all(code, message);
+  print_line(world.rank(), message);
+  return code;
+}
+
+}  // namespace ulysses::dist

@@ -1,0 +1,50 @@
+// The MPI world of one process, and how a failure on one rank ends every rank.
+//
+// MpiWorld initializes MPI (MPI_THREAD_FUNNELED: only the main thread calls MPI; LibTorch's worker
+// threads never do) and finalizes it when destroyed. run_guarded wraps a tool's body so that an
+// exception on any rank prints one "[rank r] error: …" line and calls MPI_Abort: no peer is left
+// waiting forever in a collective. Typical main:
+//
+//   int main(int argc, char** argv) {
+//     ulysses::dist::MpiWorld world(argc, argv);
+//     return ulysses::dist::run_guarded(world, [&] { check_world_size(world.size()); …; return 0; });
+//   }
+//
+// Deliberately absent: sub-communicators (process_groups.hpp), anything about tensors (comm/).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string_view>
+
+namespace ulysses::dist {
+
+class MpiWorld {
+ public:
+  MpiWorld(int& argc, char**& argv);   // MPI_Init_thread(FUNNELED); aborts if MPI offers less
+  ~MpiWorld();                         // MPI_Finalize
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// Throws BadInput when the MPI world size differs from what the launch asked for: `expected` (e.g. a
+// --world flag) when given, otherwise SLURM_NTASKS when set. Catches `srun --mpi=none`, which starts
+// N independent size-1 worlds that would each train alone and exit 0.
+void check_world_size(int mpi_size, std::optional<int> expected = std::nullopt);
+
+// Prints "[rank r] message" on stderr and ends every rank with `code` (MPI_Abort on MPI_COMM_WORLD).
+// Before MPI_Init or after MPI_Finalize it ends only this process, with the same code.
+[[noreturn]] void abort_all(int code, std::string_view message);
+
+// Runs body and returns its exit code. An exception prints "[rank r] error: …" (BadInput with its
+// hint) and gives kExitBadInput (2) for BadInput, kExitFailure (1) otherwise: with more than one
+// rank through abort_all (every rank ends), with one rank by returning the code.
+int run_guarded(const MpiWorld& world, const std::function<int()>& body);
+
+}  // namespace ulysses::dist

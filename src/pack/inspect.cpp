@@ -1,0 +1,70 @@
+// `ulysses-pack inspect DIR`: the manifest's statistics, the shard list, and one sample sequence with its
+// document boundaries marked, decoded as ids (or as bytes for byte-level corpora like datasets/sample).
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "io/manifest.hpp"
+#include "io/shard.hpp"
+#include "pack/pack.hpp"
+
+namespace ulysses::pack {
+namespace {
+
+std::string render(std::span<const std::int32_t> ids, bool as_bytes) {
+  std::string s;
+  for (std::int32_t id : ids) {
+    if (as_bytes && id >= 32 && id < 127) s += static_cast<char>(id);
+    else if (as_bytes && id == '\n') s += "\\n";
+    else if (as_bytes) s += fmt::format("<{}>", id);
+    else s += fmt::format("{} ", id);
+  }
+  return s;
+}
+
+void print_sample(const std::filesystem::path& dir, const shard::Manifest& m, std::int64_t index,
+                  std::int64_t max_tokens, bool as_bytes) {
+  auto it = std::find_if(m.shards.begin(), m.shards.end(), [](const auto& s) { return s.split == "train"; });
+  if (it == m.shards.end()) return;
+  shard::ShardReader reader(dir / it->file);
+  if (index < 0 || index >= reader.num_sequences())
+    throw BadInput(fmt::format("--sample {} is outside {} (it holds {} sequences)", index, it->file,
+                               reader.num_sequences()));
+  const auto& meta = reader.meta(index);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(m.seq_len));
+  reader.read(index, 0, m.seq_len, ids.data(), nullptr);
+  fmt::print("\nsample: {} sequence {}: {} tokens, {} document(s), {} padding\n", it->file, index, meta.length,
+             meta.doc_starts.size(), m.seq_len - meta.length);
+  for (std::size_t d = 0; d < meta.doc_starts.size(); ++d) {
+    const std::int64_t begin = meta.doc_starts[d];
+    const std::int64_t end = d + 1 < meta.doc_starts.size() ? meta.doc_starts[d + 1] : meta.length;
+    const std::int64_t shown = std::min(end - begin, max_tokens);
+    fmt::print("  [doc {} @ {}..{}] {}{}\n", d, begin, end,
+               render(std::span(ids).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(shown)),
+                      as_bytes),
+               shown < end - begin ? " …" : "");
+  }
+}
+
+}  // namespace
+
+int run_inspect(const std::filesystem::path& dir, std::int64_t sample, std::int64_t max_tokens, bool as_bytes) {
+  shard::Manifest m = shard::read_manifest(dir);
+  fmt::print("dataset {}\n  made by {}: {}\n", dir.string(), m.created_by, m.command);
+  fmt::print("  seq_len {}  sp {}  alignment {}  pad_id {}  vocab {}  max id {}  loss mask {}  policy {}  seed {}\n",
+             m.seq_len, m.sp, m.alignment, m.pad_id, m.vocab_size > 0 ? std::to_string(m.vocab_size) : "?",
+             m.max_token_id, m.has_loss_mask ? "yes" : "no", m.policy, m.seed);
+  fmt::print("statistics\n");
+  for (const auto& [key, value] : m.stats.items()) fmt::print("  {:<20} {}\n", key, value.dump());
+  fmt::print("inputs ({})\n", m.inputs.size());
+  for (const auto& in : m.inputs)
+    fmt::print("  {} [{}] {} bytes, {} documents, {} tokens, xxh3 {}\n", in.path, in.format, in.bytes, in.documents,
+               in.tokens, in.xxh3);
+  fmt::print("shards ({}): train {} sequences, valid {} sequences\n", m.shards.size(), m.num_sequences("train"),
+             m.num_sequences("valid"));
+  for (const auto& s : m.shards)
+    fmt::print("  {} [{}] {} sequences, {} bytes, xxh3 {}\n", s.file, s.split, s.num_sequences, s.bytes, s.xxh3);
+  if (sample >= 0) print_sample(dir, m, sample, max_tokens, as_bytes);
+  return 0;
+}
+
+}  // namespace ulysses::pack

@@ -1,0 +1,144 @@
+// ulysses-pack: tokenized corpus → SP-aligned HDF5 shards (pack), and inspect/verify of a packed dataset.
+// One set_up_X per subcommand fills an options struct; the run_X functions (pack.hpp) do the work.
+#include <CLI/CLI.hpp>
+
+#include <map>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/main_guard.hpp"
+#include "pack/pack.hpp"
+
+namespace up = ulysses::pack;
+
+namespace {
+
+const char* kPackExamples = R"(
+Examples:
+  # JSONL of token ids, 8K sequences for SP=4, checked against the model's config
+  ulysses-pack pack data/*.jsonl.zst -o packed/ --seq-len 8192 --sp 4 --model-config llama/config.json
+  # a Megatron dataset (prefix of .bin/.idx), concatenate-and-chunk, 1% validation split
+  ulysses-pack pack corpus_text_document -o packed/ --seq-len 131072 --sp 8 --policy concat --valid-fraction 0.01
+  # nanoGPT's headerless uint16 tokens, documents end at EOS 50256
+  ulysses-pack pack train.bin --format flat --flat-dtype uint16 --eos-id 50256 -o packed/ --seq-len 4096
+  # SFT: prompt tokens excluded from the loss
+  ulysses-pack pack sft.jsonl --loss-mask-key loss_mask -o packed/ --seq-len 16384 --sp 2)";
+
+struct CliState {
+  up::PackOptions pack;
+  std::string format = "auto", policy = "bfd", long_docs = "truncate", split_at, flat_dtype, on_error = "stop";
+  std::filesystem::path dataset;
+  std::int64_t sample = 0, max_tokens = 64;
+  bool bytes = false;
+  int threads = 0;
+};
+
+template <typename T>
+T pick(const std::map<std::string, T>& table, const std::string& value) {
+  return table.at(value);   // CLI11's IsMember already restricted value to the table's keys
+}
+
+void set_up_pack(CLI::App& app, CliState& st) {
+  auto* cmd = app.add_subcommand("pack", "Pack tokenized inputs into SP-aligned HDF5 shards");
+  cmd->footer(kPackExamples);
+  auto& o = st.pack;
+  cmd->add_option("inputs", o.inputs, "Input files or glob patterns (JSONL[.gz|.zst], Megatron .bin/.idx, llm.c, flat)")
+      ->required();
+  cmd->add_option("-o,--output", o.output, "Output dataset directory (written atomically)")->required();
+  cmd->add_option("--seq-len", o.seq_len, "Global sequence length S (multiple of --sp × --align)")->required();
+  cmd->add_option("--sp", o.sp, "Sequence-parallel degree P the slices align to")->capture_default_str();
+  cmd->add_option("--align", o.alignment, "Per-rank slice alignment in tokens")->capture_default_str();
+  cmd->add_option("--policy", st.policy, "Packing policy")
+      ->check(CLI::IsMember({"bfd", "concat", "pad"}))->capture_default_str();
+  cmd->add_option("--long-docs", st.long_docs, "pad policy: documents longer than S are truncated or dropped")
+      ->check(CLI::IsMember({"truncate", "drop"}))->capture_default_str();
+  cmd->add_option("--pad-id", o.pad_id, "Token id used for padding (never a label)")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the global sequence shuffle")->capture_default_str();
+  cmd->add_option("--valid-fraction", o.valid_fraction, "Fraction of sequences split off as validation")
+      ->check(CLI::Range(0.0, 0.5))->capture_default_str();
+  cmd->add_option("--shard-tokens", o.shard_tokens, "Target tokens per shard file")->capture_default_str();
+  cmd->add_option("--model-config", o.model_config, "Hugging Face config.json: check heads vs --sp and ids vs vocab");
+  cmd->add_option("--vocab-size", o.vocab_size, "Refuse token ids >= this (instead of --model-config)");
+  cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
+      ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat"}))->capture_default_str();
+  cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
+  cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key of a per-token 0/1 loss mask (SFT)");
+  cmd->add_option("--eos-id", o.reader.eos_id, "llm.c/flat: split documents at this token id");
+  cmd->add_option("--split-at", st.split_at, "llm.c/flat: EOS ends a document (after) or starts one (before)")
+      ->check(CLI::IsMember({"after", "before"}));
+  cmd->add_option("--flat-dtype", st.flat_dtype, "flat token files: uint16 or uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+  cmd->add_option("--on-error", st.on_error, "Bad JSONL documents: stop, or skip and count them")
+      ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->capture_default_str();
+  cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output directory");
+}
+
+void set_up_inspect(CLI::App& app, CliState& st) {
+  auto* cmd = app.add_subcommand("inspect", "Print a packed dataset's statistics and a sample sequence");
+  cmd->footer("\nExample:\n  ulysses-pack inspect packed/ --sample 0 --bytes");
+  cmd->add_option("dataset", st.dataset, "Packed dataset directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--sample", st.sample, "Index of the train sequence to show (-1: none)")->capture_default_str();
+  cmd->add_option("--max-tokens", st.max_tokens, "Tokens shown per document")->capture_default_str();
+  cmd->add_flag("--bytes", st.bytes, "Show ids < 128 as ASCII (byte-level corpora)");
+}
+
+void set_up_verify(CLI::App& app, CliState& st) {
+  auto* cmd = app.add_subcommand("verify", "Check checksums and invariants; exit 1 on any mismatch");
+  cmd->footer("\nExample:\n  ulysses-pack verify packed/");
+  cmd->add_option("dataset", st.dataset, "Packed dataset directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--threads", st.threads, "Shards checked in parallel")->capture_default_str();
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+int run_pack_command(CliState& st, const std::string& cmdline) {
+  auto& o = st.pack;
+  o.command = cmdline;
+  o.policy = pick<up::Policy>({{"bfd", up::Policy::kBfd}, {"concat", up::Policy::kConcat}, {"pad", up::Policy::kPad}},
+                              st.policy);
+  o.long_docs = pick<up::LongDocs>({{"truncate", up::LongDocs::kTruncate}, {"drop", up::LongDocs::kDrop}}, st.long_docs);
+  o.reader.format = pick<up::Format>({{"auto", up::Format::kAuto}, {"jsonl", up::Format::kJsonl},
+                                      {"megatron", up::Format::kMegatron}, {"llmc", up::Format::kLlmc},
+                                      {"flat", up::Format::kFlat}}, st.format);
+  o.reader.on_error = st.on_error == "skip" ? up::OnError::kSkip : up::OnError::kStop;
+  if (!st.split_at.empty()) {
+    o.reader.split_at = st.split_at == "before" ? up::SplitAt::kBeforeEos : up::SplitAt::kAfterEos;
+    o.reader.split_at_given = true;
+  }
+  if (!st.flat_dtype.empty()) o.reader.flat_token_bytes = st.flat_dtype == "uint16" ? 2 : 4;
+  up::run_pack(o);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ulysses::set_log_tag("pack");
+  CLI::App app{"ulysses-pack: tokenized corpus → SP-aligned HDF5 shards for ulysses-train"};
+  app.require_subcommand(1);
+  CliState st;
+  set_up_pack(app, st);
+  set_up_inspect(app, st);
+  set_up_verify(app, st);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "error: {} — HINT: run '{} --help'\n", e.what(), argv[0]);
+    return ulysses::kExitBadInput;
+  }
+  const std::string cmdline = command_line(argc, argv);
+  return ulysses::run_guarded([&] {
+    if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);
+    if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes);
+    return up::run_verify(st.dataset, st.threads);
+  });
+}

@@ -1,0 +1,202 @@
+// run_pack: inputs → scan (pass 1) → plan → seeded shuffle → train/valid split → shards (pass 2) →
+// manifest, all inside an OutputDir so a failed run leaves nothing that looks complete.
+#include "pack/pack.hpp"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/output_dir.hpp"
+#include "io/hf_config.hpp"
+#include "io/manifest.hpp"
+#include "pack/scan.hpp"
+#include "pack/write_shards.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::pack {
+namespace {
+
+const char* policy_name(Policy p) {
+  switch (p) {
+    case Policy::kBfd: return "bfd";
+    case Policy::kConcat: return "concat";
+    case Policy::kPad: return "pad";
+  }
+  return "?";
+}
+
+int thread_count(int requested) {
+  return requested > 0 ? requested : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Vocabulary and heads from --model-config / --vocab-size; returns the vocabulary size (0 = unknown).
+std::int64_t check_model(const PackOptions& o) {
+  std::int64_t vocab = o.vocab_size;
+  if (!o.model_config.empty()) {
+    HfConfigSummary cfg = read_hf_config_summary(o.model_config);
+    check_heads_for_sp(cfg.num_attention_heads, cfg.num_key_value_heads, o.sp, o.model_config.string());
+    if (vocab > 0 && vocab != cfg.vocab_size)
+      throw BadInput(fmt::format("--vocab-size ({}) disagrees with {} (vocab_size {})", vocab,
+                                 o.model_config.string(), cfg.vocab_size), "give one of the two");
+    vocab = cfg.vocab_size;
+  }
+  if (vocab > 0 && (o.pad_id < 0 || o.pad_id >= vocab))
+    throw BadInput(fmt::format("--pad-id ({}) is outside the vocabulary [0, {})", o.pad_id, vocab));
+  return vocab;
+}
+
+PackPlan make_plan(const PackOptions& o, const Corpus& corpus) {
+  std::vector<std::uint32_t> lengths(corpus.docs.size());
+  std::transform(corpus.docs.begin(), corpus.docs.end(), lengths.begin(), [](const DocRef& d) { return d.length; });
+  const auto S = static_cast<std::uint32_t>(o.seq_len);
+  switch (o.policy) {
+    case Policy::kBfd: return plan_bfd(lengths, S);
+    case Policy::kConcat: return plan_concat(lengths, S);
+    case Policy::kPad: return plan_pad(lengths, S, o.long_docs);
+  }
+  ULY_CHECK(false, "unknown policy");
+}
+
+std::uint64_t valid_count(double fraction, std::uint64_t sequences) {
+  if (fraction <= 0 || sequences == 0) return 0;
+  auto n = static_cast<std::uint64_t>(std::llround(fraction * static_cast<double>(sequences)));
+  return std::clamp<std::uint64_t>(n, 1, sequences - 1);
+}
+
+nlohmann::json stats_json(const Corpus& c, const PackPlan& plan, std::int64_t seq_len) {
+  const double slots = static_cast<double>(plan.num_sequences()) * static_cast<double>(seq_len);
+  return {
+      {"documents", c.totals.documents},
+      {"tokens", c.totals.tokens},
+      {"empty_documents", c.totals.empty_documents},
+      {"skipped_documents", c.totals.skipped_documents},
+      {"sequences", plan.num_sequences()},
+      {"split_documents", plan.stats.split_documents},
+      {"truncated_tokens", plan.stats.truncated_tokens},
+      {"dropped_tokens", plan.stats.dropped_tokens},
+      {"dropped_documents", plan.stats.dropped_documents},
+      {"padding_tokens", plan.stats.padding_tokens},
+      {"padding_fraction", slots > 0 ? static_cast<double>(plan.stats.padding_tokens) / slots : 0.0},
+  };
+}
+
+void print_summary(const PackSummary& s, const fs::path& out) {
+  log_info("wrote {} ({:.1f} s)", out.string(), s.seconds);
+  log_info("  documents        {:>14}", s.documents);
+  log_info("  tokens           {:>14}", s.tokens);
+  log_info("  sequences        {:>14}  (train {}, valid {})", s.sequences, s.train_sequences, s.valid_sequences);
+  log_info("  shards           {:>14}", s.shards);
+  log_info("  split documents  {:>14}", s.plan.split_documents);
+  log_info("  truncated tokens {:>14}", s.plan.truncated_tokens);
+  log_info("  dropped tokens   {:>14}  ({} documents)", s.plan.dropped_tokens, s.plan.dropped_documents);
+  log_info("  padding tokens   {:>14}", s.plan.padding_tokens);
+  if (s.skipped_documents) log_info("  skipped (bad)    {:>14}", s.skipped_documents);
+  log_info("  tokens/s         {:>14.0f}", s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0);
+}
+
+// Refuses up front (exit 2) when the shards cannot fit on the output's filesystem.
+void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t seq_len, bool mask) {
+  struct statvfs st {};
+  if (statvfs(dir.c_str(), &st) != 0) return;
+  const double need = static_cast<double>(plan.num_sequences()) *
+                          (static_cast<double>(seq_len) * (mask ? 5.0 : 4.0) + 16.0) +
+                      12.0 * static_cast<double>(plan.pieces.size()) + (1 << 20);
+  const double avail = static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
+  if (need > avail)
+    throw BadInput(fmt::format("the output filesystem of {} is full: the shards need {:.1f} MiB, {:.1f} MiB are free",
+                               dir.parent_path().string(), need / (1 << 20), avail / (1 << 20)),
+                   "free space there or choose another --output");
+}
+
+}  // namespace
+
+void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment) {
+  if (sp < 1 || alignment < 1)
+    throw BadInput(fmt::format("--sp ({}) and --align ({}) must be positive", sp, alignment));
+  const std::int64_t unit = sp * alignment;
+  if (seq_len < 1 || seq_len % unit != 0) {
+    const std::int64_t below = std::max<std::int64_t>(unit, seq_len / unit * unit);
+    const std::int64_t above = (std::max<std::int64_t>(seq_len, 0) / unit + 1) * unit;
+    throw BadInput(fmt::format("--seq-len {} is not a multiple of --sp {} × --align {} = {}", seq_len, sp,
+                               alignment, unit),
+                   fmt::format("the nearest valid lengths are {} and {}", below, above));
+  }
+  if (seq_len > (std::int64_t{1} << 31) - 1)
+    throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len));
+}
+
+PackSummary run_pack(const PackOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  check_seq_len(o.seq_len, o.sp, o.alignment);
+  const int threads = thread_count(o.threads);
+  ReaderOptions reader = o.reader;
+  reader.vocab_size = check_model(o);
+  const std::vector<std::string> paths = expand_inputs(o.inputs);
+
+  OutputDir out(o.output, o.overwrite);
+  reader.scratch_dir = out.tmp() / ".scratch";
+  fs::create_directories(reader.scratch_dir);
+
+  Corpus corpus = scan_corpus(paths, reader, threads);
+  if (corpus.docs.empty())
+    throw BadInput(fmt::format("the corpus is empty: {} input(s) hold no documents with tokens", paths.size()),
+                   "check --format, the token key (--tokens-key) and the inputs");
+  PackPlan plan = make_plan(o, corpus);
+  if (plan.num_sequences() == 0)
+    throw BadInput(fmt::format("no sequence could be made: {} tokens with --policy {} and --seq-len {}",
+                               corpus.totals.tokens, policy_name(o.policy), o.seq_len),
+                   "use a shorter --seq-len or --policy bfd");
+
+  check_free_space(out.tmp(), plan, o.seq_len, corpus.has_loss_mask);
+
+  std::vector<std::uint64_t> order = shuffled_order(plan.num_sequences(), o.seed);
+  const std::uint64_t n_valid = valid_count(o.valid_fraction, order.size());
+  const auto per_shard = static_cast<std::uint64_t>(std::max<std::int64_t>(1, o.shard_tokens / o.seq_len));
+  std::span<const std::uint64_t> all(order);
+  std::vector<ShardJob> jobs = make_jobs(all.subspan(n_valid), per_shard, "shard", "train");
+  std::vector<ShardJob> valid_jobs = make_jobs(all.first(n_valid), per_shard, "valid", "valid");
+  jobs.insert(jobs.end(), valid_jobs.begin(), valid_jobs.end());
+
+  shard::ShardParams params{o.seq_len, o.sp, o.alignment, o.pad_id, corpus.has_loss_mask};
+  shard::Manifest m;
+  m.shards = write_shards(jobs, plan, corpus, params, out.tmp(), threads);
+  fs::remove_all(reader.scratch_dir);
+
+  m.seq_len = o.seq_len;
+  m.sp = o.sp;
+  m.alignment = o.alignment;
+  m.pad_id = o.pad_id;
+  m.vocab_size = reader.vocab_size;
+  m.max_token_id = corpus.totals.max_id;
+  m.has_loss_mask = corpus.has_loss_mask;
+  m.policy = policy_name(o.policy);
+  m.seed = o.seed;
+  m.command = o.command;
+  m.created_by = "ulysses-pack 0.1.0";
+  m.inputs = corpus.inputs;
+  m.stats = stats_json(corpus, plan, o.seq_len);
+  shard::write_manifest(m, out.tmp() / "manifest.json");
+  out.commit();
+
+  PackSummary s;
+  s.documents = corpus.totals.documents;
+  s.tokens = corpus.totals.tokens;
+  s.sequences = plan.num_sequences();
+  s.valid_sequences = n_valid;
+  s.train_sequences = s.sequences - n_valid;
+  s.shards = jobs.size();
+  s.skipped_documents = corpus.totals.skipped_documents;
+  s.empty_documents = corpus.totals.empty_documents;
+  s.plan = plan.stats;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  print_summary(s, o.output);
+  return s;
+}
+
+}  // namespace ulysses::pack

@@ -1,0 +1,50 @@
+// ulysses-pack's three modes as functions the CLI and the tests call: pack, inspect, verify.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "pack/corpus.hpp"
+#include "pack/plan.hpp"
+
+namespace ulysses::pack {
+
+enum class Policy { kBfd, kConcat, kPad };
+
+struct PackOptions {
+  std::vector<std::string> inputs;        // files or glob patterns
+  std::filesystem::path output;
+  bool overwrite = false;
+  ReaderOptions reader;
+  std::int64_t seq_len = 0;               // S, the global sequence length
+  std::int64_t sp = 1;                    // P: S % (P * alignment) == 0
+  std::int64_t alignment = 64;
+  std::int64_t pad_id = 0;
+  Policy policy = Policy::kBfd;
+  LongDocs long_docs = LongDocs::kTruncate;   // pad policy only
+  std::uint64_t seed = 1234;
+  double valid_fraction = 0.0;
+  std::int64_t shard_tokens = std::int64_t{1} << 26;   // target tokens per shard (256 MiB of int32)
+  int threads = 0;                        // 0: hardware concurrency
+  std::filesystem::path model_config;     // optional HF config.json: heads vs SP, vocab size
+  std::int64_t vocab_size = 0;            // optional explicit vocabulary size
+  std::string command;                    // recorded in the manifest
+};
+
+struct PackSummary {
+  std::uint64_t documents = 0, tokens = 0, sequences = 0, train_sequences = 0, valid_sequences = 0;
+  std::uint64_t shards = 0, skipped_documents = 0, empty_documents = 0;
+  PlanStats plan;
+  double seconds = 0;
+};
+
+// Checks S against P × alignment; BadInput with the nearest valid lengths otherwise.
+void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment);
+
+PackSummary run_pack(const PackOptions& options);
+int run_inspect(const std::filesystem::path& dataset, std::int64_t sample, std::int64_t max_tokens, bool as_bytes);
+int run_verify(const std::filesystem::path& dataset, int threads);   // 0 = all good, 1 = mismatch found
+
+}  // namespace ulysses::pack

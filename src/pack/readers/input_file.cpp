@@ -1,0 +1,58 @@
+#include "pack/readers/input_file.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::pack {
+
+InputFile::InputFile(const std::filesystem::path& path) : name_(path.string()) {
+  fd_ = ::open(name_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)));
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw BadInput(fmt::format("{} is not a readable regular file", name_));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+InputFile::InputFile(int fd, std::string name) : fd_(fd), name_(std::move(name)) {
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) {
+    throw std::runtime_error(fmt::format("fstat {}: {}", name_, std::strerror(errno)));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+InputFile InputFile::adopt(int fd, std::string name) { return InputFile(fd, std::move(name)); }
+
+InputFile::InputFile(InputFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), name_(std::move(other.name_)), size_(other.size_) {}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void InputFile::read_exact(std::uint64_t offset, void* dst, std::size_t bytes) const {
+  auto* out = static_cast<char*>(dst);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, out + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw BadInput(fmt::format("{}: cannot read {} bytes at byte offset {} (file has {} bytes): {}",
+                                 name_, bytes, offset, size_,
+                                 n < 0 ? std::strerror(errno) : "unexpected end of file"));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace ulysses::pack

@@ -1,0 +1,111 @@
+// `ulysses-pack verify DIR`: re-checks everything a reader relies on, and reports every mismatch:
+// checksums and sizes against the manifest, the shard's own invariants (ShardReader), parameters equal to
+// the manifest's, ids inside the vocabulary, padding equal to pad_id with a zero loss mask, and the
+// token accounting of the manifest's statistics. Returns 0 when all holds, 1 otherwise.
+#include <atomic>
+#include <mutex>
+
+#include "core/checksum.hpp"
+#include "core/log.hpp"
+#include "core/parallel.hpp"
+#include "io/manifest.hpp"
+#include "io/shard.hpp"
+#include "pack/pack.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::pack {
+namespace {
+
+class Problems {
+ public:
+  void add(const std::string& what) {
+    std::lock_guard lock(mutex_);
+    log_line("MISMATCH " + what);
+    ++count_;
+  }
+  int count() const { return count_; }
+
+ private:
+  std::mutex mutex_;
+  int count_ = 0;
+};
+
+void check_params(const shard::ShardParams& p, const shard::Manifest& m, const std::string& file, Problems& bad) {
+  if (p.seq_len != m.seq_len || p.sp != m.sp || p.alignment != m.alignment || p.pad_id != m.pad_id ||
+      p.has_loss_mask != m.has_loss_mask)
+    bad.add(fmt::format("{}: parameters (seq_len {}, sp {}, alignment {}, pad_id {}, mask {}) differ from the manifest's "
+                        "(seq_len {}, sp {}, alignment {}, pad_id {}, mask {})",
+                        file, p.seq_len, p.sp, p.alignment, p.pad_id, p.has_loss_mask, m.seq_len, m.sp, m.alignment,
+                        m.pad_id, m.has_loss_mask));
+}
+
+// Returns the shard's non-padding token count.
+std::uint64_t check_contents(const shard::ShardReader& r, const shard::Manifest& m, const std::string& file,
+                             Problems& bad) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(m.seq_len));
+  std::vector<std::uint8_t> mask(ids.size());
+  std::uint64_t tokens = 0;
+  for (std::int64_t s = 0; s < r.num_sequences(); ++s) {
+    r.read(s, 0, m.seq_len, ids.data(), mask.data());
+    const std::int32_t length = r.meta(s).length;
+    tokens += static_cast<std::uint64_t>(length);
+    for (std::int64_t i = 0; i < m.seq_len; ++i) {
+      const std::int32_t id = ids[static_cast<std::size_t>(i)];
+      const bool pad = i >= length;
+      if (pad && (id != m.pad_id || mask[static_cast<std::size_t>(i)] != 0)) {
+        bad.add(fmt::format("{}: sequence {} position {} is padding but holds id {} mask {} (pad_id {})", file, s, i, id,
+                            mask[static_cast<std::size_t>(i)], m.pad_id));
+        break;
+      }
+      if (!pad && (id < 0 || (m.vocab_size > 0 && id >= m.vocab_size))) {
+        bad.add(fmt::format("{}: sequence {} position {} holds id {} outside [0, {})", file, s, i, id, m.vocab_size));
+        break;
+      }
+    }
+  }
+  return tokens;
+}
+
+}  // namespace
+
+int run_verify(const fs::path& dir, int threads) {
+  shard::Manifest m = shard::read_manifest(dir);
+  Problems bad;
+  std::atomic<std::uint64_t> tokens{0}, sequences{0};
+  parallel_for(m.shards.size(), threads > 0 ? threads : 2, [&](std::size_t i) {
+    const auto& s = m.shards[i];
+    const fs::path path = dir / s.file;
+    if (!fs::exists(path)) return bad.add(fmt::format("{}: missing", s.file));
+    if (auto size = static_cast<std::int64_t>(fs::file_size(path)); size != s.bytes)
+      bad.add(fmt::format("{}: {} bytes, manifest says {}", s.file, size, s.bytes));
+    if (auto sum = xxh3_file_hex(path); sum != s.xxh3)
+      bad.add(fmt::format("{}: xxh3 {}, manifest says {}", s.file, sum, s.xxh3));
+    try {
+      shard::ShardReader r(path);
+      check_params(r.params(), m, s.file, bad);
+      if (r.num_sequences() != s.num_sequences)
+        bad.add(fmt::format("{}: {} sequences, manifest says {}", s.file, r.num_sequences(), s.num_sequences));
+      tokens += check_contents(r, m, s.file, bad);
+      sequences += static_cast<std::uint64_t>(r.num_sequences());
+    } catch (const std::exception& e) {
+      bad.add(fmt::format("{}: {}", s.file, e.what()));
+    }
+  });
+  const auto& st = m.stats;
+  const std::uint64_t expect_tokens = st.value("tokens", 0ull) - st.value("truncated_tokens", 0ull) -
+                                      st.value("dropped_tokens", 0ull);
+  if (tokens != expect_tokens)
+    bad.add(fmt::format("shards hold {} tokens; the manifest accounts for {} (tokens - truncated - dropped)",
+                        tokens.load(), expect_tokens));
+  if (sequences != st.value("sequences", 0ull))
+    bad.add(fmt::format("shards hold {} sequences; the manifest says {}", sequences.load(), st.value("sequences", 0ull)));
+  if (bad.count() == 0) {
+    log_info("OK: {} shards, {} sequences, {} tokens verified", m.shards.size(), sequences.load(), tokens.load());
+    return 0;
+  }
+  log_info("FAILED: {} mismatch(es)", bad.count());
+  return 1;
+}
+
+}  // namespace ulysses::pack
