@@ -1,0 +1,94 @@
+#include "data/loader.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/shuffle.hpp"
+#include "io/labels.hpp"
+#include "io/shard_format.hpp"
+
+namespace ulysses::data {
+namespace {
+
+void check_compatible(const shard::Manifest& m, const LoaderOptions& o, const std::filesystem::path& dir) {
+  if (m.seq_len % o.sp != 0)
+    throw BadInput(fmt::format("{}: seq_len {} is not divisible by --sp {} (the data was packed for sp {})",
+                               dir.string(), m.seq_len, o.sp, m.sp),
+                   fmt::format("train with an --sp that divides {}, or re-pack with ulysses-pack --sp {}", m.seq_len, o.sp));
+  if (o.vocab_size > 0 && m.vocab_size > 0 && m.vocab_size != o.vocab_size)
+    throw BadInput(fmt::format("{}: packed for a vocabulary of {} tokens, the model has {}", dir.string(),
+                               m.vocab_size, o.vocab_size),
+                   "re-pack with the model's config (ulysses-pack --model-config) or use the matching model");
+  if (o.vocab_size > 0 && m.max_token_id >= o.vocab_size)
+    throw BadInput(fmt::format("{}: token id {} is outside the model's vocabulary of {}", dir.string(),
+                               m.max_token_id, o.vocab_size),
+                   "the data was tokenized for another model");
+}
+
+}  // namespace
+
+std::int64_t MicroBatch::valid_labels() const {
+  return std::count_if(labels.begin(), labels.end(), [](std::int64_t l) { return l != shard::kIgnoreIndex; });
+}
+
+DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions& options)
+    : o_(options), dir_(dataset), manifest_(shard::read_manifest(dataset)) {
+  ULY_CHECK(o_.sp_rank >= 0 && o_.sp_rank < o_.sp && o_.dp_rank >= 0 && o_.dp_rank < o_.dp,
+            "rank {}/{} of sp {}, dp {}", o_.sp_rank, o_.dp_rank, o_.sp, o_.dp);
+  check_compatible(manifest_, o_, dir_);
+  for (const auto& s : manifest_.shards) {
+    if (s.split != o_.split) continue;
+    const auto shard = static_cast<std::uint32_t>(shards_.size());
+    shards_.emplace_back(dir_ / s.file);
+    for (std::int64_t row = 0; row < shards_.back().num_sequences(); ++row)
+      index_.push_back({shard, static_cast<std::uint32_t>(row)});
+  }
+  if (index_.empty())
+    throw BadInput(fmt::format("{}: the {} split holds no sequences", dir_.string(), o_.split),
+                   o_.split == "valid" ? "pack with --valid-fraction" : "check the dataset directory");
+}
+
+DataLoader::~DataLoader() = default;
+
+std::uint64_t DataLoader::sequence_at(std::uint64_t entry) {
+  const std::uint64_t n = index_.size(), epoch = entry / n;
+  if (epoch != perm_epoch_) {
+    perm_ = shuffled_order(n, o_.seed + 0x9E3779B97F4A7C15ull * (epoch + 1));
+    perm_epoch_ = epoch;
+  }
+  return perm_[entry % n];
+}
+
+MicroBatch DataLoader::micro_batch(std::int64_t micro) {
+  ULY_CHECK(micro >= 0 && micro < o_.grad_accum, "micro-batch {} of {}", micro, o_.grad_accum);
+  MicroBatch mb;
+  mb.batch = o_.micro_batch;
+  mb.seq_len = manifest_.seq_len;
+  mb.local_len = mb.seq_len / o_.sp;
+  const auto BL = static_cast<std::size_t>(mb.batch * mb.local_len);
+  mb.input_ids.resize(BL);
+  mb.positions.resize(BL);
+  mb.labels.resize(BL);
+  mb.doc_ids.resize(static_cast<std::size_t>(mb.batch * mb.seq_len));
+  const std::uint64_t first = cursor_ + static_cast<std::uint64_t>((micro * o_.dp + o_.dp_rank) * o_.micro_batch);
+  for (std::int64_t b = 0; b < mb.batch; ++b) read_into(sequence_at(first + static_cast<std::uint64_t>(b)), mb, b);
+  return mb;
+}
+
+void DataLoader::read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b) {
+  const Location loc = index_[seq];
+  const shard::ShardReader& reader = shards_[loc.shard];
+  const shard::SequenceMeta& meta = reader.meta(loc.row);
+  const std::int64_t L = mb.local_len, S = mb.seq_len, begin = o_.sp_rank * L;
+  const std::int64_t n_read = std::min(L + 1, S - begin);         // the slice, and the next token if any
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(L + 1), 0);  // [L + 1]
+  std::vector<std::uint8_t> mask(static_cast<std::size_t>(L + 1), 0);
+  reader.read(loc.row, begin, n_read, ids.data(), mask.data());
+  const auto off = static_cast<std::size_t>(b * L);
+  std::copy(ids.begin(), ids.begin() + L, mb.input_ids.begin() + static_cast<std::ptrdiff_t>(off));
+  shard::slice_labels(meta, begin, ids, mask, std::span(mb.labels).subspan(off, static_cast<std::size_t>(L)));
+  shard::slice_positions(meta, begin, std::span(mb.positions).subspan(off, static_cast<std::size_t>(L)));
+  shard::slice_doc_ids(meta, 0, std::span(mb.doc_ids).subspan(static_cast<std::size_t>(b * S), static_cast<std::size_t>(S)));
+}
+
+}  // namespace ulysses::data

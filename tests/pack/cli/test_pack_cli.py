@@ -1,0 +1,251 @@
+"""ulysses-pack end to end, through the real binary: outputs read back with h5py (the outside reference),
+determinism across --threads, and every bad input → one line naming the file, exit code 2, no output left.
+
+usage: test_pack_cli.py ULYSSES_PACK SAMPLE_CORPUS
+"""
+import gzip
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+from collections import Counter
+
+import h5py
+import numpy as np
+
+PACK = sys.argv.pop(1)
+SAMPLE = pathlib.Path(sys.argv.pop(1))
+
+
+def run(*args, check=True):
+    p = subprocess.run([PACK, *map(str, args)], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}: {p.stderr}")
+    return p
+
+
+def sample_docs():
+    with gzip.open(SAMPLE, "rt") as f:
+        return [json.loads(line)["input_ids"] for line in f if line.strip()]
+
+
+def read_dataset(d):
+    """Documents (pieces) of every sequence, read per docs/data-format.md with h5py alone."""
+    m = json.loads((d / "manifest.json").read_text())
+    pieces, seqs = [], 0
+    for entry in m["shards"]:
+        with h5py.File(d / entry["file"], "r") as f:
+            ids, lengths = f["input_ids"][()], f["seq_lengths"][()]
+            offsets, starts = f["doc_offsets"][()], f["doc_starts"][()]
+            assert f.attrs["format"] == "ulysses-packed" or f.attrs["format"] == b"ulysses-packed"
+            assert ids.shape[1] == m["seq_len"]
+            for s in range(ids.shape[0]):
+                st = list(starts[offsets[s]:offsets[s + 1]]) + [lengths[s]]
+                for a, b in zip(st[:-1], st[1:]):
+                    pieces.append(tuple(ids[s, a:b]))
+                assert (ids[s, lengths[s]:] == m["pad_id"]).all()
+                seqs += 1
+    return m, pieces, seqs
+
+
+class PackSample(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.root = pathlib.Path(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_bfd_keeps_every_document_whole_and_once(self):
+        out = self.root / "bfd"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 2048, "--sp", 4, "--pad-id", 258)
+        m, pieces, seqs = read_dataset(out)
+        docs = sample_docs()
+        self.assertEqual(Counter(map(tuple, docs)), Counter(pieces))   # all fit in 2048: none split
+        self.assertEqual(m["stats"]["sequences"], seqs)
+        self.assertEqual(m["stats"]["tokens"], sum(map(len, docs)))
+        self.assertEqual(run("verify", out).returncode, 0)
+
+    def test_split_long_documents_account_for_every_token(self):
+        out = self.root / "split"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 256, "--sp", 2, "--align", 64, "--pad-id", 258)
+        m, pieces, _ = read_dataset(out)
+        docs = sample_docs()
+        self.assertEqual(Counter(t for d in docs for t in d), Counter(t for p in pieces for t in p))
+        self.assertEqual(m["stats"]["split_documents"], sum(len(d) > 256 for d in docs))
+        self.assertTrue(all(len(p) <= 256 for p in pieces))
+
+    def test_concat_and_pad_account_for_tokens(self):
+        docs = sample_docs()
+        total = sum(map(len, docs))
+        out = self.root / "concat"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 512, "--policy", "concat")
+        m, pieces, seqs = read_dataset(out)
+        self.assertEqual(m["stats"]["padding_tokens"], 0)
+        self.assertEqual(seqs * 512 + m["stats"]["dropped_tokens"], total)
+        out = self.root / "pad"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 512, "--policy", "pad", "--long-docs", "drop", "--pad-id", 258)
+        m, pieces, seqs = read_dataset(out)
+        self.assertEqual(seqs, sum(len(d) <= 512 for d in docs))
+        self.assertEqual(Counter(pieces), Counter(tuple(d) for d in docs if len(d) <= 512))
+
+    def test_deterministic_across_threads_and_valid_split(self):
+        outs = []
+        for threads in (1, 2):
+            out = self.root / f"det{threads}"
+            run("pack", SAMPLE, "-o", out, "--seq-len", 512, "--shard-tokens", 4096, "--threads", threads,
+                "--valid-fraction", 0.1, "--seed", 7)
+            outs.append(out)
+        m1 = json.loads((outs[0] / "manifest.json").read_text())
+        self.assertGreater(len(m1["shards"]), 3)
+        self.assertTrue(any(s["split"] == "valid" for s in m1["shards"]))
+        for s in m1["shards"]:
+            self.assertEqual((outs[0] / s["file"]).read_bytes(), (outs[1] / s["file"]).read_bytes(), s["file"])
+        out = self.root / "det-seed8"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 512, "--shard-tokens", 4096, "--seed", 8)
+        self.assertNotEqual((out / "shard-00000.h5").read_bytes(), (outs[0] / "shard-00000.h5").read_bytes())
+
+    def test_inspect_shows_boundaries(self):
+        out = self.root / "insp"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 1024, "--pad-id", 258)
+        p = run("inspect", out, "--sample", 0, "--bytes")
+        self.assertIn("[doc 0 @ 0..", p.stdout)
+        self.assertIn("padding_fraction", p.stdout)
+
+    def test_verify_detects_a_flipped_byte(self):
+        out = self.root / "corrupt"
+        run("pack", SAMPLE, "-o", out, "--seq-len", 1024)
+        shard = out / "shard-00000.h5"
+        data = bytearray(shard.read_bytes())
+        data[-100] ^= 0xFF
+        shard.write_bytes(bytes(data))
+        p = run("verify", out, check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("xxh3", p.stderr)
+
+
+def write_megatron(prefix, docs, magic=b"MMIDIDX\x00\x00", bin_extra=0):
+    tokens = np.concatenate([np.asarray(d, np.uint16) for d in docs])
+    pathlib.Path(f"{prefix}.bin").write_bytes(tokens.tobytes()[: len(tokens) * 2 + bin_extra])
+    lengths = np.array([len(d) for d in docs], np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1]) * 2]).astype(np.int64)
+    idx = magic + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1)
+    idx += lengths.tobytes() + pointers.tobytes() + np.arange(len(docs) + 1, dtype=np.int64).tobytes()
+    pathlib.Path(f"{prefix}.idx").write_bytes(idx)
+
+
+class BadInput(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = pathlib.Path(self.tmp.name)
+        self.out = self.root / "out"
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def expect_bad(self, args, *needles):
+        p = run("pack", *args, "-o", self.out, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+        self.assertEqual(len(lines), 1, p.stderr)
+        for n in needles:
+            self.assertIn(str(n), lines[0])
+        self.assertFalse(self.out.exists())
+        self.assertEqual([x for x in self.root.iterdir() if x.name.startswith(".out")], [])
+        return lines[0]
+
+    def jsonl(self, text, name="in.jsonl"):
+        path = self.root / name
+        path.write_text(text)
+        return path
+
+    def test_malformed_json(self):
+        f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 2\n')
+        self.expect_bad([f, "--seq-len", 64], f.name, "2")
+
+    def test_missing_and_non_integer_key(self):
+        f = self.jsonl('{"input_ids": [1]}\n{"text": "x"}\n')
+        self.expect_bad([f, "--seq-len", 64], f.name, "line 2", "input_ids")
+        f = self.jsonl('{"input_ids": [1, 2.5]}\n', "float.jsonl")
+        self.expect_bad([f, "--seq-len", 64], f.name, "line 1")
+
+    def test_negative_and_out_of_vocab_ids(self):
+        f = self.jsonl('{"input_ids": [1, -3]}\n')
+        self.expect_bad([f, "--seq-len", 64], f.name, "-3")
+        f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 400]}\n', "vocab.jsonl")
+        self.expect_bad([f, "--seq-len", 64, "--vocab-size", 320], f.name, "400", "320")
+
+    def test_on_error_skip_counts(self):
+        f = self.jsonl('{"input_ids": [1, 2]}\nnot json\n{"input_ids": [3]}\n')
+        p = run("pack", f, "-o", self.out, "--seq-len", 64, "--on-error", "skip")
+        m = json.loads((self.out / "manifest.json").read_text())
+        self.assertEqual(m["stats"]["skipped_documents"], 1)
+        self.assertEqual(m["stats"]["documents"], 2)
+        self.assertIn("skipped", p.stderr)
+
+    def test_megatron_bad_magic_and_size(self):
+        docs = [[1, 2, 3], [4, 5]]
+        write_megatron(self.root / "bad", docs, magic=b"NOTMAGIC\x00")
+        self.expect_bad([self.root / "bad.bin", "--seq-len", 64], "bad.idx")
+        write_megatron(self.root / "short", docs, bin_extra=-4)
+        self.expect_bad([self.root / "short.bin", "--seq-len", 64], "short")
+
+    def test_truncated_llmc(self):
+        header = np.zeros(256, np.int32)
+        header[:3] = [20240520, 1, 100]
+        path = self.root / "tok.bin"
+        path.write_bytes(header.tobytes() + np.arange(50, dtype=np.uint16).tobytes())
+        self.expect_bad([path, "--seq-len", 64], "tok.bin", "100")
+
+    def test_empty_corpus(self):
+        f = self.jsonl("\n\n")
+        self.expect_bad([f, "--seq-len", 64], "empty")
+
+    def test_unaligned_seq_len_names_nearest(self):
+        f = self.jsonl('{"input_ids": [1]}\n')
+        self.expect_bad([f, "--seq-len", 1000, "--sp", 4], "1000", "768", "1024")
+
+    def test_heads_not_divisible_by_sp(self):
+        f = self.jsonl('{"input_ids": [1]}\n')
+        cfg = SAMPLE.parent / "tiny-llama" / "config.json"
+        self.expect_bad([f, "--seq-len", 192, "--sp", 3, "--model-config", cfg], "config.json", "(4)", "(3)", "--sp 1, 2, 4")
+
+    def test_existing_output_needs_overwrite(self):
+        f = self.jsonl('{"input_ids": [1]}\n')
+        self.out.mkdir()
+        p = run("pack", f, "-o", self.out, "--seq-len", 64, check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--overwrite", p.stderr)
+
+    def test_unwritable_output(self):
+        f = self.jsonl('{"input_ids": [1]}\n')
+        blocker = self.root / "file"
+        blocker.write_text("x")
+        p = run("pack", f, "-o", blocker / "out", "--seq-len", 64, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(str(blocker), p.stderr)
+
+    def test_full_output_filesystem(self):
+        small = self.root / "small"
+        small.mkdir()
+        mount = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)]
+        self.assertEqual(subprocess.run(mount).returncode, 0, "cannot mount a tmpfs (needs root)")
+        try:
+            docs = [[(i * 7 + j) % 300 for j in range(500)] for i in range(400)]
+            path = self.root / "big"
+            write_megatron(path, docs)
+            self.out = small / "out"
+            self.root = small
+            self.expect_bad([f"{path}.bin", "--seq-len", 1024], "full", str(small))
+        finally:
+            subprocess.run(["umount", str(small)])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

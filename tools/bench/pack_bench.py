@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Benchmark of ulysses-pack against two anchors measured in the same run, on the same input and disk:
+
+  1. a raw copy of the same input bytes to the same output location (cp) — target: pack >= 0.6x copy
+  2. a straightforward Python packer (numpy + h5py, best-fit-decreasing, same shard format) — target: >= 5x
+
+Input: a generated flat uint32 token file (>= 1 GiB by default) whose documents end with EOS, with
+log-normal document lengths (median ~700 tokens, a long tail past the sequence length, as web corpora).
+Prints tokens/s, peak RSS, and the ratios; medians over --repeat runs. Page cache is warm for all three.
+
+usage: tools/bench/pack_bench.py [--pack build/src/pack/ulysses-pack] [--gib 1.0] [--seq-len 8192]
+                                 [--repeat 3] [--workdir /tmp/ulysses-pack-bench] [--threads 0]
+"""
+import argparse
+import bisect
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+EOS = 50_000
+
+
+def generate(path, gib, seed=1):
+    rng = np.random.default_rng(seed)
+    target = int(gib * (1 << 30) // 4)
+    lengths = []
+    total = 0
+    while total < target:
+        chunk = np.maximum(1, rng.lognormal(6.5, 1.2, 100_000).astype(np.int64))
+        lengths.append(chunk)
+        total += int(chunk.sum()) + len(chunk)
+    lengths = np.concatenate(lengths)
+    ends = np.cumsum(lengths + 1)
+    lengths = lengths[: int(np.searchsorted(ends, target)) + 1]
+    tokens = rng.integers(0, EOS, int(lengths.sum() + len(lengths)), dtype=np.uint32)
+    tokens[np.cumsum(lengths + 1) - 1] = EOS
+    tokens.tofile(path)
+    return len(tokens), len(lengths)
+
+
+def timed(cmd):
+    start = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - start
+    err = p.stderr.read().decode()
+    if status != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{err}")
+    return elapsed, usage.ru_maxrss / 1024  # MiB
+
+
+def python_pack(inp, out, seq_len):
+    """What a user would write: numpy for the tokens, bisect for best fit, h5py for the shards."""
+    import h5py
+
+    tokens = np.fromfile(inp, dtype=np.uint32)
+    ends = np.flatnonzero(tokens == EOS) + 1
+    starts = np.concatenate([[0], ends[:-1]])
+    pieces = []  # (length, start)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        while e - s > seq_len:
+            pieces.append((seq_len, s))
+            s += seq_len
+        pieces.append((e - s, s))
+    pieces.sort(key=lambda p: -p[0])
+    bins, free = [], []  # free: sorted list of (remaining, bin index)
+    for length, start in pieces:
+        i = bisect.bisect_left(free, (length, -1))
+        if i == len(free):
+            bins.append([(start, length)])
+            rem, b = seq_len - length, len(bins) - 1
+        else:
+            rem, b = free.pop(i)
+            bins[b].append((start, length))
+            rem -= length
+        if rem > 0:
+            bisect.insort(free, (rem, b))
+    out.mkdir(parents=True)
+    per_shard = max(1, (1 << 26) // seq_len)
+    for k in range(0, len(bins), per_shard):
+        group = bins[k : k + per_shard]
+        with h5py.File(out / f"shard-{k // per_shard:05d}.h5", "w") as f:
+            ids = f.create_dataset("input_ids", (len(group), seq_len), np.int32, chunks=(1, min(seq_len, 65536)))
+            lengths, offsets, doc_starts = [], [0], []
+            block = np.zeros((256, seq_len), np.int32)
+            for j, b in enumerate(group):
+                row, pos = block[j % 256], 0
+                row[:] = 0
+                for start, length in b:
+                    doc_starts.append(pos)
+                    row[pos : pos + length] = tokens[start : start + length]
+                    pos += length
+                lengths.append(pos)
+                offsets.append(len(doc_starts))
+                if j % 256 == 255 or j == len(group) - 1:
+                    first = j - j % 256
+                    ids[first : j + 1] = block[: j - first + 1]
+            f["seq_lengths"] = np.asarray(lengths, np.int32)
+            f["doc_offsets"] = np.asarray(offsets, np.int64)
+            f["doc_starts"] = np.asarray(doc_starts, np.int32)
+    return len(bins)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pack", default="build/src/pack/ulysses-pack")
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--seq-len", type=int, default=8192)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--workdir", default="/tmp/ulysses-pack-bench")
+    ap.add_argument("--skip-python", action="store_true")
+    a = ap.parse_args()
+    work = pathlib.Path(a.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    inp = work / "tokens.u32"
+    ntok, ndocs = generate(inp, a.gib)
+    size = inp.stat().st_size
+    print(f"input: {ntok:,} tokens ({size / 2**30:.2f} GiB), {ndocs:,} documents, seq_len {a.seq_len}")
+    subprocess.run(["cat", str(inp)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+
+    copies, packs, rss = [], [], []
+    for r in range(a.repeat):
+        dst = work / "copy.u32"
+        t, _ = timed(["cp", str(inp), str(dst)])
+        copies.append(t)
+        dst.unlink()
+        out = work / "packed"
+        t, m = timed([a.pack, "pack", str(inp), "--format", "flat", "--flat-dtype", "uint32", "--eos-id", str(EOS),
+                      "-o", str(out), "--seq-len", str(a.seq_len), "--threads", str(a.threads), "--overwrite"])
+        packs.append(t)
+        rss.append(m)
+        print(f"  run {r + 1}: copy {copies[-1]:.2f} s, pack {t:.2f} s (peak RSS {m:.0f} MiB)")
+    copy_t, pack_t = statistics.median(copies), statistics.median(packs)
+    print(f"copy  : {size / copy_t / 2**30:.2f} GiB/s ({copy_t:.2f} s median)")
+    print(f"pack  : {ntok / pack_t / 1e6:.1f} M tokens/s, {size / pack_t / 2**30:.2f} GiB/s of input "
+          f"({pack_t:.2f} s median), peak RSS {max(rss):.0f} MiB")
+    print(f"RATIO pack/copy throughput = {copy_t / pack_t:.2f}  (target >= 0.6)")
+    if not a.skip_python:
+        start = time.perf_counter()
+        nseq = python_pack(inp, work / "packed-python", a.seq_len)
+        py_t = time.perf_counter() - start
+        print(f"python: {ntok / py_t / 1e6:.2f} M tokens/s ({py_t:.2f} s, {nseq} sequences)")
+        print(f"RATIO pack speed-up over python = {py_t / pack_t:.1f}x  (target >= 5)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
