@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 

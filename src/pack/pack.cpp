@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/output_dir.hpp"
+#include "core/shuffle.hpp"
 #include "io/hf_config.hpp"
 #include "io/manifest.hpp"
 #include "pack/scan.hpp"

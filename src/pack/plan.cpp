@@ -4,8 +4,9 @@
 //    are then placed longest first (ties: lower document index first) into the open sequence with the
 //    smallest remaining capacity >= r, the one most recently filed at that capacity among equals
 //    (LIFO), or into a new sequence. Sequences are numbered in order of opening.
-//  - Memory beyond the plan itself: 8 bytes per document (sorted order + sequence of each remainder)
-//    and 8 bytes per unit of seq_len (counting-sort buckets, then open-sequence buckets); no trees.
+//  - Memory beyond the plan itself, at peak: 12 bytes per document (sorted order, sequence of each
+//    remainder, open-sequence links) and ~8 bytes per unit of seq_len (sorted runs, open-sequence
+//    stacks); no trees. Time: a few linear passes plus O(log64 seq_len) per remainder.
 //  - Zero-length documents and seq_len 0 are caller bugs (ULY_CHECK), as are more than 2^32 - 1
 //    documents (Piece::doc is 32-bit).
 // Not here: tokens, files, threads.
@@ -127,61 +128,71 @@ class OpenSequences {
   SuccessorSet non_empty_;
 };
 
-// Documents with a non-zero remainder length % seq_len, sorted by remainder descending, ties by
-// index ascending (a stable counting sort over the remainder).
-std::vector<std::uint32_t> by_remainder_descending(std::span<const std::uint32_t> lengths,
-                                                   std::uint32_t seq_len) {
-  std::vector<std::uint32_t> slot(seq_len, 0);   // [seq_len] count, then next position, per remainder
+// The documents with a non-zero remainder length % seq_len, longest remainder first, ties by index
+// (a stable counting sort over the remainder), in runs of equal remainder.
+struct ByRemainder {
+  std::vector<std::uint32_t> docs;
+  std::vector<std::uint32_t> end;   // [seq_len + 1] remainder r's run is docs[end[r + 1] .. end[r])
+};
+
+ByRemainder by_remainder_descending(std::span<const std::uint32_t> lengths, std::uint32_t seq_len) {
+  ByRemainder sorted;
+  std::vector<std::uint32_t>& slot = sorted.end;   // count, then next position, per remainder
+  slot.assign(std::size_t{seq_len} + 1, 0);
   for (const std::uint32_t length : lengths) ++slot[length % seq_len];
   std::uint32_t position = 0;
   for (std::uint32_t r = seq_len - 1; r >= 1; --r) position += std::exchange(slot[r], position);
-  std::vector<std::uint32_t> order(position);
+  sorted.docs.resize(position);
   for (std::size_t d = 0; d < lengths.size(); ++d) {
     const std::uint32_t r = lengths[d] % seq_len;
-    if (r != 0) order[slot[r]++] = static_cast<std::uint32_t>(d);
+    if (r != 0) sorted.docs[slot[r]++] = static_cast<std::uint32_t>(d);
   }
-  return order;
+  return sorted;
 }
 
-// Best fit of the remainders in `order`. Opens sequences after the existing ones, appending to
-// plan.seq_begin each new sequence's piece count; returns the new-sequence index of each remainder.
-std::vector<std::uint32_t> best_fit(std::span<const std::uint32_t> order,
-                                    std::span<const std::uint32_t> lengths, std::uint32_t seq_len,
-                                    PackPlan& plan) {
-  const std::size_t first = plan.num_sequences();
-  OpenSequences open(seq_len, order.size());
-  std::vector<std::uint32_t> seq_of(order.size());
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const std::uint32_t len = lengths[order[i]] % seq_len;
-    OpenSequences::Slot slot{0, seq_len};
-    if (auto found = open.take_best_fit(len)) {
-      slot = *found;
-    } else {
-      slot.seq = static_cast<std::uint32_t>(plan.num_sequences() - first);
-      plan.seq_begin.push_back(0);
-    }
-    ++plan.seq_begin[first + 1 + slot.seq];
-    slot.capacity -= len;
-    if (slot.capacity > 0) open.file(slot);
-    seq_of[i] = slot.seq;
+// Places one remainder of length len; returns its sequence, counted from `first`. A new sequence
+// appends its piece count to plan.seq_begin.
+std::uint32_t place(std::uint32_t len, std::uint32_t seq_len, std::size_t first, OpenSequences& open,
+                    PackPlan& plan) {
+  OpenSequences::Slot slot{0, seq_len};
+  if (auto found = open.take_best_fit(len)) {
+    slot = *found;
+  } else {
+    slot.seq = static_cast<std::uint32_t>(plan.num_sequences() - first);
+    plan.seq_begin.push_back(0);
   }
+  ++plan.seq_begin[first + 1 + slot.seq];
+  slot.capacity -= len;
+  if (slot.capacity > 0) open.file(slot);
+  return slot.seq;
+}
+
+// Best fit of the sorted remainders into sequences opened after the existing ones; returns each
+// remainder's sequence (counted from there), aligned with sorted.docs.
+std::vector<std::uint32_t> best_fit(const ByRemainder& sorted, std::uint32_t seq_len, PackPlan& plan) {
+  const std::size_t first = plan.num_sequences();
+  OpenSequences open(seq_len, sorted.docs.size());
+  std::vector<std::uint32_t> seq_of(sorted.docs.size());
+  for (std::uint32_t len = seq_len - 1; len >= 1; --len)
+    for (std::uint32_t i = sorted.end[len + 1]; i < sorted.end[len]; ++i)
+      seq_of[i] = place(len, seq_len, first, open, plan);
   return seq_of;
 }
 
 // Writes the remainders into their sequences' CSR slots in placement order. On entry
 // seq_begin[first + 1 + s] holds new sequence s's piece count; it is turned into s's start, then
 // advanced past each piece written, so it ends as s's end = the start of s + 1.
-void scatter(std::span<const std::uint32_t> order, std::span<const std::uint32_t> seq_of,
+void scatter(std::span<const std::uint32_t> docs, std::span<const std::uint32_t> seq_of,
              std::span<const std::uint32_t> lengths, std::uint32_t seq_len, std::size_t first,
              PackPlan& plan) {
   std::uint64_t start = plan.seq_begin[first];
   for (std::size_t s = first + 1; s < plan.seq_begin.size(); ++s)
     start += std::exchange(plan.seq_begin[s], start);
   plan.pieces.resize(start);
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const std::uint32_t length = lengths[order[i]];
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const std::uint32_t length = lengths[docs[i]];
     const std::uint32_t r = length % seq_len;
-    plan.pieces[plan.seq_begin[first + 1 + seq_of[i]]++] = Piece{order[i], length - r, r};
+    plan.pieces[plan.seq_begin[first + 1 + seq_of[i]]++] = Piece{docs[i], length - r, r};
   }
 }
 
@@ -212,9 +223,9 @@ PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_
   PackPlan plan;
   place_full_pieces(doc_lengths, seq_len, plan);
   const std::size_t first = plan.num_sequences();
-  const std::vector<std::uint32_t> order = by_remainder_descending(doc_lengths, seq_len);
-  const std::vector<std::uint32_t> seq_of = best_fit(order, doc_lengths, seq_len, plan);
-  scatter(order, seq_of, doc_lengths, seq_len, first, plan);
+  const ByRemainder sorted = by_remainder_descending(doc_lengths, seq_len);
+  const std::vector<std::uint32_t> seq_of = best_fit(sorted, seq_len, plan);
+  scatter(sorted.docs, seq_of, doc_lengths, seq_len, first, plan);
   close_stats(plan, total, seq_len);
   return plan;
 }
@@ -264,45 +275,6 @@ PackPlan plan_pad(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_
   }
   close_stats(plan, total, seq_len);
   return plan;
-}
-
-namespace {
-
-// splitmix64 (Steele, Lea, Flood 2014): a 64-bit state advanced by a constant, output mixed.
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
-  // Uniform in [0, bound), bound > 0: Lemire's multiply-shift with rejection (unbiased).
-  std::uint64_t below(std::uint64_t bound) {
-    __extension__ using U128 = unsigned __int128;
-    U128 m = U128{next()} * bound;
-    if (static_cast<std::uint64_t>(m) < bound) {
-      const std::uint64_t threshold = (0 - bound) % bound;   // 2^64 mod bound
-      while (static_cast<std::uint64_t>(m) < threshold) m = U128{next()} * bound;
-    }
-    return static_cast<std::uint64_t>(m >> 64);
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-}  // namespace
-
-std::vector<std::uint64_t> shuffled_order(std::uint64_t n, std::uint64_t seed) {
-  std::vector<std::uint64_t> order(n);
-  for (std::uint64_t i = 0; i < n; ++i) order[i] = i;
-  SplitMix64 rng(seed);
-  for (std::uint64_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-  return order;
 }
 
 }  // namespace ulysses::pack

@@ -45,7 +45,4 @@ PackPlan plan_concat(std::span<const std::uint32_t> doc_lengths, std::uint32_t s
 // One document per sequence, padded; longer ones truncated to seq_len or dropped.
 PackPlan plan_pad(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len, LongDocs long_docs);
 
-// A seeded permutation of [0, n) (own Fisher-Yates over splitmix64, identical on every platform).
-std::vector<std::uint64_t> shuffled_order(std::uint64_t n, std::uint64_t seed);
-
 }  // namespace ulysses::pack

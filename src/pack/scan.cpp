@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -60,6 +62,14 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
   return out;
 }
 
+// The files an input names: a Megatron dataset is its .bin and .idx, anything else the file itself.
+std::vector<fs::path> files_of(const std::string& path, Format format) {
+  if (format != Format::kMegatron) return {path};
+  fs::path prefix(path);
+  if (prefix.extension() == ".bin" || prefix.extension() == ".idx") prefix.replace_extension("");
+  return {fs::path(prefix).concat(".bin"), fs::path(prefix).concat(".idx")};
+}
+
 Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& options, int threads) {
   const std::size_t n = paths.size();
   std::vector<std::vector<DocRef>> docs(n);
@@ -67,15 +77,24 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   Corpus corpus;
   corpus.sources.resize(n);
   corpus.inputs.resize(n);
+  std::vector<Format> formats(n);
+  for (std::size_t i = 0; i < n; ++i)
+    formats[i] = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
   Progress progress("scan", n, "files", "tokens");
-  parallel_for(n, threads, [&](std::size_t i) {
-    Format format = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
-    corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), options, docs[i], stats[i]);
+  // Tasks [0, n) scan the inputs, [n, 2n) checksum them: with one large input both cores still work.
+  parallel_for(2 * n, threads, [&](std::size_t task) {
+    const std::size_t i = task % n;
     auto& in = corpus.inputs[i];
+    if (task >= n) {
+      std::vector<std::string> sums;
+      for (const auto& f : files_of(paths[i], formats[i])) sums.push_back(xxh3_file_hex(f));
+      in.xxh3 = fmt::format("{}", fmt::join(sums, "+"));
+      return;
+    }
+    corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), options, docs[i], stats[i]);
     in.path = paths[i];
-    in.format = format_name(format);
+    in.format = format_name(formats[i]);
     in.bytes = static_cast<std::int64_t>(stats[i].input_bytes);
-    in.xxh3 = xxh3_file_hex(paths[i]);
     in.documents = static_cast<std::int64_t>(stats[i].documents);
     in.tokens = static_cast<std::int64_t>(stats[i].tokens);
     progress.add(1, stats[i].tokens);

@@ -53,7 +53,7 @@ std::uint64_t check_contents(const shard::ShardReader& r, const shard::Manifest&
     for (std::int64_t i = 0; i < m.seq_len; ++i) {
       const std::int32_t id = ids[static_cast<std::size_t>(i)];
       const bool pad = i >= length;
-      if (pad && (id != m.pad_id || mask[static_cast<std::size_t>(i)] != 0)) {
+      if (pad && (id != m.pad_id || (m.has_loss_mask && mask[static_cast<std::size_t>(i)] != 0))) {
         bad.add(fmt::format("{}: sequence {} position {} is padding but holds id {} mask {} (pad_id {})", file, s, i, id,
                             mask[static_cast<std::size_t>(i)], m.pad_id));
         break;

@@ -121,7 +121,12 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     inp = work / "tokens.u32"
-    ntok, ndocs = generate(inp, a.gib)
+    # generated in a child process: a forked child inherits this process's RSS high-water mark, so the
+    # 1 GiB array must never live here, or every measured peak RSS would read >= 1 GiB
+    code = f"import sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r}); import pack_bench, pathlib; " \
+           f"print(*pack_bench.generate(pathlib.Path({str(inp)!r}), {a.gib}))"
+    ntok, ndocs = map(int, subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                          text=True).stdout.split())
     size = inp.stat().st_size
     print(f"input: {ntok:,} tokens ({size / 2**30:.2f} GiB), {ndocs:,} documents, seq_len {a.seq_len}")
     subprocess.run(["cat", str(inp)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache

@@ -167,13 +167,13 @@ class BadInput(unittest.TestCase):
 
     def test_malformed_json(self):
         f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 2\n')
-        self.expect_bad([f, "--seq-len", 64], f.name, "2")
+        self.expect_bad([f, "--seq-len", 64], f"{f.name}:2:")
 
     def test_missing_and_non_integer_key(self):
         f = self.jsonl('{"input_ids": [1]}\n{"text": "x"}\n')
-        self.expect_bad([f, "--seq-len", 64], f.name, "line 2", "input_ids")
+        self.expect_bad([f, "--seq-len", 64], f"{f.name}:2:", "input_ids")
         f = self.jsonl('{"input_ids": [1, 2.5]}\n', "float.jsonl")
-        self.expect_bad([f, "--seq-len", 64], f.name, "line 1")
+        self.expect_bad([f, "--seq-len", 64], f"{f.name}:1:")
 
     def test_negative_and_out_of_vocab_ids(self):
         f = self.jsonl('{"input_ids": [1, -3]}\n')

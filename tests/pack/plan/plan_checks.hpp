@@ -11,14 +11,15 @@
 
 #include "pack/plan.hpp"
 
-namespace ulysses::pack::testing {
+namespace ulysses::pack::plan_test {
 
 // Lengths uniform in [lo, hi]. std::mt19937_64 is specified bit for bit, so corpora are the same everywhere.
 inline std::vector<std::uint32_t> uniform_lengths(std::size_t n, std::uint32_t lo, std::uint32_t hi,
                                                   std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::uint32_t> lengths(n);
-  for (auto& length : lengths) length = static_cast<std::uint32_t>(lo + rng() % (std::uint64_t{hi} - lo + 1));
+  const std::uint64_t span = std::uint64_t{hi} - lo + 1;
+  for (auto& length : lengths) length = static_cast<std::uint32_t>(lo + rng() % span);
   return lengths;
 }
 
@@ -33,7 +34,7 @@ inline std::vector<std::uint32_t> mixed_lengths(std::size_t n, std::uint32_t seq
       case 1: length = seq_len; break;
       case 2: length = seq_len * static_cast<std::uint32_t>(2 + (r >> 8) % 3); break;
       case 3: length = 1 + static_cast<std::uint32_t>((r >> 8) % (seq_len / 8 + 1)); break;
-      case 4: length = seq_len + 1 + static_cast<std::uint32_t>((r >> 8) % (3 * std::uint64_t{seq_len})); break;
+      case 4: length = seq_len + 1 + static_cast<std::uint32_t>((r >> 8) % (3ULL * seq_len)); break;
       default: length = 1 + static_cast<std::uint32_t>((r >> 8) % seq_len); break;
     }
   }
@@ -80,28 +81,30 @@ struct Coverage {
 //    split_documents == documents in more than one piece; padding == seq_len * sequences - covered.
 inline ::testing::AssertionResult check_plan(const PackPlan& plan, std::span<const std::uint32_t> lengths,
                                              std::uint32_t seq_len, Coverage& coverage) {
-  if (plan.seq_begin.empty() || plan.seq_begin.front() != 0 || plan.seq_begin.back() != plan.pieces.size())
-    return ::testing::AssertionFailure() << "seq_begin does not span the pieces";
+  using ::testing::AssertionFailure;
+  const auto& begin = plan.seq_begin;
+  if (begin.empty() || begin.front() != 0 || begin.back() != plan.pieces.size())
+    return AssertionFailure() << "seq_begin does not span the pieces";
   coverage = {std::vector<std::uint64_t>(lengths.size(), 0), std::vector<std::uint32_t>(lengths.size(), 0)};
   std::uint64_t packed = 0;
   for (std::size_t s = 0; s < plan.num_sequences(); ++s) {
-    if (plan.seq_begin[s + 1] <= plan.seq_begin[s]) return ::testing::AssertionFailure() << "sequence " << s << " is empty";
+    if (begin[s + 1] <= begin[s]) return AssertionFailure() << "sequence " << s << " is empty";
     std::uint64_t in_sequence = 0;
-    for (std::uint64_t p = plan.seq_begin[s]; p < plan.seq_begin[s + 1]; ++p) {
+    for (std::uint64_t p = begin[s]; p < begin[s + 1]; ++p) {
       const Piece& piece = plan.pieces[p];
       if (piece.doc >= lengths.size() || piece.length == 0 ||
           std::uint64_t{piece.offset} + piece.length > lengths[piece.doc])
-        return ::testing::AssertionFailure() << "piece " << p << " (doc " << piece.doc << ", offset " << piece.offset
-                                             << ", length " << piece.length << ") is not inside its document";
+        return AssertionFailure() << "piece " << p << " (doc " << piece.doc << ", offset " << piece.offset
+                                  << ", length " << piece.length << ") is not inside its document";
       if (piece.offset != coverage.tokens[piece.doc])
-        return ::testing::AssertionFailure() << "piece " << p << " of doc " << piece.doc << " starts at " << piece.offset
-                                             << ", expected " << coverage.tokens[piece.doc];
+        return AssertionFailure() << "piece " << p << " of doc " << piece.doc << " starts at " << piece.offset
+                                  << ", expected " << coverage.tokens[piece.doc];
       coverage.tokens[piece.doc] += piece.length;
       ++coverage.pieces[piece.doc];
       in_sequence += piece.length;
     }
     if (in_sequence > seq_len)
-      return ::testing::AssertionFailure() << "sequence " << s << " holds " << in_sequence << " > " << seq_len << " tokens";
+      return AssertionFailure() << "sequence " << s << " holds " << in_sequence << " > " << seq_len;
     packed += in_sequence;
   }
   std::uint64_t uncovered = 0, dropped_documents = 0, split_documents = 0;
@@ -112,15 +115,15 @@ inline ::testing::AssertionResult check_plan(const PackPlan& plan, std::span<con
   }
   const PlanStats& st = plan.stats;
   if (uncovered != st.truncated_tokens + st.dropped_tokens)
-    return ::testing::AssertionFailure() << uncovered << " tokens missing, but truncated " << st.truncated_tokens
-                                         << " + dropped " << st.dropped_tokens;
+    return AssertionFailure() << uncovered << " tokens missing, but truncated " << st.truncated_tokens
+                              << " + dropped " << st.dropped_tokens;
   if (dropped_documents != st.dropped_documents)
-    return ::testing::AssertionFailure() << dropped_documents << " documents missing, stats say " << st.dropped_documents;
+    return AssertionFailure() << dropped_documents << " documents missing, stats: " << st.dropped_documents;
   if (split_documents != st.split_documents)
-    return ::testing::AssertionFailure() << split_documents << " documents split, stats say " << st.split_documents;
+    return AssertionFailure() << split_documents << " documents split, stats say " << st.split_documents;
   if (st.padding_tokens != std::uint64_t{seq_len} * plan.num_sequences() - packed)
-    return ::testing::AssertionFailure() << "padding " << st.padding_tokens << " != " << seq_len << " * "
-                                         << plan.num_sequences() << " - " << packed;
+    return AssertionFailure() << "padding " << st.padding_tokens << " != " << seq_len << " * "
+                              << plan.num_sequences() << " - " << packed;
   return ::testing::AssertionSuccess();
 }
 
@@ -128,4 +131,4 @@ inline ::testing::AssertionResult check_plan(const PackPlan& plan, std::span<con
 inline constexpr std::uint32_t kSeqLens[] = {1, 2, 3, 7, 64, 1000, 8192};
 inline constexpr std::size_t kCorpusSizes[] = {0, 1, 2, 5, 100, 1000, 20000};
 
-}  // namespace ulysses::pack::testing
+}  // namespace ulysses::pack::plan_test

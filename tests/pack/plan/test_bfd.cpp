@@ -13,10 +13,10 @@
 namespace ulysses::pack {
 namespace {
 
-using testing::check_plan;
-using testing::Coverage;
-using testing::sequences_of;
-using testing::stats_of;
+using plan_test::check_plan;
+using plan_test::Coverage;
+using plan_test::sequences_of;
+using plan_test::stats_of;
 
 // The obviously correct best-fit-decreasing: every piece of seq_len (and each remainder) is an item,
 // one stable sort puts them longest first (ties: document, then offset), and open sequences live in a
@@ -27,7 +27,8 @@ PackPlan reference_bfd(std::span<const std::uint32_t> lengths, std::uint32_t seq
   for (std::uint32_t d = 0; d < lengths.size(); ++d)
     for (std::uint32_t offset = 0; offset < lengths[d]; offset += seq_len)
       items.push_back(Piece{d, offset, std::min(seq_len, lengths[d] - offset)});
-  std::stable_sort(items.begin(), items.end(), [](const Piece& a, const Piece& b) { return a.length > b.length; });
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Piece& a, const Piece& b) { return a.length > b.length; });
 
   std::vector<std::vector<Piece>> sequences;
   std::multiset<std::tuple<std::uint32_t, std::int64_t, std::size_t>> open;   // capacity, -stamp, sequence
@@ -53,7 +54,7 @@ PackPlan reference_bfd(std::span<const std::uint32_t> lengths, std::uint32_t seq
     plan.seq_begin.push_back(plan.pieces.size());
   }
   for (const std::uint32_t length : lengths) plan.stats.split_documents += length > seq_len;
-  plan.stats.padding_tokens = std::uint64_t{seq_len} * sequences.size() - testing::total_tokens(lengths);
+  plan.stats.padding_tokens = std::uint64_t{seq_len} * sequences.size() - plan_test::total_tokens(lengths);
   return plan;
 }
 
@@ -68,7 +69,7 @@ void expect_bfd_plan(std::span<const std::uint32_t> lengths, std::uint32_t seq_l
   EXPECT_EQ(plan.stats.dropped_documents, 0u);
   for (std::size_t d = 0; d < lengths.size(); ++d) {
     ASSERT_EQ(coverage.tokens[d], lengths[d]) << "doc " << d;
-    ASSERT_EQ(coverage.pieces[d], (std::uint64_t{lengths[d]} + seq_len - 1) / seq_len) << "doc " << d << " of " << lengths[d];
+    ASSERT_EQ(coverage.pieces[d], (std::uint64_t{lengths[d]} + seq_len - 1) / seq_len) << "doc " << d;
   }
   for (const Piece& piece : plan.pieces) {
     const std::uint32_t length = lengths[piece.doc];
@@ -78,22 +79,23 @@ void expect_bfd_plan(std::span<const std::uint32_t> lengths, std::uint32_t seq_l
 }
 
 TEST(PlanBfd, HoldsItsInvariantsOnMixedCorpora) {
-  for (const std::uint32_t seq_len : testing::kSeqLens)
-    for (const std::size_t n : testing::kCorpusSizes) {
+  for (const std::uint32_t seq_len : plan_test::kSeqLens)
+    for (const std::size_t n : plan_test::kCorpusSizes) {
       SCOPED_TRACE(::testing::Message() << "seq_len " << seq_len << ", " << n << " documents");
-      expect_bfd_plan(testing::mixed_lengths(n, seq_len, 1000 * seq_len + n), seq_len);
-      expect_bfd_plan(testing::uniform_lengths(n, 1, seq_len, 7 * n + seq_len), seq_len);
+      expect_bfd_plan(plan_test::mixed_lengths(n, seq_len, 1000 * seq_len + n), seq_len);
+      expect_bfd_plan(plan_test::uniform_lengths(n, 1, seq_len, 7 * n + seq_len), seq_len);
     }
 }
 
 TEST(PlanBfd, EqualsTheReferenceOnSmallCorpora) {
   std::mt19937_64 rng(20240611);
   for (int trial = 0; trial < 3000; ++trial) {
-    const auto seq_len = static_cast<std::uint32_t>(1 + rng() % 40);
-    const std::size_t n = rng() % 80;
-    const auto lengths = trial % 2 == 0 ? testing::uniform_lengths(n, 1, 3 * seq_len, rng())
-                                        : testing::mixed_lengths(n, seq_len, rng());
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", seq_len " << seq_len << ", " << n << " documents");
+    // Short sequences crowd the buckets; long ones spread them over every level of the bitset.
+    const auto seq_len = static_cast<std::uint32_t>(trial % 4 == 3 ? 64 + rng() % 300'000 : 1 + rng() % 40);
+    const std::size_t n = rng() % 300;
+    const auto lengths = trial % 2 == 0 ? plan_test::uniform_lengths(n, 1, 3 * seq_len, rng())
+                                        : plan_test::mixed_lengths(n, seq_len, rng());
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", seq_len " << seq_len << ", n " << n);
     const PackPlan plan = plan_bfd(lengths, seq_len);
     const PackPlan expected = reference_bfd(lengths, seq_len);
     ASSERT_EQ(sequences_of(plan), sequences_of(expected));
@@ -106,7 +108,7 @@ TEST(PlanBfd, BreaksTiesByIndexAndFillsTheLatestFiledSequenceFirst) {
   // sequences with capacity 4; doc 1 takes the later one (LIFO), doc 3 the other.
   const std::vector<std::uint32_t> lengths = {6, 4, 6, 4, 3, 3};
   const PackPlan plan = plan_bfd(lengths, 10);
-  using T = testing::PieceTuple;
+  using T = plan_test::PieceTuple;
   const std::vector<std::vector<T>> expected = {
       {T{0, 0, 6}, T{3, 0, 4}}, {T{2, 0, 6}, T{1, 0, 4}}, {T{4, 0, 3}, T{5, 0, 3}}};
   EXPECT_EQ(sequences_of(plan), expected);
@@ -116,8 +118,9 @@ TEST(PlanBfd, BreaksTiesByIndexAndFillsTheLatestFiledSequenceFirst) {
 TEST(PlanBfd, PutsFullPiecesFirstAndPacksTheRemainder) {
   const std::vector<std::uint32_t> lengths = {3, 25, 10};
   const PackPlan plan = plan_bfd(lengths, 10);
-  using T = testing::PieceTuple;
-  const std::vector<std::vector<T>> expected = {{T{1, 0, 10}}, {T{1, 10, 10}}, {T{2, 0, 10}}, {T{1, 20, 5}, T{0, 0, 3}}};
+  using T = plan_test::PieceTuple;
+  const std::vector<std::vector<T>> expected = {
+      {T{1, 0, 10}}, {T{1, 10, 10}}, {T{2, 0, 10}}, {T{1, 20, 5}, T{0, 0, 3}}};
   EXPECT_EQ(sequences_of(plan), expected);
   EXPECT_EQ(plan.stats.split_documents, 1u);
   EXPECT_EQ(plan.stats.padding_tokens, 2u);
@@ -125,9 +128,9 @@ TEST(PlanBfd, PutsFullPiecesFirstAndPacksTheRemainder) {
 
 TEST(PlanBfd, HandlesHugeDocumentsAndHugeSeqLen) {
   const std::uint32_t seq_len = 1u << 23;
-  expect_bfd_plan(std::vector<std::uint32_t>{std::numeric_limits<std::uint32_t>::max(), 1, 5, seq_len, seq_len + 1},
-                  seq_len);
-  expect_bfd_plan(testing::uniform_lengths(5000, 1, 3 * seq_len, 5), seq_len);
+  const std::uint32_t longest = std::numeric_limits<std::uint32_t>::max();
+  expect_bfd_plan(std::vector<std::uint32_t>{longest, 1, 5, seq_len, seq_len + 1}, seq_len);
+  expect_bfd_plan(plan_test::uniform_lengths(5000, 1, 3 * seq_len, 5), seq_len);
   expect_bfd_plan(std::vector<std::uint32_t>{1'000'000'007, 3}, 1000);
 }
 
@@ -139,10 +142,10 @@ TEST(PlanBfd, EmptyCorpusGivesAnEmptyPlan) {
 }
 
 TEST(PlanBfd, PacksUniformLengthsAbove95Percent) {
-  for (const auto [n, seq_len] : {std::pair<std::size_t, std::uint32_t>{1'000'000, 8192}, {200'000, 2048}}) {
-    const auto lengths = testing::uniform_lengths(n, 1, seq_len, n);
+  for (const auto& [n, seq_len] : {std::pair<std::size_t, std::uint32_t>{1'000'000, 8192}, {200'000, 2048}}) {
+    const auto lengths = plan_test::uniform_lengths(n, 1, seq_len, n);
     const PackPlan plan = plan_bfd(lengths, seq_len);
-    const double efficiency = static_cast<double>(testing::total_tokens(lengths)) /
+    const double efficiency = static_cast<double>(plan_test::total_tokens(lengths)) /
                               (static_cast<double>(seq_len) * static_cast<double>(plan.num_sequences()));
     std::printf("bfd efficiency, %zu documents uniform in [1, %u]: %.5f (%zu sequences)\n", n, seq_len,
                 efficiency, plan.num_sequences());

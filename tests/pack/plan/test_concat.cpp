@@ -9,21 +9,22 @@
 namespace ulysses::pack {
 namespace {
 
-using testing::check_plan;
-using testing::Coverage;
-using testing::sequences_of;
-using testing::stats_of;
+using plan_test::check_plan;
+using plan_test::Coverage;
+using plan_test::sequences_of;
+using plan_test::stats_of;
 
 void expect_concat_plan(std::span<const std::uint32_t> lengths, std::uint32_t seq_len) {
   const PackPlan plan = plan_concat(lengths, seq_len);
   Coverage coverage;
   ASSERT_TRUE(check_plan(plan, lengths, seq_len, coverage));
-  const std::uint64_t total = testing::total_tokens(lengths);
+  const std::uint64_t total = plan_test::total_tokens(lengths);
   EXPECT_EQ(plan.num_sequences(), total / seq_len);
   EXPECT_EQ(plan.stats.dropped_tokens, total % seq_len);
   EXPECT_EQ(plan.stats.truncated_tokens, 0u);
   EXPECT_EQ(plan.stats.padding_tokens, 0u);
-  for (std::size_t s = 0; s < plan.num_sequences(); ++s) ASSERT_EQ(testing::sequence_tokens(plan, s), seq_len);
+  for (std::size_t s = 0; s < plan.num_sequences(); ++s)
+    ASSERT_EQ(plan_test::sequence_tokens(plan, s), seq_len) << "sequence " << s;
   // The corpus in order: each piece starts where the previous one ended, or at the next document.
   std::uint32_t doc = 0, next_offset = 0;
   for (const Piece& piece : plan.pieces) {
@@ -38,18 +39,18 @@ void expect_concat_plan(std::span<const std::uint32_t> lengths, std::uint32_t se
 }
 
 TEST(PlanConcat, ReadsTheCorpusInOrderIntoFullSequences) {
-  for (const std::uint32_t seq_len : testing::kSeqLens)
-    for (const std::size_t n : testing::kCorpusSizes) {
+  for (const std::uint32_t seq_len : plan_test::kSeqLens)
+    for (const std::size_t n : plan_test::kCorpusSizes) {
       SCOPED_TRACE(::testing::Message() << "seq_len " << seq_len << ", " << n << " documents");
-      expect_concat_plan(testing::mixed_lengths(n, seq_len, 3000 * seq_len + n), seq_len);
-      expect_concat_plan(testing::uniform_lengths(n, 1, seq_len, 11 * n + seq_len), seq_len);
+      expect_concat_plan(plan_test::mixed_lengths(n, seq_len, 3000 * seq_len + n), seq_len);
+      expect_concat_plan(plan_test::uniform_lengths(n, 1, seq_len, 11 * n + seq_len), seq_len);
     }
 }
 
 TEST(PlanConcat, SplitsAcrossSequencesAndDropsTheTail) {
   const std::vector<std::uint32_t> lengths = {3, 6, 2};   // 11 tokens: 2 sequences of 4, 3 dropped
   const PackPlan plan = plan_concat(lengths, 4);
-  using T = testing::PieceTuple;
+  using T = plan_test::PieceTuple;
   const std::vector<std::vector<T>> expected = {{T{0, 0, 3}, T{1, 0, 1}}, {T{1, 1, 4}}};
   EXPECT_EQ(sequences_of(plan), expected);
   PlanStats stats;
@@ -62,7 +63,7 @@ TEST(PlanConcat, SplitsAcrossSequencesAndDropsTheTail) {
 TEST(PlanConcat, ADocumentCutOnlyByTheTailIsNotSplit) {
   const std::vector<std::uint32_t> lengths = {3, 3};
   const PackPlan plan = plan_concat(lengths, 4);
-  using T = testing::PieceTuple;
+  using T = plan_test::PieceTuple;
   EXPECT_EQ(sequences_of(plan), (std::vector<std::vector<T>>{{T{0, 0, 3}, T{1, 0, 1}}}));
   EXPECT_EQ(plan.stats.split_documents, 0u);
   EXPECT_EQ(plan.stats.dropped_tokens, 2u);

@@ -8,10 +8,10 @@
 namespace ulysses::pack {
 namespace {
 
-using testing::check_plan;
-using testing::Coverage;
-using testing::sequences_of;
-using testing::stats_of;
+using plan_test::check_plan;
+using plan_test::Coverage;
+using plan_test::sequences_of;
+using plan_test::stats_of;
 
 void expect_pad_plan(std::span<const std::uint32_t> lengths, std::uint32_t seq_len, LongDocs long_docs) {
   const PackPlan plan = plan_pad(lengths, seq_len, long_docs);
@@ -39,17 +39,17 @@ void expect_pad_plan(std::span<const std::uint32_t> lengths, std::uint32_t seq_l
 
 TEST(PlanPad, OneDocumentPerSequenceTruncatingOrDropping) {
   for (const LongDocs long_docs : {LongDocs::kTruncate, LongDocs::kDrop})
-    for (const std::uint32_t seq_len : testing::kSeqLens)
-      for (const std::size_t n : testing::kCorpusSizes) {
+    for (const std::uint32_t seq_len : plan_test::kSeqLens)
+      for (const std::size_t n : plan_test::kCorpusSizes) {
         SCOPED_TRACE(::testing::Message() << "seq_len " << seq_len << ", " << n << " documents, drop "
                                           << (long_docs == LongDocs::kDrop));
-        expect_pad_plan(testing::mixed_lengths(n, seq_len, 5000 * seq_len + n), seq_len, long_docs);
+        expect_pad_plan(plan_test::mixed_lengths(n, seq_len, 5000 * seq_len + n), seq_len, long_docs);
       }
 }
 
 TEST(PlanPad, CountsTruncatedAndDroppedTokens) {
   const std::vector<std::uint32_t> lengths = {3, 12, 8, 1};
-  using T = testing::PieceTuple;
+  using T = plan_test::PieceTuple;
 
   const PackPlan truncated = plan_pad(lengths, 8, LongDocs::kTruncate);
   EXPECT_EQ(sequences_of(truncated),

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "pack/plan.hpp"
+#include "core/shuffle.hpp"
 
-namespace ulysses::pack {
+namespace ulysses {
 namespace {
 
 TEST(ShuffledOrder, IsAPermutation) {
@@ -29,8 +29,10 @@ TEST(ShuffledOrder, IsFixedByItsSeed) {
 }
 
 // Pins splitmix64, the bounded draw and the Fisher-Yates loop: a change here reorders every dataset.
+// Cross-checked with an independent Python implementation (whose splitmix64 reproduces Vigna's
+// published outputs for seed 1234567).
 TEST(ShuffledOrder, PinnedValuesForSeed42) {
-  EXPECT_EQ(shuffled_order(10, 42), (std::vector<std::uint64_t>{0}));
+  EXPECT_EQ(shuffled_order(10, 42), (std::vector<std::uint64_t>{8, 3, 6, 5, 4, 0, 9, 2, 1, 7}));
 }
 
 TEST(ShuffledOrder, AllPermutationsOfThreeAreEquallyLikely) {
@@ -42,4 +44,4 @@ TEST(ShuffledOrder, AllPermutationsOfThreeAreEquallyLikely) {
 }
 
 }  // namespace
-}  // namespace ulysses::pack
+}  // namespace ulysses
