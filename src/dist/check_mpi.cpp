@@ -1,6 +1,7 @@
 #include "dist/check_mpi.hpp"
 
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 

@@ -43,7 +43,7 @@ int parse_ntasks(const char* text) {
 
 void print_line(int rank, std::string_view message) {
   fmt::print(stderr, "[rank {}] {}\n", rank, message);
-  std::fflush(stderr);
+  std::fflush(nullptr);   // stdout too: MPI_Abort may not flush it
 }
 
 int world_rank_or_minus_one() {

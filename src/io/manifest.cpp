@@ -1,0 +1,155 @@
+// manifest.json <-> Manifest (spec: docs/data-format.md). The reader trusts nothing: every field is
+// required and typed, and the first problem is a BadInput naming the file and the field. The JSON also
+// carries "format": "ulysses-packed" (a constant, not a struct field) so a stray JSON file is recognised.
+#include "io/manifest.hpp"
+
+#include <fstream>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "io/shard_format.hpp"
+
+namespace ulysses::shard {
+namespace {
+
+using nlohmann::json;
+
+// j[key] as T; BadInput naming `where` and the key when it is missing or of the wrong type.
+template <typename T>
+T field(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key));
+  const json& v = j.at(key);
+  bool ok = true;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned();
+  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+  if (!ok) throw BadInput(fmt::format("{}: field \"{}\" has the wrong type (got {})", where, key, v.dump()));
+  return v.get<T>();
+}
+
+// j[key] as an array (or an object for stats), checked.
+const json& container(const json& j, const char* key, bool array, const std::string& where) {
+  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key));
+  const json& v = j.at(key);
+  if (array ? !v.is_array() : !v.is_object())
+    throw BadInput(fmt::format("{}: field \"{}\" must be a JSON {}", where, key, array ? "array" : "object"));
+  return v;
+}
+
+json input_to_json(const ManifestInput& i) {
+  return {{"path", i.path}, {"format", i.format}, {"bytes", i.bytes},
+          {"xxh3", i.xxh3}, {"documents", i.documents}, {"tokens", i.tokens}};
+}
+
+json shard_to_json(const ManifestShard& s) {
+  return {{"file", s.file}, {"split", s.split}, {"num_sequences", s.num_sequences}, {"bytes", s.bytes},
+          {"xxh3", s.xxh3}};
+}
+
+ManifestInput input_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  return {field<std::string>(j, "path", where), field<std::string>(j, "format", where),
+          field<std::int64_t>(j, "bytes", where), field<std::string>(j, "xxh3", where),
+          field<std::int64_t>(j, "documents", where), field<std::int64_t>(j, "tokens", where)};
+}
+
+ManifestShard shard_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  ManifestShard s{field<std::string>(j, "file", where), field<std::string>(j, "split", where),
+                  field<std::int64_t>(j, "num_sequences", where), field<std::int64_t>(j, "bytes", where),
+                  field<std::string>(j, "xxh3", where)};
+  if (s.split != "train" && s.split != "valid")
+    throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, s.split));
+  return s;
+}
+
+// The format magic and version, before any other field is trusted.
+void check_format(const json& j, const std::string& where) {
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  const auto format = field<std::string>(j, "format", where);
+  if (format != kFormatName)
+    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, format, kFormatName));
+  const auto version = field<std::int64_t>(j, "format_version", where);
+  if (version != kFormatVersion)
+    throw BadInput(fmt::format("{}: format_version is {}; this reader reads version {}", where, version,
+                               kFormatVersion),
+                   version > kFormatVersion ? "use a newer ulysses toolkit" : "re-pack the dataset");
+}
+
+void check_sizes(const Manifest& m, const std::string& where) {
+  if (m.seq_len <= 0 || m.sp <= 0 || m.alignment <= 0 || m.seq_len % (m.sp * m.alignment) != 0)
+    throw BadInput(fmt::format("{}: seq_len ({}) must be a positive multiple of sp ({}) × alignment ({})", where,
+                               m.seq_len, m.sp, m.alignment));
+}
+
+}  // namespace
+
+std::int64_t Manifest::num_sequences(const std::string& split) const {
+  std::int64_t n = 0;
+  for (const ManifestShard& s : shards)
+    if (s.split == split) n += s.num_sequences;
+  return n;
+}
+
+nlohmann::json to_json(const Manifest& m) {
+  json inputs = json::array(), shards = json::array();
+  for (const ManifestInput& i : m.inputs) inputs.push_back(input_to_json(i));
+  for (const ManifestShard& s : m.shards) shards.push_back(shard_to_json(s));
+  return {{"format", kFormatName}, {"format_version", m.format_version}, {"seq_len", m.seq_len},
+          {"sp", m.sp}, {"alignment", m.alignment}, {"pad_id", m.pad_id}, {"vocab_size", m.vocab_size},
+          {"max_token_id", m.max_token_id}, {"has_loss_mask", m.has_loss_mask}, {"policy", m.policy},
+          {"seed", m.seed}, {"command", m.command}, {"created_by", m.created_by}, {"inputs", inputs},
+          {"shards", shards}, {"stats", m.stats}};
+}
+
+Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
+  check_format(j, where);
+  Manifest m;
+  m.format_version = static_cast<int>(field<std::int64_t>(j, "format_version", where));
+  m.seq_len = field<std::int64_t>(j, "seq_len", where);
+  m.sp = field<std::int64_t>(j, "sp", where);
+  m.alignment = field<std::int64_t>(j, "alignment", where);
+  m.pad_id = field<std::int64_t>(j, "pad_id", where);
+  m.vocab_size = field<std::int64_t>(j, "vocab_size", where);
+  m.max_token_id = field<std::int64_t>(j, "max_token_id", where);
+  m.has_loss_mask = field<bool>(j, "has_loss_mask", where);
+  m.policy = field<std::string>(j, "policy", where);
+  m.seed = field<std::uint64_t>(j, "seed", where);
+  m.command = field<std::string>(j, "command", where);
+  m.created_by = field<std::string>(j, "created_by", where);
+  check_sizes(m, where);
+  const json& inputs = container(j, "inputs", true, where);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    m.inputs.push_back(input_from_json(inputs[i], fmt::format("{}: inputs[{}]", where, i)));
+  const json& shards = container(j, "shards", true, where);
+  for (std::size_t i = 0; i < shards.size(); ++i)
+    m.shards.push_back(shard_from_json(shards[i], fmt::format("{}: shards[{}]", where, i)));
+  m.stats = container(j, "stats", false, where);
+  return m;
+}
+
+void write_manifest(const Manifest& m, const std::filesystem::path& path) {
+  std::ofstream out(path);
+  out << to_json(m).dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+  out.close();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+}
+
+Manifest read_manifest(const std::filesystem::path& dataset_dir) {
+  const std::filesystem::path path = dataset_dir / "manifest.json";
+  std::ifstream in(path);
+  if (!in)
+    throw BadInput(fmt::format("cannot open {}", path.string()), "pass a dataset directory made by ulysses-pack");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", path.string(), e.byte, e.what()));
+  }
+  return manifest_from_json(j, path.string());
+}
+
+}  // namespace ulysses::shard

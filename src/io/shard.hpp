@@ -1,5 +1,7 @@
 // Reading and writing one packed shard (format: shard_format.hpp, docs/data-format.md).
-// Torch-free and MPI-free. Every HDF5 call is checked; failures throw with the file name.
+// Torch-free and MPI-free. Every HDF5 call is checked; failures throw with the file name: BadInput for a
+// malformed or incompatible file (or bad ShardParams), std::runtime_error for an I/O failure, and
+// std::logic_error (ULY_CHECK) for a caller breaking the contract (sizes, ranges, invalid metadata).
 #pragma once
 
 #include <cstdint>
@@ -30,23 +32,29 @@ struct SequenceMeta {
 
 class ShardWriter {
  public:
-  // Creates `path` (truncating) for exactly num_sequences sequences.
+  // Creates `path` (truncating) for exactly num_sequences (>= 1) sequences. BadInput unless
+  // seq_len % (sp * alignment) == 0.
   ShardWriter(const std::filesystem::path& path, const ShardParams& params, std::int64_t num_sequences);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   // Appends n = metas.size() sequences. ids: [n, seq_len] row-major; mask: [n, seq_len] or empty
-  // (required iff params.has_loss_mask).
+  // (required iff params.has_loss_mask). Each meta: 1 <= length <= seq_len, doc_starts ascending from 0
+  // and below length. One H5Dwrite per dataset.
   void append(std::span<const std::int32_t> ids, std::span<const std::uint8_t> mask,
               std::span<const SequenceMeta> metas);
-  void close();   // writes the metadata datasets; throws if fewer sequences than announced were appended
+  // Writes the metadata datasets, then the root attributes (a file without them is incomplete), and
+  // closes the file; throws if fewer sequences than announced were appended.
+  void close();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+// Different ShardReader objects may be used on different threads (and read() is const): the
+// thread-safe HDF5 library serialises their calls.
 class ShardReader {
  public:
   explicit ShardReader(const std::filesystem::path& path);   // checks format, version, shapes → BadInput

@@ -41,11 +41,17 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
+    set(name, value);
   }
-  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
+  ~ScopedEnv() { set(name_, old_ ? old_->c_str() : nullptr); }
 
  private:
+  static void set(const char* name, const char* value) {
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
   const char* name_;
   std::optional<std::string> old_;
 };

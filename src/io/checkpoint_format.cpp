@@ -1,0 +1,105 @@
+#include "io/checkpoint_format.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::checkpoint {
+namespace {
+
+template <typename T>
+T field(const nlohmann::json& j, const char* key, const fs::path& file) {
+  if (!j.contains(key)) throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw BadInput(fmt::format("{}: field \"{}\" has the wrong type ({})", file.string(), key, j.at(key).dump()));
+  }
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + fmt::format(".tmp-{}", getpid());
+  {
+    std::ofstream out(tmp);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Manifest& m) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : m.files) files.push_back({{"file", f.file}, {"bytes", f.bytes}, {"xxh3", f.xxh3}});
+  return {{"format", kFormatName}, {"format_version", m.format_version}, {"step", m.step},
+          {"layout", {{"world", m.world}, {"sp", m.sp}, {"dp", m.dp}}}, {"architecture", m.architecture},
+          {"files", files}};
+}
+
+Manifest read_manifest(const fs::path& dir) {
+  const fs::path path = dir / kManifest;
+  std::ifstream in(path);
+  if (!in) throw BadInput(fmt::format("{} is not a checkpoint: {} is missing", dir.string(), kManifest),
+                          "pass a step-NNNNNNN directory (or a run's checkpoints/ with --resume auto)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw BadInput(fmt::format("{}: not valid JSON (byte {})", path.string(), e.byte));
+  }
+  if (field<std::string>(j, "format", path) != kFormatName)
+    throw BadInput(fmt::format("{}: format is \"{}\", expected \"{}\"", path.string(), j["format"].get<std::string>(),
+                               kFormatName));
+  Manifest m;
+  m.format_version = field<int>(j, "format_version", path);
+  if (m.format_version != kFormatVersion)
+    throw BadInput(fmt::format("{}: format_version {} is not supported (this build reads {})", path.string(),
+                               m.format_version, kFormatVersion), "use a newer ulysses build");
+  m.step = field<std::int64_t>(j, "step", path);
+  const auto layout = field<nlohmann::json>(j, "layout", path);
+  m.world = field<std::int64_t>(layout, "world", path);
+  m.sp = field<std::int64_t>(layout, "sp", path);
+  m.dp = field<std::int64_t>(layout, "dp", path);
+  m.architecture = field<std::string>(j, "architecture", path);
+  for (const auto& f : field<nlohmann::json>(j, "files", path))
+    m.files.push_back({field<std::string>(f, "file", path), field<std::int64_t>(f, "bytes", path),
+                       field<std::string>(f, "xxh3", path)});
+  return m;
+}
+
+void write_manifest(const Manifest& m, const fs::path& dir) {
+  write_text_atomically(dir / kManifest, to_json(m).dump(2) + "\n");
+}
+
+std::string step_dir_name(std::int64_t step) { return fmt::format("step-{:07d}", step); }
+
+std::optional<fs::path> latest(const fs::path& dir) {
+  std::ifstream in(dir / kLatest);
+  std::string name;
+  if (!in || !std::getline(in, name) || name.empty()) return std::nullopt;
+  const fs::path ckpt = dir / name;
+  if (!fs::exists(ckpt / kManifest))
+    throw BadInput(fmt::format("{} names {}, which holds no {}", (dir / kLatest).string(), name, kManifest),
+                   "the checkpoint was removed by hand; point latest at a complete step-* directory");
+  return ckpt;
+}
+
+void set_latest(const fs::path& dir, const std::string& name) { write_text_atomically(dir / kLatest, name + "\n"); }
+
+void prune(const fs::path& dir, int keep_last) {
+  if (keep_last <= 0) return;
+  std::vector<fs::path> steps;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().starts_with("step-")) steps.push_back(e.path());
+  std::sort(steps.begin(), steps.end());
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < steps.size(); ++i) fs::remove_all(steps[i]);
+}
+
+}  // namespace ulysses::checkpoint

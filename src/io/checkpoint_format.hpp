@@ -1,0 +1,62 @@
+// The checkpoint directory format, torch-free (ulysses-train writes it; ulysses-ckpt reads it).
+// Spec: docs/checkpoint-format.md.
+//
+//   RUN/checkpoints/
+//     latest                      text: the name of the newest complete checkpoint ("step-0000020")
+//     step-0000020/
+//       manifest.json             format, version, step, the layout it was written with, files + checksums
+//       model.safetensors         fp32 weights, Hugging Face names (written once: identical on all ranks)
+//       optimizer.safetensors     AdamW state: exp_avg.<param>, exp_avg_sq.<param>; metadata "steps"
+//       trainer_state.json        step, data cursor, tokens seen, seed, the resolved options
+//       config.json               the Hugging Face model config
+//
+// A checkpoint is written as ".step-NNNNNNN.tmp-PID" and renamed when complete; `latest` is replaced
+// (write + rename) only after that, so a crash at any moment leaves the previous checkpoint usable.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ulysses::checkpoint {
+
+inline constexpr const char* kFormatName = "ulysses-checkpoint";
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kManifest = "manifest.json";
+inline constexpr const char* kModel = "model.safetensors";
+inline constexpr const char* kOptimizer = "optimizer.safetensors";
+inline constexpr const char* kTrainerState = "trainer_state.json";
+inline constexpr const char* kConfig = "config.json";
+inline constexpr const char* kLatest = "latest";
+
+struct FileEntry {
+  std::string file;
+  std::int64_t bytes = 0;
+  std::string xxh3;
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::int64_t step = 0;
+  std::int64_t world = 1, sp = 1, dp = 1;   // the layout it was written with (the files do not depend on it)
+  std::string architecture;                 // e.g. "LlamaForCausalLM"
+  std::vector<FileEntry> files;
+};
+
+nlohmann::json to_json(const Manifest& m);
+Manifest read_manifest(const std::filesystem::path& checkpoint_dir);   // BadInput naming the file/field
+void write_manifest(const Manifest& m, const std::filesystem::path& checkpoint_dir);
+
+std::string step_dir_name(std::int64_t step);   // "step-0000020"
+
+// The checkpoint `latest` names, if it exists and holds a manifest; nullopt when there is none yet.
+std::optional<std::filesystem::path> latest(const std::filesystem::path& checkpoints_dir);
+void set_latest(const std::filesystem::path& checkpoints_dir, const std::string& name);
+// Removes the oldest step-* directories so that at most keep_last remain (keep_last <= 0: keep all).
+void prune(const std::filesystem::path& checkpoints_dir, int keep_last);
+
+}  // namespace ulysses::checkpoint

@@ -1,0 +1,44 @@
+// Ulysses self-attention of one decoder layer: grouped-query attention (H query heads sharing Hkv
+// key/value heads), RoPE, optional Qwen3 q/k norms, over a sequence split across an SP group.
+//
+//   x [B, S/P, hidden] -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]  (q/k RMSNorm over D for Qwen3, RoPE)
+//   Hkv < P: replicate k, v heads to P (P % Hkv == 0)
+//   all-to-all: [B, S/P, h, D] -> [B, S, h/P, D]            (only when P > 1)
+//   attention over the whole sequence for H/P heads, causal within each document
+//   all-to-all back: [B, S, H/P, D] -> [B, S/P, H, D] -> o_proj -> [B, S/P, hidden]
+//
+// The communicator is not owned and must outlive the module and every backward pass through it; null or
+// size 1 means no sequence parallelism (no collective is called). The head rules are checked at
+// construction (BadInput with both numbers). Attention itself is at::scaled_dot_product_attention with a
+// boolean [B, 1, S, S] mask: exact on any device, but O(S^2) memory per sequence.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "comm/communicator.hpp"
+#include "model/config.hpp"
+#include "model/layers.hpp"
+
+namespace ulysses::model {
+
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(const ModelConfig& c, comm::Communicator* sp);
+
+  // x [B, S/P, hidden], rope tables of this rank's tokens, mask [B, 1, S, S] -> [B, S/P, hidden]
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};   // Qwen3 only
+
+ private:
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& mask) const;
+
+  std::int64_t heads_, kv_heads_, head_dim_;
+  comm::Communicator* sp_;   // non-null only when P > 1
+};
+TORCH_MODULE(Attention);
+
+}  // namespace ulysses::model

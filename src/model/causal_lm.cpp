@@ -1,0 +1,83 @@
+#include "model/causal_lm.hpp"
+
+#include <ATen/core/Reduction.h>
+#include <fmt/ostream.h>
+
+#include "core/error.hpp"
+#include "model/ulysses.hpp"
+
+namespace ulysses::model {
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp) {
+  self_attn = register_module("self_attn", Attention(c, sp));
+  mlp = register_module("mlp", Mlp(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask) {
+  auto h = x + self_attn(input_layernorm(x), rope, mask);   // [B, S/P, hidden]
+  return h + mlp(post_attention_layernorm(h));              // [B, S/P, hidden]
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c, comm::Communicator* sp)
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window) {
+  embed_tokens = register_module(
+      "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
+                                               .padding_idx(c.pad_token_id)));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c, sp));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                   const torch::Tensor& doc_ids) {
+  auto h = embed_tokens(input_ids);                                        // [B, S/P, hidden]
+  const auto rope = rope_tables(inv_freq_, position_ids, h.scalar_type());  // [B, S/P, 1, D] each
+  const auto mask = document_causal_mask(doc_ids, sliding_window_);        // [B, 1, S, S]
+  for (std::size_t i = 0; i < layers->size(); ++i) h = layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, mask);
+  return norm(h);                                                          // [B, S/P, hidden]
+}
+
+CausalLmImpl::CausalLmImpl(const ModelConfig& c, comm::Communicator* sp)
+    : config_(c), sp_size_(sp != nullptr ? sp->size() : 1) {
+  model = register_module("model", Decoder(c, sp));
+  if (!c.tie_word_embeddings)
+    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size)
+                                                               .bias(false)));
+}
+
+namespace {
+
+void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids,
+                  const torch::Tensor& labels, std::int64_t sp_size) {
+  for (const auto* t : {&input_ids, &position_ids, &doc_ids, &labels})
+    ULY_CHECK(t->dim() == 2 && t->scalar_type() == torch::kLong, "model inputs must be [B, S] int64 (got {} {})",
+              fmt::streamed(t->sizes()), fmt::streamed(t->scalar_type()));
+  ULY_CHECK(position_ids.sizes() == input_ids.sizes() && labels.sizes() == input_ids.sizes(),
+            "input_ids {}, position_ids {} and labels {} must have one shape",
+            fmt::streamed(input_ids.sizes()), fmt::streamed(position_ids.sizes()), fmt::streamed(labels.sizes()));
+  const std::int64_t S = doc_ids.size(1);
+  if (S % sp_size != 0)
+    throw BadInput(fmt::format("sequence length ({}) is not divisible by the SP degree ({})", S, sp_size),
+                   "choose --sp among the divisors of the packed sequence length");
+  ULY_CHECK(doc_ids.size(0) == input_ids.size(0) && S / sp_size == input_ids.size(1),
+            "doc_ids {} must be [B, S] for input_ids {} = [B, S/P] with P = {}",
+            fmt::streamed(doc_ids.sizes()), fmt::streamed(input_ids.sizes()), sp_size);
+}
+
+}  // namespace
+
+CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                     const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
+  check_inputs(input_ids, position_ids, doc_ids, labels, sp_size_);
+  auto h = model(input_ids, position_ids, doc_ids);                                      // [B, S/P, hidden]
+  auto logits = lm_head ? lm_head(h) : at::linear(h, model->embed_tokens->weight);       // [B, S/P, V]
+  auto flat_labels = labels.reshape({-1});                                               // [B*S/P]
+  auto loss_sum = at::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, config_.vocab_size}),   // [B*S/P, V]
+                                         flat_labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreLabel);
+  auto valid_count = (flat_labels != kIgnoreLabel).sum();
+  return {keep_logits ? logits : torch::Tensor(), loss_sum, valid_count};
+}
+
+}  // namespace ulysses::model

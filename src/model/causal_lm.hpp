@@ -1,0 +1,91 @@
+// CausalLm: a Llama-family decoder with its language-model head and loss, one SP rank's share of it.
+//
+// Parameter names are exactly those of the transformers model's state_dict (model.embed_tokens.weight,
+// model.layers.0.self_attn.q_proj.weight, ..., model.norm.weight, lm_head.weight), except that a model
+// with tied embeddings has no lm_head.weight (the head reuses model.embed_tokens.weight), as in the
+// safetensors transformers writes. There are no buffers: the RoPE frequencies are a plain member.
+//
+// forward takes this rank's S/P tokens and the document ids of the whole sequence (attention sees every
+// token after the all-to-all) and returns the SUM of the token cross-entropies (fp32) over the labels that
+// are not kIgnoreLabel, and how many those are. The caller all-reduces both over the SP and DP groups and
+// divides (DESIGN "Loss"); nothing here divides. Labels are pre-shifted: labels[t] is the token that
+// follows input_ids[t] in the whole sequence.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "comm/communicator.hpp"
+#include "model/attention.hpp"
+#include "model/config.hpp"
+#include "model/layers.hpp"
+
+namespace ulysses::model {
+
+inline constexpr std::int64_t kIgnoreLabel = -100;
+
+// x + attn(norm(x)), then h + mlp(norm(h)).
+struct DecoderLayerImpl : torch::nn::Module {
+  DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp);
+  // x [B, S/P, hidden], mask [B, 1, S, S] -> [B, S/P, hidden]
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask);
+
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// transformers' LlamaModel ("model."): embeddings, the layers, the final norm.
+struct DecoderImpl : torch::nn::Module {
+  DecoderImpl(const ModelConfig& c, comm::Communicator* sp);
+  // input_ids, position_ids [B, S/P], doc_ids [B, S] -> hidden states [B, S/P, hidden] after the final norm
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                        const torch::Tensor& doc_ids);
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+
+ private:
+  torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
+  std::optional<std::int64_t> sliding_window_;
+};
+TORCH_MODULE(Decoder);
+
+struct CausalLmOutput {
+  torch::Tensor logits;        // [B, S/P, V] in the model's dtype; undefined unless asked for
+  torch::Tensor loss_sum;      // [] fp32: sum of the cross-entropies of this rank's valid labels
+  torch::Tensor valid_count;   // [] int64: number of this rank's labels != kIgnoreLabel
+};
+
+struct CausalLmImpl : torch::nn::Module {
+  // sp: this rank's sequence-parallel group, not owned (see attention.hpp); null or size 1 = no SP.
+  // BadInput when the heads do not split over sp->size() ranks. Parameters get LibTorch's default init:
+  // call init_weights or load_hf_weights (weights.hpp) next.
+  explicit CausalLmImpl(const ModelConfig& c, comm::Communicator* sp = nullptr);
+
+  // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
+  // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.
+  // BadInput when S is not a multiple of P.
+  CausalLmOutput forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                         const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits = false);
+
+  const ModelConfig& config() const { return config_; }
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};   // null when the embeddings are tied
+
+ private:
+  ModelConfig config_;
+  std::int64_t sp_size_;
+};
+TORCH_MODULE(CausalLm);
+
+}  // namespace ulysses::model

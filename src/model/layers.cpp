@@ -1,0 +1,67 @@
+#include "model/layers.hpp"
+
+#include <numbers>
+
+namespace ulysses::model {
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto x32 = x.to(torch::kFloat);                                        // [..., dim] fp32
+  auto inv_rms = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
+  return weight * (x32 * inv_rms).to(x.scalar_type());
+}
+
+MlpImpl::MlpImpl(const ModelConfig& c) {
+  auto linear = [](std::int64_t in, std::int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
+  gate_proj = register_module("gate_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));
+  up_proj = register_module("up_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));
+  down_proj = register_module("down_proj", torch::nn::Linear(linear(c.intermediate_size, c.hidden_size)));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(at::silu(gate_proj(x)) * up_proj(x));   // [B, S/P, inter] -> [B, S/P, hidden]
+}
+
+namespace {
+
+// Llama 3.1: wavelengths above original_len / low_freq_factor are divided by `factor`, those below
+// original_len / high_freq_factor kept, those between blended linearly in original_len / wavelength.
+torch::Tensor llama3_scaled(const torch::Tensor& inv_freq, const Llama3RopeScaling& s) {
+  const double low_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
+  const double high_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
+  auto wavelen = inv_freq.reciprocal() * (2 * std::numbers::pi);                          // [D/2]
+  auto scaled = at::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);     // [D/2]
+  auto smooth = (wavelen.reciprocal() * s.original_max_position_embeddings - s.low_freq_factor) /
+                (s.high_freq_factor - s.low_freq_factor);                                 // [D/2]
+  auto smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;                     // [D/2]
+  auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);  // [D/2]
+  return at::where(medium, smoothed, scaled);
+}
+
+torch::Tensor rotate_half(const torch::Tensor& x) {   // [..., D] -> [..., D]
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+torch::Tensor rope_inv_freq(const ModelConfig& c) {
+  auto exponent = at::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat) / c.head_dim;   // [D/2]
+  auto inv_freq = at::pow(c.rope_theta, exponent).reciprocal();                                // [D/2]
+  return c.llama3_rope ? llama3_scaled(inv_freq, *c.llama3_rope) : inv_freq;
+}
+
+RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids, c10::ScalarType dtype) {
+  auto freqs = position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device());   // [B, S/P, D/2]
+  auto angles = at::cat({freqs, freqs}, -1).unsqueeze(2);                                          // [B, S/P, 1, D]
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  return x * rope.cos + rotate_half(x) * rope.sin;   // [B, S/P, h, D] * [B, S/P, 1, D]
+}
+
+}  // namespace ulysses::model

@@ -1,0 +1,99 @@
+#include "model/weights.hpp"
+
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/utils.h>
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "model/layers.hpp"
+
+namespace ulysses::model {
+namespace {
+
+// "a, b, c and 4 more"
+std::string first_few(const std::vector<std::string>& names) {
+  constexpr std::size_t kShown = 4;
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+  std::string s = fmt::format("{}", fmt::join(shown, ", "));
+  return names.size() > kShown ? fmt::format("{} and {} more", s, names.size() - kShown) : s;
+}
+
+torch::ScalarType float_dtype(const st::TensorInfo& t, const std::filesystem::path& dir) {
+  switch (t.dtype) {
+    case st::DType::kF32: return torch::kFloat;
+    case st::DType::kBF16: return torch::kBFloat16;
+    case st::DType::kF16: return torch::kHalf;
+    default:
+      throw BadInput(fmt::format("{}: tensor {} has dtype {}; model weights must be F32, BF16 or F16",
+                                 dir.string(), t.name, st::dtype_name(t.dtype)));
+  }
+}
+
+bool is_rotary_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+// Names missing from the directory, present with another shape, or present but not parameters.
+void check_names_and_shapes(const torch::OrderedDict<std::string, torch::Tensor>& params,
+                            const st::HfWeights& weights, const std::filesystem::path& dir) {
+  std::vector<std::string> missing, wrong_shape, unexpected;
+  for (const auto& item : params) {
+    const auto& name = item.key();
+    const auto& p = item.value();
+    if (!weights.contains(name)) {
+      missing.push_back(name);
+    } else if (p.sizes() != c10::IntArrayRef(weights.info(name).shape)) {
+      wrong_shape.push_back(fmt::format("{} [{}] (expected [{}])", name, fmt::join(weights.info(name).shape, ", "),
+                                        fmt::join(p.sizes(), ", ")));
+    }
+  }
+  for (const auto& name : weights.names())
+    if (!params.contains(name) && !is_rotary_buffer(name)) unexpected.push_back(name);
+  if (missing.empty() && wrong_shape.empty() && unexpected.empty()) return;
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back(fmt::format("{} missing: {}", missing.size(), first_few(missing)));
+  if (!wrong_shape.empty())
+    problems.push_back(fmt::format("{} with another shape: {}", wrong_shape.size(), first_few(wrong_shape)));
+  if (!unexpected.empty())
+    problems.push_back(fmt::format("{} unexpected: {}", unexpected.size(), first_few(unexpected)));
+  throw BadInput(fmt::format("{}: the weights do not fit the model of its config.json; {}", dir.string(),
+                             fmt::join(problems, "; ")),
+                 "check that config.json and the safetensors files come from the same model");
+}
+
+}  // namespace
+
+void init_weights(CausalLm& model, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  const double init_std = model->config().initializer_range;
+  for (const auto& module : model->modules()) {
+    if (auto* linear = module->as<torch::nn::LinearImpl>()) {
+      linear->weight.normal_(0.0, init_std);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
+      embedding->weight.normal_(0.0, init_std);
+      if (auto pad = embedding->options.padding_idx()) embedding->weight[*pad].zero_();
+    } else if (auto* norm = module->as<RMSNormImpl>()) {
+      norm->weight.fill_(1.0);
+    }
+  }
+}
+
+void load_hf_weights(CausalLm& model, const std::filesystem::path& dir) {
+  const st::HfWeights weights(dir);
+  auto params = model->named_parameters();
+  check_names_and_shapes(params, weights, dir);
+  torch::NoGradGuard no_grad;
+  for (auto& item : params) {
+    const auto& info = weights.info(item.key());
+    auto host = torch::empty(info.shape, torch::dtype(float_dtype(info, dir)));   // the file's shape and dtype
+    weights.read(item.key(), host.data_ptr());
+    item.value().copy_(host);   // to the parameter's dtype and device
+  }
+}
+
+}  // namespace ulysses::model

@@ -1,0 +1,26 @@
+// Gradients of the global mean loss, from per-rank sums.
+//
+// Each rank back-propagates the SUM of its token losses (over all micro-batches of a step), so after the
+// Ulysses all-to-all backward every rank holds the gradient of its share of Σ losses. Summing over the
+// grad group (SP × DP) and dividing by the global count of valid labels gives exactly the gradient of
+// loss = Σ losses / count — the same at any SP and DP degree. Then clip by the global norm, identical on
+// every rank since every rank now holds the same gradient.
+#pragma once
+
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.hpp"
+
+namespace ulysses::train {
+
+// Sums grads over `grad_group` in one flat buffer and divides by `global_count` (≥ 1). Parameters without
+// a gradient get zeros first, so every rank sends the same layout.
+void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& grad_group, double global_count);
+
+// torch.nn.utils.clip_grad_norm_ semantics (coefficient max_norm / (norm + 1e-6), only when < 1). Returns
+// the norm before clipping. max_norm <= 0: no clipping, norm still returned.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace ulysses::train

@@ -1,0 +1,92 @@
+// ulysses-train: one process per device (here: per CPU rank), launched by mpiexec or srun --mpi=pmi2.
+// Flags or a TOML config file (--config; flags override it); --print-config shows the resolved TOML.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "dist/mpi_world.hpp"
+#include "dist/process_groups.hpp"
+#include "train/trainer.hpp"
+
+namespace ut = ulysses::train;
+
+namespace {
+
+const char* kExamples = R"(
+Examples:
+  # SP=4 on 4 CPU ranks, a tiny model from scratch on the sample corpus
+  mpiexec -n 4 ulysses-train --data out/packed --model-config datasets/sample/tiny-llama/config.json \
+      --sp 4 --steps 40 --lr 3e-3 --output out/run
+  # continue a run after preemption (Slurm requeue), from its latest checkpoint
+  srun --mpi=pmi2 ulysses-train --config run.toml --resume auto
+  # fine-tune a Hugging Face model, SP=8 inside each node, DP across nodes
+  srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
+  # validate config, data and layout; print the rank map and a memory estimate
+  mpiexec -n 4 ulysses-train --config run.toml --dry-run
+
+Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
+
+void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
+  app.set_config("--config", "", "TOML config file (flags given on the command line override it)");
+  app.footer(kExamples);
+  app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack)")->required();
+  app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
+  app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
+  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl")->required();
+  app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
+  app.add_option("--steps", o.steps, "Optimizer steps in total")->capture_default_str();
+  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "Final lr as a fraction of --lr")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
+  app.add_option("--lr-decay", o.lr_decay, "cosine, linear or constant")
+      ->check(CLI::IsMember({"cosine", "linear", "constant"}))->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and biases)")->capture_default_str();
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
+  app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
+  app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
+  app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();
+  app.add_option("--world", o.world, "Expected number of ranks (default: SLURM_NTASKS when set)");
+  app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan");
+  app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");
+  app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ulysses::dist::MpiWorld world(argc, argv);
+  ulysses::set_log_tag(world.size() > 1 ? "train r" + std::to_string(world.rank()) : "train");
+  CLI::App app{"ulysses-train: Llama-family training with Ulysses sequence parallelism"};
+  ut::TrainOptions o;
+  bool print_config = false;
+  set_up(app, o, print_config);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {   // --help
+    return world.rank() == 0 ? app.exit(e) : 0;
+  } catch (const CLI::ParseError& e) {
+    if (world.rank() == 0) fmt::print(stderr, "error: {} — HINT: run '{} --help'\n", e.what(), argv[0]);
+    return ulysses::kExitBadInput;
+  }
+  if (print_config) {
+    if (world.rank() == 0) fmt::print("{}", app.config_to_str(true, false));
+    return 0;
+  }
+  return ulysses::dist::run_guarded(world, [&] {
+    ulysses::dist::check_world_size(world.size(), o.world > 0 ? std::optional<int>(o.world) : std::nullopt);
+    ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));
+    ulysses::dist::ProcessGroups groups(layout);
+    ulysses::comm::MpiCommunicator sp_group(groups.sp()), world_group(groups.world());
+    return ut::run_training(o, groups, sp_group, world_group);
+  });
+}

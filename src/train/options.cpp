@@ -1,0 +1,19 @@
+#include "train/options.hpp"
+
+namespace ulysses::train {
+
+nlohmann::json to_json(const TrainOptions& o) {
+  return {{"data", o.data.string()},         {"model_config", o.model_config.string()},
+          {"init_from", o.init_from.string()}, {"output", o.output.string()},
+          {"sp", o.sp},                      {"micro_batch", o.micro_batch},
+          {"grad_accum", o.grad_accum},      {"steps", o.steps},
+          {"lr", o.lr},                      {"min_lr_ratio", o.min_lr_ratio},
+          {"warmup", o.warmup},              {"lr_decay", o.lr_decay},
+          {"weight_decay", o.weight_decay},  {"beta1", o.beta1},
+          {"beta2", o.beta2},                {"eps", o.eps},
+          {"clip", o.clip},                  {"seed", o.seed},
+          {"save_every", o.save_every},      {"keep_last", o.keep_last},
+          {"threads", o.threads}};
+}
+
+}  // namespace ulysses::train

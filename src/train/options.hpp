@@ -1,0 +1,38 @@
+// Everything a training run is told, with defaults. Filled by the CLI (flags and/or a TOML config file),
+// recorded in every checkpoint's trainer_state.json.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ulysses::train {
+
+struct TrainOptions {
+  std::filesystem::path data;              // a dataset directory made by ulysses-pack
+  std::filesystem::path model_config;      // a Hugging Face config.json (from-scratch init)
+  std::filesystem::path init_from;         // or a Hugging Face model directory (config.json + safetensors)
+  std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl
+  std::int64_t sp = 1;                     // sequence-parallel degree; DP = world / sp
+  std::int64_t micro_batch = 1;            // sequences per micro-batch per DP rank
+  std::int64_t grad_accum = 1;
+  std::int64_t steps = 100;                // optimizer steps in total (a resumed run continues to this)
+  double lr = 3e-4, min_lr_ratio = 0.1;
+  std::int64_t warmup = 0;
+  std::string lr_decay = "cosine";
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
+  std::uint64_t seed = 1234;               // init and data order
+  std::int64_t save_every = 0;             // 0: only at the end (and on a stop signal)
+  int keep_last = 3;
+  std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
+  int threads = 0;                         // intra-op threads per rank (0: cores / ranks on this node)
+  int world = 0;                           // expected world size (0: SLURM_NTASKS if set)
+  bool dry_run = false;
+  bool overwrite = false;                  // start over in an output that holds checkpoints
+};
+
+nlohmann::json to_json(const TrainOptions& o);
+
+}  // namespace ulysses::train

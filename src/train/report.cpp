@@ -1,0 +1,68 @@
+#include "train/report.hpp"
+
+#include <sys/resource.h>
+
+#include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::train {
+
+std::vector<std::string> rank_map_lines(const RankLayout& l, const std::vector<std::string>& hosts) {
+  std::vector<std::string> lines;
+  for (int g = 0; g < l.world(); ++g)
+    lines.push_back(fmt::format("rank {:>4}: host {}, sp_rank {} of sp group [{}], dp_rank {} of dp group [{}]", g,
+                                hosts.at(static_cast<std::size_t>(g)), l.sp_rank(g), fmt::join(l.sp_group_of(g), " "),
+                                l.dp_rank(g), fmt::join(l.dp_group_of(g), " ")));
+  return lines;
+}
+
+MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
+                           std::int64_t seq_len, std::int64_t sp) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  MemoryPlan m;
+  m.weights_gib = 4.0 * static_cast<double>(params) / kGiB;
+  m.grads_gib = m.weights_gib;
+  m.optimizer_gib = 2 * m.weights_gib;
+  const double tokens = static_cast<double>(micro_batch * seq_len / sp);
+  const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+  const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
+  // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj, MLP gate/up/act
+  const double per_token_layer = 3 * h + 2 * qkv + 2 * attn_out + h + 3 * inter;
+  const double scores = static_cast<double>(micro_batch) * static_cast<double>(c.num_heads / sp) *
+                        static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + bool mask
+  const double logits = tokens * static_cast<double>(c.vocab_size) * 2;
+  m.activations_gib = 4.0 * (static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
+  return m;
+}
+
+double step_flops(const model::ModelConfig& c, std::int64_t params, double tokens, std::int64_t seq_len) {
+  return 6.0 * static_cast<double>(params) * tokens +
+         12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+Metrics::Metrics(const std::filesystem::path& jsonl) : out_(jsonl, std::ios::app) {
+  if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()));
+}
+
+void Metrics::write(const StepReport& r) {
+  nlohmann::json j = {{"step", r.step},           {"loss", r.loss},     {"lr", r.lr},
+                      {"grad_norm", r.grad_norm}, {"tokens", r.tokens}, {"seconds", r.seconds},
+                      {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops}, {"peak_rss_mib", r.peak_mib}};
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+std::string step_line(const StepReport& r) {
+  return fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {:.3f} TFLOPS | peak {:.0f} MiB",
+                     r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.peak_mib);
+}
+
+}  // namespace ulysses::train

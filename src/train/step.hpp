@@ -1,0 +1,27 @@
+// The gradient of one optimizer step, exact at any SP × DP layout.
+//
+// Runs grad_accum micro-batches forward and backward (each rank back-propagates the SUM of its token
+// losses; the Ulysses all-to-all backward carries the cross-rank terms), then sums loss, label count and
+// gradients over `world` (the grad group, SP × DP) and divides by the global count: on return every
+// parameter's .grad() is the gradient of loss = Σ token losses / Σ valid labels, identical on every rank.
+#pragma once
+
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.hpp"
+#include "data/loader.hpp"
+#include "model/causal_lm.hpp"
+
+namespace ulysses::train {
+
+struct LossTotals {
+  double sum = 0, count = 0;
+  double mean() const { return count > 0 ? sum / count : 0.0; }
+};
+
+LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
+                             const std::vector<torch::Tensor>& params, comm::Communicator& world);
+
+}  // namespace ulysses::train

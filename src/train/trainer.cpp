@@ -1,0 +1,219 @@
+#include "train/trainer.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <torch/csrc/autograd/generated/variable_factories.h>
+#include <ATen/Parallel.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/progress.hpp"
+#include "data/loader.hpp"
+#include "io/checkpoint_format.hpp"
+#include "model/causal_lm.hpp"
+#include "model/weights.hpp"
+#include "train/adamw.hpp"
+#include "train/checkpoint.hpp"
+#include "train/grad_sync.hpp"
+#include "train/report.hpp"
+#include "train/schedule.hpp"
+#include "train/signals.hpp"
+#include "train/step.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::train {
+namespace {
+
+std::vector<std::string> gather_hosts(comm::Communicator& world) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  torch::Tensor mine = torch::zeros({64}, torch::kUInt8);   // [64] bytes of this rank's host name
+  std::memcpy(mine.data_ptr(), name, static_cast<std::size_t>(std::min(len, 63)));
+  torch::Tensor all = world.size() > 1 ? world.all_gather(mine) : mine;   // [world * 64]
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world.size(); ++r) hosts.emplace_back(static_cast<const char*>(all.data_ptr()) + 64 * r);
+  return hosts;
+}
+
+// True when any rank passes true (one signalled rank stops all).
+bool any_rank(bool flag, comm::Communicator& world) {
+  torch::Tensor t = torch::tensor({flag ? std::int64_t{1} : std::int64_t{0}});
+  if (world.size() > 1) world.all_reduce_sum(t);
+  return t.item<std::int64_t>() > 0;
+}
+
+double max_over_ranks(double value, comm::Communicator& world) {
+  torch::Tensor t = torch::tensor({value}, torch::kFloat64);
+  if (world.size() > 1) t = world.all_gather(t);
+  return t.max().item<double>();
+}
+
+int local_ranks() {
+  for (const char* var : {"SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+fs::path model_config_path(const TrainOptions& o) {
+  if (!o.init_from.empty()) return o.init_from / "config.json";
+  if (o.model_config.empty())
+    throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
+  return o.model_config;
+}
+
+NamedTensors named_parameters(model::CausalLm& m) {
+  NamedTensors out;
+  for (const auto& item : m->named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+struct Run {
+  const TrainOptions& o;
+  const RankLayout& layout;
+  int rank;
+  comm::Communicator& world;
+  model::ModelConfig config;
+  fs::path config_path;
+  model::CausalLm model{nullptr};
+  NamedTensors params;
+  std::vector<torch::Tensor> param_list;
+  std::int64_t param_count = 0;
+};
+
+void print_plan(const Run& r, const data::DataLoader& loader, const std::vector<std::string>& hosts) {
+  for (const auto& line : rank_map_lines(r.layout, hosts)) log_line(line);
+  const MemoryPlan m = estimate_memory(r.config, r.param_count, r.o.micro_batch, loader.seq_len(), r.o.sp);
+  log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", model::architecture_name(r.config.architecture),
+           r.param_count, r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
+  log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
+           r.o.data.string(), loader.num_sequences(), loader.seq_len(), loader.sequences_per_step(), r.layout.dp(),
+           r.o.micro_batch, r.o.grad_accum);
+  log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
+           m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
+  log_info("writes: {}/checkpoints/step-NNNNNNN (every {} steps and at the end), {}/metrics.jsonl",
+           r.o.output.string(), r.o.save_every, r.o.output.string());
+}
+
+// One optimizer step; returns the report (loss over all ranks).
+StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedule& schedule, std::int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, r.world);
+  StepReport rep;
+  rep.grad_norm = clip_grad_norm(r.param_list, r.o.clip);
+  rep.lr = schedule.lr_at(step);
+  opt.step(rep.lr);
+  for (auto& p : r.param_list) p.mutable_grad() = torch::Tensor();
+  loader.advance_step();
+  rep.step = step;
+  rep.steps = r.o.steps;
+  rep.loss = totals.mean();
+  rep.tokens = static_cast<std::int64_t>(totals.count);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
+  rep.tokens_per_s = tokens / rep.seconds;
+  rep.tflops = step_flops(r.config, r.param_count, tokens, loader.seq_len()) / rep.seconds / 1e12;
+  rep.peak_mib = max_over_ranks(peak_rss_mib(), r.world);
+  return rep;
+}
+
+void check_output(const TrainOptions& o, int rank) {
+  const fs::path ckpts = o.output / "checkpoints";
+  if (o.resume.empty() && !o.overwrite && fs::exists(ckpts / checkpoint::kLatest))
+    throw BadInput(fmt::format("{} already holds checkpoints", o.output.string()),
+                   "pass --resume auto to continue that run, --overwrite to start over, or another --output");
+  if (rank == 0 && o.overwrite && o.resume.empty() && fs::exists(o.output)) {
+    fs::remove_all(ckpts);
+    fs::remove(o.output / "metrics.jsonl");
+  }
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& sp_group,
+                 comm::Communicator& world) {
+  at::set_num_threads(o.threads > 0 ? o.threads
+                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks()));
+  const RankLayout& layout = groups.layout();
+  Run r{o, layout, groups.rank(), world, {}, model_config_path(o)};
+  r.config = model::read_model_config(r.config_path);
+  r.model = model::CausalLm(r.config, &sp_group);   // checks the heads against --sp first
+  data::LoaderOptions lo{o.sp, layout.sp_rank(r.rank), layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
+                         o.grad_accum, o.seed, r.config.vocab_size, "train"};
+  data::DataLoader loader(o.data, lo);
+  if (o.init_from.empty()) model::init_weights(r.model, o.seed);
+  else model::load_hf_weights(r.model, o.init_from);
+  r.params = named_parameters(r.model);
+  for (const auto& [name, p] : r.params) {
+    r.param_list.push_back(p);
+    r.param_count += p.numel();
+  }
+  AdamW opt(r.params, {o.beta1, o.beta2, o.eps, o.weight_decay});
+  Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
+  check_output(o, r.rank);
+  world.barrier();
+
+  TrainerState state;
+  state.options = to_json(o);
+  const fs::path ckpts = o.output / "checkpoints";
+  std::optional<fs::path> from;
+  if (o.resume == "auto") from = checkpoint::latest(ckpts);
+  else if (!o.resume.empty()) from = fs::path(o.resume);
+  if (from) {
+    TrainerState loaded = load_checkpoint(*from, r.params, opt);
+    state.step = loaded.step;
+    state.cursor = loaded.cursor;
+    state.tokens_seen = loaded.tokens_seen;
+    loader.set_cursor(state.cursor);
+    if (r.rank == 0) log_info("resumed from {} at step {}", from->string(), state.step);
+  }
+  const auto hosts = gather_hosts(world);
+  if (r.rank == 0) print_plan(r, loader, hosts);
+  if (o.dry_run) return kExitOk;
+
+  if (r.rank == 0) fs::create_directories(o.output);
+  world.barrier();
+  std::optional<Metrics> metrics;
+  if (r.rank == 0) metrics.emplace(o.output / "metrics.jsonl");
+  install_stop_signals();
+  const bool tty = r.rank == 0 && isatty(STDERR_FILENO);
+  std::optional<Progress> bar;
+  if (tty) bar.emplace("train", static_cast<std::uint64_t>(o.steps - state.step), "steps", "tokens");
+
+  auto save = [&] {
+    if (r.rank == 0) {
+      fs::path dir = save_checkpoint(ckpts, r.params, opt, state, layout, r.config_path,
+                                     model::architecture_name(r.config.architecture), o.keep_last);
+      log_info("saved {}", dir.string());
+    }
+    world.barrier();
+  };
+  while (state.step < o.steps) {
+    StepReport rep = train_step(r, loader, opt, schedule, state.step + 1);
+    state.step = rep.step;
+    state.cursor = loader.cursor();
+    state.tokens_seen += rep.tokens;
+    if (r.rank == 0) {
+      metrics->write(rep);
+      if (bar) bar->add(1, static_cast<std::uint64_t>(rep.tokens));
+      else log_line(step_line(rep));
+    }
+    const bool stop = any_rank(stop_requested(), world);
+    if (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0)) save();
+    if (stop && state.step < o.steps) {
+      if (r.rank == 0) log_info("stop signal received: saved at step {}, exiting with code {} (resume with --resume auto)",
+                                state.step, static_cast<int>(kExitPreempted));
+      return kExitPreempted;
+    }
+  }
+  if (bar) bar->finish();
+  if (r.rank == 0) log_info("done: {} steps, {} tokens trained", state.step, state.tokens_seen);
+  return kExitOk;
+}
+
+}  // namespace ulysses::train

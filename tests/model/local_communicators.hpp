@@ -1,0 +1,84 @@
+// Test doubles of comm::Communicator that need no MPI.
+//
+// SoloCommunicator: a group of one (every collective is the identity), to run the SP code path at P = 1.
+// ThreadGroup: P ranks as P threads of one process; ThreadGroup::rank(r) is rank r's communicator. Each
+// collective publishes this rank's tensor, waits for all P, then reads the others', exactly as the real
+// backends define the result. Every rank must call the same collectives in the same order (a rank that
+// throws leaves its peers waiting: the test's timeout ends it).
+#pragma once
+
+#include <barrier>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.hpp"
+
+namespace ulysses::model::testing {
+
+class SoloCommunicator : public comm::Communicator {
+ public:
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  torch::Tensor all_to_all(const torch::Tensor& x) override { return x.clone(); }
+  void all_reduce_sum(torch::Tensor&) override {}
+  torch::Tensor all_gather(const torch::Tensor& x) override { return x.clone(); }
+  void broadcast(torch::Tensor&, int) override {}
+  void barrier() override {}
+};
+
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size) : slots_(size), sync_(size) {
+    for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+  }
+  comm::Communicator& rank(int r) { return *ranks_[r]; }
+
+ private:
+  class Rank : public comm::Communicator {
+   public:
+    Rank(ThreadGroup& g, int rank) : g_(g), rank_(rank) {}
+    int size() const override { return static_cast<int>(g_.slots_.size()); }
+    int rank() const override { return rank_; }
+
+    // out chunk j = rank j's chunk rank()
+    torch::Tensor all_to_all(const torch::Tensor& x) override {
+      return exchange(x, [&](const std::vector<torch::Tensor>& all) {
+        std::vector<torch::Tensor> chunks;
+        for (const auto& t : all) chunks.push_back(t.chunk(size())[rank_]);
+        return at::cat(chunks);
+      });
+    }
+    void all_reduce_sum(torch::Tensor& x) override {
+      x.copy_(exchange(x, [](const std::vector<torch::Tensor>& all) { return at::stack(all).sum(0); }));
+    }
+    torch::Tensor all_gather(const torch::Tensor& x) override {
+      return exchange(x, [](const std::vector<torch::Tensor>& all) { return at::cat(all); });
+    }
+    void broadcast(torch::Tensor& x, int root) override {
+      x.copy_(exchange(x, [root](const std::vector<torch::Tensor>& all) { return all[root].clone(); }));
+    }
+    void barrier() override { g_.sync_.arrive_and_wait(); }
+
+   private:
+    template <typename Combine>
+    torch::Tensor exchange(const torch::Tensor& x, Combine combine) {
+      g_.slots_[rank_] = x.detach().clone();
+      g_.sync_.arrive_and_wait();   // every rank has published
+      auto out = combine(g_.slots_);
+      g_.sync_.arrive_and_wait();   // every rank has read before the slots are reused
+      return out;
+    }
+
+    ThreadGroup& g_;
+    int rank_;
+  };
+
+  std::vector<torch::Tensor> slots_;
+  std::barrier<> sync_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
+}  // namespace ulysses::model::testing

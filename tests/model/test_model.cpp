@@ -1,0 +1,354 @@
+// Unit tests of the model library that need no Python: config.json validation, the Ulysses reshapes
+// (P = 1 through a solo communicator; P = 2 and 4 through threads standing in for ranks, against the
+// same model at P = 1), from-scratch init, and strict weight loading.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/utils.h>
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "local_communicators.hpp"
+#include "model/causal_lm.hpp"
+#include "model/config.hpp"
+#include "model/ulysses.hpp"
+#include "model/weights.hpp"
+
+namespace ulysses::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A fresh directory under the system's temporary folder, removed with its contents at scope exit.
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / fmt::format("ulysses-test-model-{}-{}", name, ::getpid())) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path path;
+};
+
+json llama_json() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 64},
+          {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
+          {"hidden_act", "silu"}, {"tie_word_embeddings", false}};
+}
+
+ModelConfig config_of(const json& j) {
+  TempDir dir("config");
+  std::ofstream(dir.path / "config.json") << j.dump();
+  return read_model_config(dir.path / "config.json");
+}
+
+// ---- config.json -------------------------------------------------------------------------------
+
+TEST(ModelConfig, ReadsLlamaWithDerivedHeadDim) {
+  auto c = config_of(llama_json());
+  EXPECT_EQ(c.architecture, Architecture::kLlama);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.llama3_rope || c.sliding_window || c.pad_token_id || c.qkv_bias || c.qk_norm);
+}
+
+TEST(ModelConfig, ReadsTheFeaturesOfEachArchitecture) {
+  auto j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  j["attention_bias"] = true;
+  auto llama = config_of(j);
+  ASSERT_TRUE(llama.llama3_rope);
+  EXPECT_EQ(llama.llama3_rope->original_max_position_embeddings, 8192);
+  EXPECT_TRUE(llama.qkv_bias && llama.o_bias);
+
+  j = llama_json();
+  j["model_type"] = "qwen2";
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  auto qwen2 = config_of(j);
+  EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias);
+
+  j["model_type"] = "qwen3";
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["head_dim"] = 12;
+  auto qwen3 = config_of(j);
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.head_dim, 12);
+
+  j = llama_json();
+  j["model_type"] = "mistral";
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = nullptr;
+  EXPECT_FALSE(config_of(j).sliding_window);
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(config_of(j).sliding_window, 4096);
+}
+
+struct BadConfig {
+  const char* what;
+  json patch;              // merged into llama_json(); a null value removes the key
+  const char* expect;      // in the message
+};
+
+TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
+  const std::vector<BadConfig> cases = {
+      {"missing field", {{"hidden_size", nullptr}}, "\"hidden_size\" is required"},
+      {"unknown type", {{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}}, "\"gpt2\" is not supported"},
+      {"another head", {{"architectures", {"LlamaForSequenceClassification"}}}, "architectures"},
+      {"activation", {{"hidden_act", "gelu"}}, "hidden_act"},
+      {"rope type", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "\"yarn\""},
+      {"llama3 field", {{"rope_scaling", {{"type", "llama3"}, {"factor", 8.0}}}}, "low_freq_factor"},
+      {"kv heads", {{"num_key_value_heads", 3}}, "must divide num_attention_heads (4)"},
+      {"mlp bias", {{"mlp_bias", true}}, "mlp_bias"},
+      {"dropout", {{"attention_dropout", 0.1}}, "attention_dropout"},
+      {"partial rotary", {{"partial_rotary_factor", 0.5}}, "partial_rotary_factor"},
+      {"pad id", {{"pad_token_id", 64}}, "pad_token_id"},
+      {"qwen3 head_dim", {{"model_type", "qwen3"}, {"architectures", {"Qwen3ForCausalLM"}}}, "\"head_dim\""},
+      {"qwen window", {{"model_type", "qwen2"}, {"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
+       "use_sliding_window"},
+      {"mistral window", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}, "sliding_window"},
+  };
+  for (const auto& c : cases) {
+    auto j = llama_json();
+    j.merge_patch(c.patch);
+    try {
+      config_of(j);
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const BadInput& e) {
+      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << c.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.what << ": " << e.what();
+    }
+  }
+}
+
+// ---- Ulysses reshapes --------------------------------------------------------------------------
+
+TEST(Ulysses, ExchangesAreTheIdentityAtOneRank) {
+  testing::SoloCommunicator solo;
+  auto x = torch::randn({2, 6, 4, 3});                         // [B, S, H, D]
+  auto heads = scatter_heads_gather_sequence(solo, x);          // [B, S, H, D]
+  EXPECT_TRUE(heads.equal(x));
+  EXPECT_TRUE(scatter_sequence_gather_heads(solo, heads).equal(x));
+  auto kv = torch::randn({2, 6, 1, 3});                        // [B, S, Hkv = 1, D]
+  EXPECT_TRUE(replicate_kv_heads_for_sp(kv, 1).equal(kv));
+}
+
+TEST(Ulysses, ReplicatesEachKvHeadForConsecutiveRanks) {
+  auto kv = at::arange(2).view({1, 1, 2, 1}).to(torch::kFloat);   // [B, S/P, Hkv = 2, D]: head h holds h
+  auto rep = replicate_kv_heads_for_sp(kv, 4);                     // [B, S/P, P = 4, D]
+  EXPECT_TRUE(rep.flatten().equal(torch::tensor({0.f, 0.f, 1.f, 1.f})));
+}
+
+TEST(Ulysses, MaskIsCausalPerDocumentAndWindowed) {
+  auto docs = torch::tensor({0, 0, 0, 1, 1}, torch::kLong).unsqueeze(0);   // [B = 1, S = 5]
+  auto mask = document_causal_mask(docs, 2)[0][0];                          // [S, S]
+  auto expected = torch::tensor({1, 0, 0, 0, 0,
+                                 1, 1, 0, 0, 0,
+                                 0, 1, 1, 0, 0,
+                                 0, 0, 0, 1, 0,
+                                 0, 0, 0, 1, 1}).view({5, 5}).to(torch::kBool);
+  EXPECT_TRUE(mask.equal(expected));
+}
+
+// ---- SP = P against SP = 1, ranks as threads ---------------------------------------------------
+
+ModelConfig tiny_config(std::int64_t kv_heads, std::optional<std::int64_t> window) {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = 8;
+  c.sliding_window = window;
+  c.qk_norm = true;
+  c.qkv_bias = true;
+  c.initializer_range = 0.2;
+  return c;
+}
+
+struct Batch {
+  torch::Tensor ids, positions, docs, labels;   // [B, S]
+  Batch slice(std::int64_t rank, std::int64_t P) const {   // rank's [B, S/P]; docs stay whole
+    const auto n = ids.size(1) / P;
+    return {ids.narrow(1, rank * n, n), positions.narrow(1, rank * n, n), docs, labels.narrow(1, rank * n, n)};
+  }
+};
+
+Batch packed_batch(std::int64_t vocab) {   // B = 2, S = 16; row 0 holds documents of 5, 7, 4 tokens
+  torch::manual_seed(3);
+  Batch b;
+  b.ids = torch::randint(vocab, {2, 16}, torch::kLong);
+  b.docs = torch::cat({torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2}, torch::kLong).unsqueeze(0),
+                       torch::zeros({1, 16}, torch::kLong)});
+  b.positions = torch::cat({torch::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3}, torch::kLong).unsqueeze(0),
+                            at::arange(16, torch::kLong).unsqueeze(0)});
+  b.labels = at::roll(b.ids, -1, 1);
+  b.labels.masked_fill_(at::roll(b.docs, -1, 1) != b.docs, kIgnoreLabel);   // document ends
+  b.labels.select(1, 15).fill_(kIgnoreLabel);
+  return b;
+}
+
+void copy_parameters(CausalLm& from, CausalLm& to) {
+  torch::NoGradGuard no_grad;
+  auto src = from->named_parameters();
+  for (auto& item : to->named_parameters()) item.value().copy_(src[item.key()]);
+}
+
+void expect_sp_matches_single_rank(int P, std::int64_t kv_heads, std::optional<std::int64_t> window) {
+  const auto config = tiny_config(kv_heads, window);
+  const auto batch = packed_batch(config.vocab_size);
+  CausalLm reference(config);
+  init_weights(reference, 11);
+  auto ref = reference->forward(batch.ids, batch.positions, batch.docs, batch.labels, /*keep_logits=*/true);
+  (ref.loss_sum / ref.valid_count).backward();
+
+  testing::ThreadGroup group(P);
+  std::vector<CausalLm> ranks;
+  std::vector<CausalLmOutput> outs(P);
+  for (int r = 0; r < P; ++r) {
+    ranks.emplace_back(config, &group.rank(r));
+    copy_parameters(reference, ranks.back());
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      auto mine = batch.slice(r, P);
+      outs[r] = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels, /*keep_logits=*/true);
+      (outs[r].loss_sum / ref.valid_count).backward();   // the global count, as the trainer divides
+    });
+  for (auto& t : threads) t.join();
+
+  std::vector<torch::Tensor> logits;
+  torch::Tensor loss_sum = torch::zeros({}), count = torch::zeros({}, torch::kLong);
+  for (const auto& o : outs) {
+    logits.push_back(o.logits);
+    loss_sum += o.loss_sum.detach();
+    count += o.valid_count;
+  }
+  EXPECT_TRUE(at::cat(logits, 1).allclose(ref.logits, 0, 1e-5)) << "P=" << P;
+  EXPECT_NEAR(loss_sum.item<double>(), ref.loss_sum.item<double>(), 1e-4) << "P=" << P;
+  EXPECT_EQ(count.item<std::int64_t>(), ref.valid_count.item<std::int64_t>());
+  for (const auto& item : reference->named_parameters()) {
+    auto sum = torch::zeros_like(item.value());
+    for (auto& m : ranks) sum += m->named_parameters()[item.key()].grad();
+    EXPECT_TRUE(sum.allclose(item.value().grad(), 0, 1e-5)) << "P=" << P << " " << item.key();
+  }
+}
+
+TEST(UlyssesSp, TwoRanksMatchOneWithKvHeadsSplit) { expect_sp_matches_single_rank(2, 2, std::nullopt); }
+TEST(UlyssesSp, FourRanksMatchOneWithKvHeadsReplicated) { expect_sp_matches_single_rank(4, 2, 3); }
+TEST(UlyssesSp, FourRanksMatchOneWithOneKvHead) { expect_sp_matches_single_rank(4, 1, std::nullopt); }
+
+TEST(UlyssesSp, RejectsHeadsThatDoNotSplit) {
+  testing::ThreadGroup three(3);
+  try {
+    CausalLm m(tiny_config(2, std::nullopt), &three.rank(0));
+    ADD_FAILURE() << "4 heads accepted at SP 3";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("attention heads (4) are not divisible by --sp (3)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(UlyssesSp, RejectsASequenceThatDoesNotSplit) {
+  testing::ThreadGroup two(2);
+  CausalLm m(tiny_config(2, std::nullopt), &two.rank(0));
+  auto x = torch::zeros({1, 7}, torch::kLong);   // S/P = 7 would need S = 14; doc_ids says 15
+  try {
+    m->forward(x, x, torch::zeros({1, 15}, torch::kLong), x);
+    ADD_FAILURE() << "S = 15 accepted at SP 2";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("(15) is not divisible by the SP degree (2)"), std::string::npos) << e.what();
+  }
+}
+
+// ---- init and weights --------------------------------------------------------------------------
+
+TEST(Weights, InitIsSeededAndHfStyle) {
+  auto config = tiny_config(2, std::nullopt);
+  config.pad_token_id = 5;
+  CausalLm a(config), b(config), c(config);
+  init_weights(a, 1);
+  init_weights(b, 1);
+  init_weights(c, 2);
+  auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
+  for (const auto& item : pa) {
+    EXPECT_TRUE(item.value().equal(pb[item.key()])) << item.key();
+    const auto& name = item.key();
+    if (name.ends_with("norm.weight")) {
+      EXPECT_TRUE(item.value().eq(1).all().item<bool>()) << name;
+    } else if (name.ends_with(".bias")) {
+      EXPECT_TRUE(item.value().eq(0).all().item<bool>()) << name;
+    } else {
+      EXPECT_FALSE(item.value().equal(pc[name])) << name;
+      EXPECT_NEAR(item.value().std().item<double>(), 0.2, 0.05) << name;
+    }
+  }
+  EXPECT_TRUE(pa["model.embed_tokens.weight"][5].eq(0).all().item<bool>());
+}
+
+// Writes `params` (renamed/reshaped by the caller) as dir/model.safetensors.
+void write_weights(const fs::path& dir, const std::map<std::string, torch::Tensor>& params) {
+  std::vector<st::Writer::Decl> decls;
+  for (const auto& [n, t] : params) decls.push_back({n, st::DType::kF32, t.sizes().vec()});
+  st::Writer w(dir / "model.safetensors", decls);
+  for (const auto& [n, t] : params) w.write_next(t.contiguous().data_ptr(), t.nbytes());
+  w.finish();
+}
+
+std::map<std::string, torch::Tensor> parameters_of(CausalLm& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : m->named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+TEST(Weights, LoadsWhatItSavedAndToleratesRotaryBuffers) {
+  CausalLm source(tiny_config(2, std::nullopt)), target(tiny_config(2, std::nullopt));
+  init_weights(source, 1);
+  auto params = parameters_of(source);
+  params["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
+  TempDir dir("roundtrip");
+  write_weights(dir.path, params);
+  load_hf_weights(target, dir.path);
+  for (const auto& item : target->named_parameters())
+    EXPECT_TRUE(item.value().equal(params[item.key()])) << item.key();
+}
+
+TEST(Weights, RejectsMissingUnexpectedAndMisshapenTensors) {
+  CausalLm model(tiny_config(2, std::nullopt));
+  auto params = parameters_of(model);
+  params.erase("model.norm.weight");
+  params["lm_head.bias"] = torch::zeros({64});
+  params["model.layers.1.mlp.up_proj.weight"] = torch::zeros({48, 33});
+  TempDir dir("bad");
+  write_weights(dir.path, params);
+  try {
+    load_hf_weights(model, dir.path);
+    ADD_FAILURE() << "accepted";
+  } catch (const BadInput& e) {
+    const std::string what = e.what();
+    for (const char* part : {"1 missing: model.norm.weight", "1 unexpected: lm_head.bias",
+                             "model.layers.1.mlp.up_proj.weight [48, 33] (expected [48, 32])"})
+      EXPECT_NE(what.find(part), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace ulysses::model

@@ -1,0 +1,141 @@
+"""ulysses-train end to end through its command line under mpiexec, on the sample corpus and tiny model:
+SP=4 tracks SP=1 for 20 steps, a SIGUSR1 mid-run saves and exits 3 and the resumed run reproduces the
+uninterrupted losses exactly, one killed rank ends all ranks, and every bad input exits 2 with its reason.
+
+usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC REPO_ROOT
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TRAIN, PACK, MPIEXEC, ROOT = sys.argv[1:5]
+del sys.argv[1:5]
+ROOT = pathlib.Path(ROOT)
+SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
+CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
+
+
+def train_cmd(n, data, out, *extra):
+    return [MPIEXEC, "-n", str(n), TRAIN, "--data", str(data), "--model-config", str(CONFIG), "--output", str(out),
+            "--threads", "1", "--lr", "3e-3", "--warmup", "2", *map(str, extra)]
+
+
+def rank_pids(out):
+    """The trainer processes of a run (argv[0] is the binary; mpiexec's own command line is not matched)."""
+    p = subprocess.run(["pgrep", "-f", f"^{TRAIN} .*{out}"], capture_output=True, text=True)
+    return [int(pid) for pid in p.stdout.split()]
+
+
+def losses(out):
+    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+class Train(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.root = pathlib.Path(cls.tmp.name)
+        cls.data = cls.root / "packed"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", 256, "--sp", 4,
+                                      "--pad-id", 258, "--model-config", CONFIG])), check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_ok(self, cmd, code=0, **kw):
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, **kw)
+        self.assertEqual(p.returncode, code, p.stderr[-3000:])
+        return p
+
+    def test_sp4_tracks_sp1_for_20_steps(self):
+        sp1, sp4 = self.root / "sp1", self.root / "sp4"
+        self.run_ok(train_cmd(1, self.data, sp1, "--sp", 1, "--steps", 20))
+        self.run_ok(train_cmd(4, self.data, sp4, "--sp", 4, "--steps", 20))
+        a, b = losses(sp1), losses(sp4)
+        self.assertEqual(len(a), 20)
+        for step, (x, y) in enumerate(zip(a, b), 1):
+            self.assertLessEqual(abs(x - y), 1e-5 * max(1.0, abs(x)), f"step {step}: SP=1 {x} vs SP=4 {y}")
+        self.assertLess(sum(a[-5:]) / 5, a[0] - 0.5, f"loss did not go down: {a}")
+        self.assertTrue((sp4 / "checkpoints/latest").exists())
+
+    def test_signal_saves_and_resume_is_exact(self):
+        full, cut = self.root / "full", self.root / "cut"
+        args = ("--sp", 2, "--steps", 10, "--micro-batch", 2)
+        self.run_ok(train_cmd(2, self.data, full, *args))
+        p = subprocess.Popen(list(map(str, train_cmd(2, self.data, cut, *args, "--save-every", 100))),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        metrics = cut / "metrics.jsonl"
+        deadline = time.time() + 300
+        while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+            time.sleep(0.05)
+        ranks = rank_pids(cut)
+        self.assertEqual(len(ranks), 2, ranks)
+        os.kill(ranks[-1], signal.SIGUSR1)   # one rank signalled is enough: the ranks agree
+        _, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 3, err[-3000:])
+        stopped_at = len(losses(cut))
+        self.assertLess(stopped_at, 10)
+        self.assertTrue((cut / "checkpoints" / f"step-{stopped_at:07d}").is_dir())
+        self.run_ok(train_cmd(2, self.data, cut, *args, "--resume", "auto"))
+        self.assertEqual(losses(cut), losses(full))   # bit for bit
+
+    def test_killed_rank_ends_all_ranks(self):
+        out = self.root / "killed"
+        p = subprocess.Popen(list(map(str, train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while time.time() < deadline and not (out / "metrics.jsonl").exists():
+            time.sleep(0.05)
+        ranks = rank_pids(out)
+        self.assertEqual(len(ranks), 4, ranks)
+        os.kill(ranks[1], signal.SIGKILL)
+        start = time.time()
+        code = p.wait(timeout=60)
+        self.assertNotEqual(code, 0)
+        self.assertLess(time.time() - start, 30)
+        time.sleep(1)
+        self.assertEqual(rank_pids(out), [])
+
+    def test_dry_run_prints_rank_map_and_memory(self):
+        p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
+        for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
+            self.assertIn(needle, p.stderr)
+        self.assertFalse((self.root / "dry" / "metrics.jsonl").exists())
+
+    def expect_bad(self, cmd, *needles, env=None):
+        p = self.run_ok(cmd, code=2, env=env)
+        for n in needles:
+            self.assertIn(str(n), p.stderr)
+
+    def test_bad_inputs(self):
+        out = self.root / "bad"
+        odd = self.root / "odd"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", odd, "--seq-len", 130, "--align", 1,
+                                      "--vocab-size", 300])), check=True, capture_output=True)
+        self.expect_bad(train_cmd(4, odd, out, "--sp", 4, "--dry-run"), "130", "--sp 4")
+        vocab = self.root / "vocab"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", vocab, "--seq-len", 256, "--vocab-size", 300])),
+                       check=True, capture_output=True)
+        self.expect_bad(train_cmd(1, vocab, out, "--dry-run"), "300", "320")
+        self.expect_bad(train_cmd(3, self.data, out, "--sp", 3, "--dry-run"), "(4)", "(3)")
+        self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
+        env = dict(os.environ, SLURM_NTASKS="4")
+        self.expect_bad(train_cmd(1, self.data, out, "--dry-run"), "SLURM_NTASKS=4", env=env)
+        cmd = train_cmd(1, self.data, out, "--dry-run")
+        cmd[cmd.index("--model-config") + 1] = self.root / "nope.json"
+        self.expect_bad(cmd, "nope.json")
+        broken = self.root / "broken"
+        subprocess.run(["cp", "-r", self.data, broken], check=True)
+        (broken / "shard-00000.h5").unlink()
+        self.expect_bad(train_cmd(1, broken, out, "--dry-run"), "shard-00000.h5")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
