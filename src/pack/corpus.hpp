@@ -48,6 +48,7 @@ struct ReaderOptions {
   std::int64_t vocab_size = 0;            // > 0: every id must be < vocab_size
   OnError on_error = OnError::kStop;      // kSkip: count bad documents (JSONL lines) and go on
   std::filesystem::path scratch_dir;      // where JSONL inputs are spilled
+  int threads = 1;                        // workers the scan of one binary input may use
 };
 
 struct ScanStats {
@@ -64,8 +65,10 @@ Format detect_format(const std::filesystem::path& path);   // throws BadInput na
 // Scans one input (for Megatron: the path of the .bin or .idx, or the prefix), appends its documents
 // to `docs` with the given source id, and returns the source to read them back. Throws BadInput with
 // the file and line/offset for malformed input (unless on_error == kSkip and the format can skip).
+// Binary inputs are hashed while scanned: *checksum (if given) receives the XXH3-64 hex of the file
+// (Megatron: of the .bin, '+', of the .idx); it is left empty for JSONL, whose caller hashes the file.
 std::unique_ptr<TokenSource> scan_input(const std::filesystem::path& path, std::uint32_t source_id,
                                         const ReaderOptions& options, std::vector<DocRef>& docs,
-                                        ScanStats& stats);
+                                        ScanStats& stats, std::string* checksum = nullptr);
 
 }  // namespace ulysses::pack

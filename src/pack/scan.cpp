@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <set>
 
-#include <fmt/ranges.h>
-
 #include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -62,14 +60,6 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
   return out;
 }
 
-// The files an input names: a Megatron dataset is its .bin and .idx, anything else the file itself.
-std::vector<fs::path> files_of(const std::string& path, Format format) {
-  if (format != Format::kMegatron) return {path};
-  fs::path prefix(path);
-  if (prefix.extension() == ".bin" || prefix.extension() == ".idx") prefix.replace_extension("");
-  return {fs::path(prefix).concat(".bin"), fs::path(prefix).concat(".idx")};
-}
-
 Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& options, int threads) {
   const std::size_t n = paths.size();
   std::vector<std::vector<DocRef>> docs(n);
@@ -80,18 +70,25 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   std::vector<Format> formats(n);
   for (std::size_t i = 0; i < n; ++i)
     formats[i] = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
+  // Binary readers hash their input while scanning it; JSONL inputs are hashed by tasks of their own
+  // (tasks [n, ...)), in parallel with the parsing. Spare threads go to the blocks of binary inputs.
+  std::vector<std::size_t> hash_tasks;
+  for (std::size_t i = 0; i < n; ++i)
+    if (formats[i] == Format::kJsonl) hash_tasks.push_back(i);
+  ReaderOptions reader = options;
+  reader.threads = static_cast<int>(std::max<std::size_t>(1, static_cast<std::size_t>(threads) / n));
   Progress progress("scan", n, "files", "tokens");
-  // Tasks [0, n) scan the inputs, [n, 2n) checksum them: with one large input both cores still work.
-  parallel_for(2 * n, threads, [&](std::size_t task) {
-    const std::size_t i = task % n;
-    auto& in = corpus.inputs[i];
+  parallel_for(n + hash_tasks.size(), threads, [&](std::size_t task) {
     if (task >= n) {
-      std::vector<std::string> sums;
-      for (const auto& f : files_of(paths[i], formats[i])) sums.push_back(xxh3_file_hex(f));
-      in.xxh3 = fmt::format("{}", fmt::join(sums, "+"));
+      const std::size_t i = hash_tasks[task - n];
+      corpus.inputs[i].xxh3 = xxh3_file_hex(paths[i]);
       return;
     }
-    corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), options, docs[i], stats[i]);
+    const std::size_t i = task;
+    auto& in = corpus.inputs[i];
+    std::string checksum;
+    corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), reader, docs[i], stats[i], &checksum);
+    if (formats[i] != Format::kJsonl) in.xxh3 = checksum;
     in.path = paths[i];
     in.format = format_name(formats[i]);
     in.bytes = static_cast<std::int64_t>(stats[i].input_bytes);

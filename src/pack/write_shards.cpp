@@ -1,6 +1,7 @@
 #include "pack/write_shards.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -37,8 +38,12 @@ shard::ManifestShard write_one(const ShardJob& job, const PackPlan& plan, const 
   const std::int64_t S = params.seq_len;
   const auto n = static_cast<std::int64_t>(job.sequences.size());
   const std::int64_t block = std::clamp<std::int64_t>(kBlockTokens / S, 1, n);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(block * S));          // [block, S]
-  std::vector<std::uint8_t> mask(params.has_loss_mask ? ids.size() : 0);       // [block, S]
+  // [block, S] each; every row is fully written by assemble(), so the buffers are not zeroed
+  const auto cells = static_cast<std::size_t>(block * S);
+  const auto ids_buffer = std::make_unique_for_overwrite<std::int32_t[]>(cells);
+  const auto mask_buffer = std::make_unique_for_overwrite<std::uint8_t[]>(params.has_loss_mask ? cells : 0);
+  const std::span<std::int32_t> ids(ids_buffer.get(), cells);
+  const std::span<std::uint8_t> mask(mask_buffer.get(), params.has_loss_mask ? cells : 0);
   std::vector<shard::SequenceMeta> metas(static_cast<std::size_t>(block));
   shard::ShardWriter writer(dir / job.file, params, n);
   for (std::int64_t first = 0; first < n; first += block) {
@@ -51,7 +56,7 @@ shard::ManifestShard write_one(const ShardJob& job, const PackPlan& plan, const 
       tokens += static_cast<std::uint64_t>(metas[static_cast<std::size_t>(i)].length);
     }
     const auto used = static_cast<std::size_t>(count * S);
-    writer.append(std::span(ids).first(used), std::span(mask).first(mask.empty() ? 0 : used),
+    writer.append(ids.first(used), mask.first(mask.empty() ? 0 : used),
                   std::span(metas).first(static_cast<std::size_t>(count)));
     progress.add(static_cast<std::uint64_t>(count), tokens);
   }

@@ -138,6 +138,8 @@ def main():
         copies.append(t)
         dst.unlink()
         out = work / "packed"
+        # like the copy's destination, the previous run's output is removed outside the timing
+        shutil.rmtree(out, ignore_errors=True)
         t, m = timed([a.pack, "pack", str(inp), "--format", "flat", "--flat-dtype", "uint32", "--eos-id", str(EOS),
                       "-o", str(out), "--seq-len", str(a.seq_len), "--threads", str(a.threads), "--overwrite"])
         packs.append(t)

@@ -92,7 +92,7 @@ Format detect_format(const std::filesystem::path& path) {
 
 std::unique_ptr<TokenSource> scan_input(const std::filesystem::path& path, std::uint32_t source_id,
                                         const ReaderOptions& options, std::vector<DocRef>& docs,
-                                        ScanStats& stats) {
+                                        ScanStats& stats, std::string* checksum) {
   const Format format = options.format == Format::kAuto ? detect_format(path) : options.format;
   const std::size_t docs_before = docs.size();
   ScanStats input;
@@ -100,6 +100,7 @@ std::unique_ptr<TokenSource> scan_input(const std::filesystem::path& path, std::
   try {
     auto source = scan_format(format, path, options, sink);
     add_counts(stats, input);
+    if (checksum != nullptr) *checksum = sink.checksum();
     return source;
   } catch (...) {
     docs.resize(docs_before);

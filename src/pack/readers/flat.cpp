@@ -26,7 +26,7 @@ std::unique_ptr<TokenSource> scan_flat(const std::filesystem::path& path, const 
   }
   const TokenType type = bytes == 2 ? TokenType::kU16 : TokenType::kU32;
   scan_split_stream(file, type, 0, file.size() / static_cast<std::uint64_t>(bytes), options.eos_id,
-                    options.split_at, options.vocab_size, sink);
+                    options.split_at, options, sink);
   return std::make_unique<BinaryTokenSource>(std::move(file), type, 0);
 }
 

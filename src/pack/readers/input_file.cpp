@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,25 @@ void InputFile::read_exact(std::uint64_t offset, void* dst, std::size_t bytes) c
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+MappedRange::MappedRange(const InputFile& file, std::uint64_t offset, std::size_t bytes) {
+  if (bytes == 0) return;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t start = offset / page * page;
+  length_ = static_cast<std::size_t>(offset - start) + bytes;
+  // MAP_POPULATE maps the window in one call (no page fault per few pages) and reads ahead a cold file
+  base_ = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file.fd_, static_cast<off_t>(start));
+  if (base_ == MAP_FAILED) {
+    throw BadInput(fmt::format("{}: cannot map {} bytes at byte offset {}: {}", file.name(), bytes, offset,
+                               std::strerror(errno)));
+  }
+  ::madvise(base_, length_, MADV_SEQUENTIAL);
+  data_ = static_cast<const std::byte*>(base_) + (offset - start);
+}
+
+MappedRange::~MappedRange() {
+  if (length_ > 0) ::munmap(base_, length_);
 }
 
 }  // namespace ulysses::pack

@@ -71,7 +71,7 @@ std::unique_ptr<TokenSource> scan_llmc(const std::filesystem::path& path, const 
   }
   const std::int64_t eos = options.eos_id >= 0 ? options.eos_id : layout.default_eos;
   const SplitAt split_at = options.split_at_given ? options.split_at : SplitAt::kBeforeEos;
-  scan_split_stream(file, layout.type, kHeaderBytes, count, eos, split_at, options.vocab_size, sink);
+  scan_split_stream(file, layout.type, kHeaderBytes, count, eos, split_at, options, sink);
   return std::make_unique<BinaryTokenSource>(std::move(file), layout.type, kHeaderBytes);
 }
 

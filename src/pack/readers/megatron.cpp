@@ -17,6 +17,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "pack/readers/binary_tokens.hpp"
 #include "pack/readers/readers.hpp"
@@ -152,18 +153,22 @@ void check_sequences(const MegatronIndex& index, const InputFile& idx, const Inp
   }
 }
 
-// Checks every token, reading runs of sequences that follow each other in the .bin in one sweep.
-void scan_bin(const MegatronIndex& index, const InputFile& bin, std::int64_t vocab_size,
-              std::int64_t& max_id) {
+// Checks every token, reading runs of sequences that follow each other in the .bin in one sweep, and
+// returns the checksum of the .bin (hashed during the sweeps).
+std::string scan_bin(const MegatronIndex& index, const InputFile& bin, const ReaderOptions& options,
+                     std::int64_t& max_id) {
   const auto size = static_cast<std::int64_t>(token_bytes(index.type));
   const std::size_t sequences = index.lengths.size();
+  const TokenCheck check{options.vocab_size, -1, options.threads};
+  FileHasher hasher(bin);
   for (std::size_t j = 0; j < sequences;) {
     const std::int64_t run_begin = index.pointers[j];
     std::int64_t run_end = run_begin;
     for (; j < sequences && index.pointers[j] == run_end; ++j) run_end += index.lengths[j] * size;
     scan_tokens(bin, index.type, static_cast<std::uint64_t>(run_begin),
-                static_cast<std::uint64_t>((run_end - run_begin) / size), vocab_size, max_id);
+                static_cast<std::uint64_t>((run_end - run_begin) / size), check, hasher, max_id);
   }
+  return hasher.finish();
 }
 
 void add_documents(const MegatronIndex& index, DocSink& sink) {
@@ -209,8 +214,9 @@ std::unique_ptr<TokenSource> scan_megatron(const std::filesystem::path& path,
   const MegatronIndex index = read_index(idx);
   check_document_index(index, idx);
   check_sequences(index, idx, bin);
-  scan_bin(index, bin, options.vocab_size, sink.stats().max_id);
+  const std::string bin_sum = scan_bin(index, bin, options, sink.stats().max_id);
   add_documents(index, sink);
+  sink.set_checksum(bin_sum + "+" + xxh3_file_hex(paths.idx));
   return std::make_unique<BinaryTokenSource>(std::move(bin), index.type, 0);
 }
 

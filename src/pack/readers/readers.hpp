@@ -1,7 +1,8 @@
 // Internal interface between scan_input (corpus.cpp) and the per-format readers.
 //
 // Each scan_<format>() validates one input completely, records its documents in a DocSink and
-// returns the source that reads them back. They throw BadInput naming the file and the line (JSONL)
+// returns the source that reads them back. Binary readers also set the sink's checksum (hashed while
+// scanning); the JSONL reader leaves it empty. They throw BadInput naming the file and the line (JSONL)
 // or byte offset (binary) of the first problem.
 #pragma once
 
@@ -32,11 +33,16 @@ class DocSink {
   std::uint32_t source() const { return source_; }
   ScanStats& stats() { return stats_; }
 
+  // The input's checksum as the manifest records it, for readers that hash while they scan.
+  void set_checksum(std::string xxh3) { checksum_ = std::move(xxh3); }
+  const std::string& checksum() const { return checksum_; }
+
  private:
   std::string input_;
   std::uint32_t source_;
   std::vector<DocRef>& docs_;
   ScanStats& stats_;
+  std::string checksum_;
 };
 
 // Megatron's two files for a path given as the .bin, the .idx or their common prefix.

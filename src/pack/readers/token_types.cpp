@@ -60,6 +60,23 @@ std::size_t check_integers(const std::byte* src, std::size_t n, std::int64_t lim
   return i;
 }
 
+// Appends the index of every token equal to target. Tokens are compared a group at a time (a counting
+// loop the compiler vectorises); only groups holding a match are searched one by one.
+template <class T>
+void find_equal(const std::byte* src, std::size_t n, T target, std::vector<std::size_t>& hits) {
+  constexpr std::size_t kGroup = 256 / sizeof(T);
+  std::size_t group = 0;
+  for (; group + kGroup <= n; group += kGroup) {
+    unsigned matches = 0;
+    for (std::size_t i = group; i < group + kGroup; ++i) matches += load<T>(src, i) == target ? 1u : 0u;
+    if (matches == 0) continue;
+    for (std::size_t i = group; i < group + kGroup; ++i)
+      if (load<T>(src, i) == target) hits.push_back(i);
+  }
+  for (std::size_t i = group; i < n; ++i)
+    if (load<T>(src, i) == target) hits.push_back(i);
+}
+
 template <class T>
 std::size_t check_floats(const std::byte* src, std::size_t n, std::int64_t limit,
                          std::int64_t& max_id) {
@@ -145,10 +162,7 @@ void find_token(TokenType t, const std::byte* src, std::size_t n, std::int64_t i
   visit(t, [&](auto tag) {
     using T = decltype(tag);
     if (id < 0 || id > token_type_max(t)) return;
-    const T target = static_cast<T>(id);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (load<T>(src, i) == target) hits.push_back(i);
-    }
+    find_equal<T>(src, n, static_cast<T>(id), hits);
   });
 }
 
