@@ -5,10 +5,8 @@
 # Everything it writes goes under out/demo/ (replaced on each run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash tools/bootstrap.sh
-BUILD=${BUILD:-build}
-if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" >/dev/null; else meson setup "$BUILD"; fi
-ninja -C "$BUILD"
+export BUILD=${BUILD:-build}
+bash tools/build.sh
 OUT=out/demo
 CONFIG=datasets/sample/tiny-llama/config.json
 rm -rf "$OUT" && mkdir -p "$OUT"

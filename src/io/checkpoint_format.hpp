@@ -1,5 +1,5 @@
 // The checkpoint directory format, torch-free (ulysses-train writes it; ulysses-ckpt reads it).
-// Spec: docs/checkpoint-format.md.
+// Spec: docs/checkpoints.md.
 //
 //   RUN/checkpoints/
 //     latest                      text: the name of the newest complete checkpoint ("step-0000020")
@@ -39,16 +39,25 @@ struct FileEntry {
   std::string xxh3;
 };
 
+// How the optimizer state is stored. Today's trainer keeps AdamW state identical on every rank and
+// writes it once ("replicated": one optimizer.safetensors holding every tensor whole). A trainer that
+// shards it (ZeRO-1 style) would write another value here and per-rank files; readers dispatch on this
+// field and refuse a value they do not know, so such a layout is added without breaking old readers.
+inline constexpr const char* kOptimizerReplicated = "replicated";
+
 struct Manifest {
   int format_version = kFormatVersion;
   std::int64_t step = 0;
   std::int64_t world = 1, sp = 1, dp = 1;   // the layout it was written with (the files do not depend on it)
   std::string architecture;                 // e.g. "LlamaForCausalLM"
+  std::string optimizer_layout = kOptimizerReplicated;   // absent in older manifests: replicated
+  bool consolidated = false;                // written by `ulysses-ckpt merge` (absent: false)
   std::vector<FileEntry> files;
 };
 
 nlohmann::json to_json(const Manifest& m);
 Manifest read_manifest(const std::filesystem::path& checkpoint_dir);   // BadInput naming the file/field
+Manifest parse_manifest(const std::string& text, const std::filesystem::path& file);   // the same, from text
 void write_manifest(const Manifest& m, const std::filesystem::path& checkpoint_dir);
 
 std::string step_dir_name(std::int64_t step);   // "step-0000020"
