@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the built-in example, from a fresh machine: bootstrap (idempotent), build, pack the
 # sample corpus into SP=4-aligned shards checked against the tiny model's config, inspect and verify them,
-# then train the tiny Llama with Ulysses SP=4 over 4 CPU ranks and write checkpoints.
+# then train the tiny Llama with Ulysses SP=4 over 4 CPU ranks and write checkpoints, export the last one
+# as a Hugging Face model directory and load it with transformers.
 # Everything it writes goes under out/demo/ (replaced on each run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,4 +28,19 @@ first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
 print(f"loss: first 5 steps {first:.3f} -> last 5 steps {last:.3f} over {len(losses)} steps")
 sys.exit(0 if last < first else "the loss did not go down")
 PY
-echo "checkpoints: $(ls "$OUT/run/checkpoints") (latest: $(cat "$OUT/run/checkpoints/latest"))"
+echo "checkpoints: $(ls "$OUT/run/checkpoints" | tr '\n' ' ')(latest: $(cat "$OUT/run/checkpoints/latest"))"
+
+run "$BUILD/src/ckpt/ulysses-ckpt" export-hf "$OUT/run/checkpoints" -o "$OUT/hf" --dtype bf16
+run "$BUILD/src/ckpt/ulysses-ckpt" inspect "$OUT/hf" --no-tensors
+# The exported model, loaded by Hugging Face transformers (the venv bootstrap made): greedy continuation
+# of a prompt with the byte-level tokenizer of datasets/sample.
+"${ULYSSES_DEPS:-/opt/ulysses-deps}/venv/bin/python" - "$OUT/hf" <<'PY'
+import sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+prompt = [256] + list(b"This License")
+out = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=257, pad_token_id=258)
+text = bytes(t for t in out[0, 1:].tolist() if t < 256).decode("utf-8", "replace")
+print(f"transformers loaded {type(model).__name__} ({sum(p.numel() for p in model.parameters())} parameters, "
+      f"{next(model.parameters()).dtype}); greedy continuation: {text!r}")
+PY

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.hpp"
 
@@ -40,7 +41,7 @@ nlohmann::json to_json(const Manifest& m) {
   for (const auto& f : m.files) files.push_back({{"file", f.file}, {"bytes", f.bytes}, {"xxh3", f.xxh3}});
   return {{"format", kFormatName}, {"format_version", m.format_version}, {"step", m.step},
           {"layout", {{"world", m.world}, {"sp", m.sp}, {"dp", m.dp}}}, {"architecture", m.architecture},
-          {"files", files}};
+          {"optimizer_layout", m.optimizer_layout}, {"consolidated", m.consolidated}, {"files", files}};
 }
 
 Manifest read_manifest(const fs::path& dir) {
@@ -48,12 +49,17 @@ Manifest read_manifest(const fs::path& dir) {
   std::ifstream in(path);
   if (!in) throw BadInput(fmt::format("{} is not a checkpoint: {} is missing", dir.string(), kManifest),
                           "pass a step-NNNNNNN directory (or a run's checkpoints/ with --resume auto)");
+  return parse_manifest(std::string(std::istreambuf_iterator<char>(in), {}), path);
+}
+
+Manifest parse_manifest(const std::string& text, const fs::path& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (byte {})", path.string(), e.byte));
   }
+  if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", path.string()));
   if (field<std::string>(j, "format", path) != kFormatName)
     throw BadInput(fmt::format("{}: format is \"{}\", expected \"{}\"", path.string(), j["format"].get<std::string>(),
                                kFormatName));
@@ -67,8 +73,17 @@ Manifest read_manifest(const fs::path& dir) {
   m.world = field<std::int64_t>(layout, "world", path);
   m.sp = field<std::int64_t>(layout, "sp", path);
   m.dp = field<std::int64_t>(layout, "dp", path);
+  std::int64_t product = 0;
+  if (m.step < 0 || m.sp < 1 || m.dp < 1 || __builtin_mul_overflow(m.sp, m.dp, &product) || m.world != product)
+    throw BadInput(fmt::format("{}: step {} / layout world {} = sp {} x dp {} is not valid", path.string(), m.step,
+                               m.world, m.sp, m.dp),
+                   "the manifest is corrupt; restore it from the run's other checkpoints");
   m.architecture = field<std::string>(j, "architecture", path);
-  for (const auto& f : field<nlohmann::json>(j, "files", path))
+  if (j.contains("optimizer_layout")) m.optimizer_layout = field<std::string>(j, "optimizer_layout", path);
+  if (j.contains("consolidated")) m.consolidated = field<bool>(j, "consolidated", path);
+  const auto files = field<nlohmann::json>(j, "files", path);
+  if (!files.is_array()) throw BadInput(fmt::format("{}: field \"files\" must be an array", path.string()));
+  for (const auto& f : files)
     m.files.push_back({field<std::string>(f, "file", path), field<std::int64_t>(f, "bytes", path),
                        field<std::string>(f, "xxh3", path)});
   return m;

@@ -432,6 +432,13 @@ void Reader::read(const TensorInfo& t, void* dst) const {
   pread_exact(fd_, dst, t.nbytes(), data_start_ + t.begin, path_);
 }
 
+void Reader::read_range(const TensorInfo& t, std::uint64_t offset, std::uint64_t n, void* dst) const {
+  ULY_CHECK(fd_ >= 0, "read of '{}' from a moved-from Reader", t.name);
+  ULY_CHECK(offset <= t.nbytes() && n <= t.nbytes() - offset, "{}: range [{}, +{}) outside tensor '{}' ({} bytes)",
+            path_.string(), offset, n, t.name, t.nbytes());
+  pread_exact(fd_, dst, n, data_start_ + t.begin + offset, path_);
+}
+
 // ---- Writer -----------------------------------------------------------------------------------------
 
 Writer::Writer(const fs::path& path, std::vector<Decl> tensors, const std::map<std::string, std::string>& metadata)
@@ -452,13 +459,33 @@ void Writer::write_next(const void* data, std::uint64_t nbytes) {
             path_.string(), decls_.size());
   const Decl& d = decls_[next_];
   const std::uint64_t want = decl_nbytes(d, path_);
-  ULY_CHECK(nbytes == want, "{}: tensor '{}' needs {} bytes, got {}", path_.string(), d.name, want, nbytes);
+  ULY_CHECK(nbytes == want && next_done_ == 0, "{}: tensor '{}' needs {} bytes, got {}", path_.string(), d.name,
+            want, nbytes);
   write_or_abandon(fd_, data, nbytes, path_);
   ++next_;
 }
 
+void Writer::write_part(const void* data, std::uint64_t nbytes) {
+  // skip empty tensors first: a zero-byte piece is never needed to complete one
+  while (next_ < decls_.size() && next_done_ == 0 && decl_nbytes(decls_[next_], path_) == 0) ++next_;
+  if (nbytes == 0) return;
+  ULY_CHECK(fd_ >= 0 && next_ < decls_.size(), "{}: write_part after finish, a failure, or all {} tensors",
+            path_.string(), decls_.size());
+  const std::uint64_t want = decl_nbytes(decls_[next_], path_);
+  ULY_CHECK(nbytes <= want - next_done_, "{}: tensor '{}' needs {} more bytes, got a piece of {}", path_.string(),
+            decls_[next_].name, want - next_done_, nbytes);
+  write_or_abandon(fd_, data, nbytes, path_);
+  next_done_ += nbytes;
+  if (next_done_ == want) {
+    ++next_;
+    next_done_ = 0;
+    while (next_ < decls_.size() && decl_nbytes(decls_[next_], path_) == 0) ++next_;
+  }
+}
+
 void Writer::finish() {
   ULY_CHECK(fd_ >= 0, "{}: finish() after finish or a failure", path_.string());
+  while (next_done_ == 0 && next_ < decls_.size() && decl_nbytes(decls_[next_], path_) == 0) ++next_;
   ULY_CHECK(next_ == decls_.size(), "{}: finish() with {} of {} tensors written (next: '{}')", path_.string(), next_,
             decls_.size(), decls_[next_].name);
   if (::fsync(fd_) != 0) {
@@ -522,6 +549,16 @@ bool HfWeights::contains(const std::string& name) const { return index_.count(na
 void HfWeights::read(const std::string& name, void* dst) const {
   const TensorInfo& t = info(name);
   files_[index_.at(name).first].read(t, dst);
+}
+
+void HfWeights::read_range(const std::string& name, std::uint64_t offset, std::uint64_t n, void* dst) const {
+  const TensorInfo& t = info(name);
+  files_[index_.at(name).first].read_range(t, offset, n, dst);
+}
+
+const fs::path& HfWeights::file_of(const std::string& name) const {
+  info(name);   // BadInput if absent
+  return files_[index_.at(name).first].path();
 }
 
 }  // namespace ulysses::st

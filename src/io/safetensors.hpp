@@ -51,6 +51,8 @@ class Reader {
   const TensorInfo* find(const std::string& name) const;                 // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   void read(const TensorInfo& t, void* dst) const;   // exactly t.nbytes() bytes; pread, thread-safe
+  // Bytes [offset, offset + n) of tensor t (offset + n <= t.nbytes()): streams a large tensor in pieces.
+  void read_range(const TensorInfo& t, std::uint64_t offset, std::uint64_t n, void* dst) const;
 
  private:
   std::filesystem::path path_;
@@ -82,6 +84,9 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
   void write_next(const void* data, std::uint64_t nbytes);   // the next declared tensor, in order
+  // The next piece of the current tensor: pieces of any size, in order; the tensor is complete (and the
+  // next one current) when its declared byte count is reached. Lets a caller stream a huge tensor.
+  void write_part(const void* data, std::uint64_t nbytes);
   void finish();                                              // flush, fsync, close; throws on short write
 
  private:
@@ -89,6 +94,7 @@ class Writer {
   int fd_ = -1;                  // open while unfinished; -1 once finished or abandoned (file removed)
   std::vector<Decl> decls_;
   std::size_t next_ = 0;
+  std::uint64_t next_done_ = 0;  // bytes of decls_[next_] written so far by write_part
 };
 
 // A Hugging Face weights directory: model.safetensors, or model.safetensors.index.json
@@ -102,6 +108,10 @@ class HfWeights {
   const TensorInfo& info(const std::string& name) const;  // BadInput if absent, naming the directory
   bool contains(const std::string& name) const;
   void read(const std::string& name, void* dst) const;
+  // Bytes [offset, offset + n) of the tensor (see Reader::read_range); the file that holds it.
+  void read_range(const std::string& name, std::uint64_t offset, std::uint64_t n, void* dst) const;
+  const std::filesystem::path& file_of(const std::string& name) const;
+  const std::vector<Reader>& files() const { return files_; }
 
  private:
   std::filesystem::path dir_;

@@ -41,7 +41,8 @@ class ShardWriter {
 
   // Appends n = metas.size() sequences. ids: [n, seq_len] row-major; mask: [n, seq_len] or empty
   // (required iff params.has_loss_mask). Each meta: 1 <= length <= seq_len, doc_starts ascending from 0
-  // and below length. One H5Dwrite per dataset.
+  // and below length. The token rows bypass HDF5 (pwrite at their place in the file), so appends to
+  // different writers on different threads run in parallel.
   void append(std::span<const std::int32_t> ids, std::span<const std::uint8_t> mask,
               std::span<const SequenceMeta> metas);
   // Writes the metadata datasets, then the root attributes (a file without them is incomplete), and

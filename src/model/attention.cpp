@@ -25,7 +25,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, comm::Communicator* sp)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   auto q = q_proj(x).view({B, s, heads_, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
   auto k = k_proj(x).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
@@ -36,7 +36,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   }
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
-  if (!sp_) return o_proj(attend(q, k, v, mask).reshape({B, s, heads_ * head_dim_}));   // P = 1: [B, S, hidden]
+  if (!sp_) return o_proj(attend(q, k, v, plan).reshape({B, s, heads_ * head_dim_}));   // P = 1: [B, S, hidden]
 
   const std::int64_t P = sp_->size();
   k = replicate_kv_heads_for_sp(k, P);             // [B, S/P, max(Hkv, P), D]
@@ -44,23 +44,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   q = scatter_heads_gather_sequence(*sp_, q);      // [B, S, H/P, D]
   k = scatter_heads_gather_sequence(*sp_, k);      // [B, S, max(Hkv, P)/P, D]
   v = scatter_heads_gather_sequence(*sp_, v);      // [B, S, max(Hkv, P)/P, D]
-  auto out = scatter_sequence_gather_heads(*sp_, attend(q, k, v, mask));   // [B, S, H/P, D] -> [B, S/P, H, D]
+  auto out = scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan));   // [B, S, H/P, D] -> [B, S/P, H, D]
   return o_proj(out.reshape({B, s, heads_ * head_dim_}));                  // [B, S/P, H*D] -> [B, S/P, hidden]
 }
 
 // Local attention of h query heads over the whole sequence; each kv head serves h / hkv consecutive
 // query heads, as transformers' repeat_kv. q [B, S, h, D], k, v [B, S, hkv, D] -> [B, S, h, D]
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    const torch::Tensor& mask) const {
-  ULY_CHECK(mask.size(-1) == q.size(1), "mask over {} tokens for a sequence of {}", mask.size(-1), q.size(1));
+                                    const AttentionPlan& plan) const {
+  ULY_CHECK(static_cast<std::int64_t>(plan.runs.size()) == q.size(0), "attention plan for {} rows, batch of {}",
+            plan.runs.size(), q.size(0));
   const std::int64_t groups = q.size(2) / k.size(2);
   auto k_rep = groups > 1 ? k.repeat_interleave(groups, /*dim=*/2) : k;   // [B, S, h, D]
   auto v_rep = groups > 1 ? v.repeat_interleave(groups, /*dim=*/2) : v;   // [B, S, h, D]
-  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k_rep.transpose(1, 2),
-                                              v_rep.transpose(1, 2),   // [B, h, S, D] each
-                                              mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                              /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  return out.transpose(1, 2);   // [B, h, S, D] -> [B, S, h, D]
+  return document_attention(q, k_rep, v_rep, plan, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
 }
 
 }  // namespace ulysses::model

@@ -9,8 +9,8 @@
 //
 // The communicator is not owned and must outlive the module and every backward pass through it; null or
 // size 1 means no sequence parallelism (no collective is called). The head rules are checked at
-// construction (BadInput with both numbers). Attention itself is at::scaled_dot_product_attention with a
-// boolean [B, 1, S, S] mask: exact on any device, but O(S^2) memory per sequence.
+// construction (BadInput with both numbers). Attention itself runs per document (document_attention.hpp):
+// fused causal SDPA calls, no S×S mask except for a sliding window.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -19,6 +19,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/config.hpp"
+#include "model/document_attention.hpp"
 #include "model/layers.hpp"
 
 namespace ulysses::model {
@@ -26,15 +27,15 @@ namespace ulysses::model {
 struct AttentionImpl : torch::nn::Module {
   AttentionImpl(const ModelConfig& c, comm::Communicator* sp);
 
-  // x [B, S/P, hidden], rope tables of this rank's tokens, mask [B, 1, S, S] -> [B, S/P, hidden]
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask);
+  // x [B, S/P, hidden], rope tables of this rank's tokens, the whole sequence's documents -> [B, S/P, hidden]
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};   // Qwen3 only
 
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const torch::Tensor& mask) const;
+                       const AttentionPlan& plan) const;
 
   std::int64_t heads_, kv_heads_, head_dim_;
   comm::Communicator* sp_;   // non-null only when P > 1

@@ -15,8 +15,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp)
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask) {
-  auto h = x + self_attn(input_layernorm(x), rope, mask);   // [B, S/P, hidden]
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
+  auto h = x + self_attn(input_layernorm(x), rope, plan);   // [B, S/P, hidden]
   return h + mlp(post_attention_layernorm(h));              // [B, S/P, hidden]
 }
 
@@ -34,8 +34,8 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::
                                    const torch::Tensor& doc_ids) {
   auto h = embed_tokens(input_ids);                                        // [B, S/P, hidden]
   const auto rope = rope_tables(inv_freq_, position_ids, h.scalar_type());  // [B, S/P, 1, D] each
-  const auto mask = document_causal_mask(doc_ids, sliding_window_);        // [B, 1, S, S]
-  for (std::size_t i = 0; i < layers->size(); ++i) h = layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, mask);
+  const AttentionPlan plan = plan_attention(doc_ids, sliding_window_);     // runs of documents [B] × [begin, end)
+  for (std::size_t i = 0; i < layers->size(); ++i) h = layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, plan);
   return norm(h);                                                          // [B, S/P, hidden]
 }
 

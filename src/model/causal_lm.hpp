@@ -33,8 +33,8 @@ inline constexpr std::int64_t kIgnoreLabel = -100;
 // x + attn(norm(x)), then h + mlp(norm(h)).
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp);
-  // x [B, S/P, hidden], mask [B, 1, S, S] -> [B, S/P, hidden]
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const torch::Tensor& mask);
+  // x [B, S/P, hidden], the whole sequence's documents -> [B, S/P, hidden]
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan);
 
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};

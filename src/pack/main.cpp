@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/main_guard.hpp"
@@ -125,16 +126,7 @@ int main(int argc, char** argv) {
   set_up_pack(app, st);
   set_up_inspect(app, st);
   set_up_verify(app, st);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "error: {} — HINT: run '{} --help'\n", e.what(), argv[0]);
-    return ulysses::kExitBadInput;
-  }
+  if (auto code = ulysses::parse_command_line(app, argc, argv)) return *code;
   const std::string cmdline = command_line(argc, argv);
   return ulysses::run_guarded([&] {
     if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);

@@ -5,6 +5,13 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_lerp.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
 
 #include "core/error.hpp"
 
@@ -21,15 +28,25 @@ void AdamW::step(double lr) {
   ++steps_;
   const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2_sqrt = std::sqrt(1 - std::pow(o_.beta2, static_cast<double>(steps_)));
+  // The multi-tensor ("foreach") form of torch.optim.AdamW: one kernel per operation over all parameters.
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, decayed;
   for (auto& s : slots_) {
-    const torch::Tensor& g = s.param.grad();
-    if (!g.defined()) continue;
-    if (s.decay && o_.weight_decay != 0) s.param.mul_(1 - lr * o_.weight_decay);
-    s.exp_avg.lerp_(g, 1 - o_.beta1);
-    s.exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1 - o_.beta2);
-    torch::Tensor denom = (s.exp_avg_sq.sqrt() / bc2_sqrt).add_(o_.eps);
-    s.param.addcdiv_(s.exp_avg, denom, -lr / bc1);
+    if (!s.param.grad().defined()) continue;
+    params.push_back(s.param);
+    grads.push_back(s.param.grad());
+    exp_avgs.push_back(s.exp_avg);
+    exp_avg_sqs.push_back(s.exp_avg_sq);
+    if (s.decay) decayed.push_back(s.param);
   }
+  if (params.empty()) return;
+  if (o_.weight_decay != 0 && !decayed.empty()) at::_foreach_mul_(decayed, 1 - lr * o_.weight_decay);
+  at::_foreach_lerp_(exp_avgs, grads, 1 - o_.beta1);
+  at::_foreach_mul_(exp_avg_sqs, o_.beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - o_.beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denom, bc2_sqrt);
+  at::_foreach_add_(denom, o_.eps);
+  at::_foreach_addcdiv_(params, exp_avgs, denom, -lr / bc1);
 }
 
 NamedTensors AdamW::state() const {

@@ -4,38 +4,48 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/stack.h>
 
 namespace ulysses::train {
 
 void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& grad_group, double global_count) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    flat.push_back(p.grad().reshape(-1));
+    grads.push_back(p.grad());
   }
+  if (grad_group.size() == 1) {   // nothing to exchange: scale in place
+    at::_foreach_div_(grads, global_count);
+    return;
+  }
+  std::vector<torch::Tensor> flat;
+  for (const auto& g : grads) flat.push_back(g.reshape(-1));
   torch::Tensor buffer = torch::cat(flat);   // [total params]
-  if (grad_group.size() > 1) grad_group.all_reduce_sum(buffer);
+  grad_group.all_reduce_sum(buffer);
   buffer.div_(global_count);
   std::int64_t offset = 0;
-  for (const auto& p : params) {
-    const std::int64_t n = p.numel();
-    p.grad().copy_(buffer.narrow(0, offset, n).view_as(p));
+  for (const auto& g : grads) {
+    const std::int64_t n = g.numel();
+    g.copy_(buffer.narrow(0, offset, n).view_as(g));
     offset += n;
   }
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
-  double sq = 0;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-  const double norm = std::sqrt(sq);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0;
+  const std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);   // one [] per parameter
+  const double norm = torch::stack(norms).to(torch::kFloat64).norm().item<double>();
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1)
-      for (const auto& p : params)
-        if (p.grad().defined()) p.grad().mul_(coef);
+    if (coef < 1) at::_foreach_mul_(grads, coef);
   }
   return norm;
 }

@@ -26,6 +26,8 @@ Examples:
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
   # validate config, data and layout; print the rank map and a memory estimate
   mpiexec -n 4 ulysses-train --config run.toml --dry-run
+  # GB200 NVL72 (4 GPUs per node, sbatch --segment=18): SP 8 spans 2 nodes of one 72-GPU NVLink domain
+  srun --mpi=pmi2 ulysses-train --config run.toml --sp 8 --island-size 72
 
 Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
 
@@ -55,10 +57,17 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
   app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();
-  app.add_option("--world", o.world, "Expected number of ranks (default: SLURM_NTASKS when set)");
-  app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan");
+  app.add_option("--world", o.world, "Expected number of ranks (0: SLURM_NTASKS when set)")->capture_default_str();
+  app.add_option("--island-size", o.island_size,
+                 "Ranks per NVLink island, whole nodes (0: one node; 72 on GB200 NVL72 with sbatch --segment)")
+      ->capture_default_str();
+  app.add_flag("--allow-sp-across-islands", o.allow_sp_across_islands,
+               "Run even when an SP group spans NVLink islands (its all-to-alls then cross InfiniBand)");
+  app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan")
+      ->configurable(false);
   app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");
-  app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit");
+  app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit")
+      ->configurable(false);
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ struct TrainOptions {
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
   int threads = 0;                         // intra-op threads per rank (0: cores / ranks on this node)
   int world = 0;                           // expected world size (0: SLURM_NTASKS if set)
+  int island_size = 0;                     // ranks per NVLink island (0: one node; 72 on GB200 NVL72)
+  bool allow_sp_across_islands = false;    // accept SP groups that span islands (slow all-to-alls)
   bool dry_run = false;
   bool overwrite = false;                  // start over in an output that holds checkpoints
 };

@@ -9,13 +9,33 @@
 
 namespace ulysses::train {
 
-std::vector<std::string> rank_map_lines(const RankLayout& l, const std::vector<std::string>& hosts) {
+namespace {
+
+std::string group_text(const std::vector<int>& v) {
+  if (v.size() <= 8) return fmt::format("[{}]", fmt::join(v, " "));
+  return fmt::format("[{} {} {} ... {}]", v[0], v[1], v[2], v.back());
+}
+
+}  // namespace
+
+std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& topo) {
   std::vector<std::string> lines;
-  for (int g = 0; g < l.world(); ++g)
-    lines.push_back(fmt::format("rank {:>4}: host {}, sp_rank {} of sp group [{}], dp_rank {} of dp group [{}]", g,
-                                hosts.at(static_cast<std::size_t>(g)), l.sp_rank(g), fmt::join(l.sp_group_of(g), " "),
-                                l.dp_rank(g), fmt::join(l.dp_group_of(g), " ")));
+  for (int g = 0; g < l.world(); ++g) {
+    const RankPlace& p = topo.place(g);
+    lines.push_back(fmt::format("rank {:>4}: host {}, node {}, local rank {}, gpu {}, island {}, sp_rank {} of sp group {}, "
+                                "dp_rank {} of dp group {}", g, p.host, p.node, p.local_rank, p.local_rank, p.island,
+                                l.sp_rank(g), group_text(l.sp_group_of(g)), l.dp_rank(g), group_text(l.dp_group_of(g))));
+  }
   return lines;
+}
+
+std::string topology_line(const RankLayout& l, const Topology& topo, const char* slurm_ntasks) {
+  const bool inside = sp_group_crossing_islands(l, topo).empty();
+  return fmt::format("world {} ranks{} = sp {} × dp {} on {} node{}; {} NVLink island{} of {} ranks; SP groups {}", l.world(),
+                     slurm_ntasks != nullptr ? fmt::format(" (SLURM_NTASKS {})", slurm_ntasks) : "", l.sp(), l.dp(),
+                     topo.num_nodes(), topo.num_nodes() == 1 ? "" : "s", topo.num_islands(),
+                     topo.num_islands() == 1 ? "" : "s", topo.island_ranks(),
+                     inside ? "inside islands" : "CROSS islands (--allow-sp-across-islands)");
 }
 
 MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,

@@ -8,12 +8,19 @@
 #include <vector>
 
 #include "core/rank_layout.hpp"
+#include "core/topology.hpp"
 #include "model/config.hpp"
 
 namespace ulysses::train {
 
-// "rank 3: host n1, sp_rank 1 of group [2 3], dp_rank 1 of group [1 3]" — one line per rank (rank 0 prints).
-std::vector<std::string> rank_map_lines(const RankLayout& layout, const std::vector<std::string>& hosts);
+// One line per rank (rank 0 prints): where it runs and which groups it is in. Groups longer than 8 ranks
+// are shortened to "[first second third ... last]".
+//   rank    3: host n2, node 1, local rank 1, gpu 1, island 1, sp_rank 1 of sp group [2 3], dp_rank 1 of dp group [1 3]
+std::vector<std::string> rank_map_lines(const RankLayout& layout, const Topology& topo);
+constexpr int kFullRankMapUpTo = 64;   // a real run prints the map up to this many ranks; --dry-run always
+
+// "world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; SP groups inside islands"
+std::string topology_line(const RankLayout& layout, const Topology& topo, const char* slurm_ntasks);
 
 struct MemoryPlan {
   double weights_gib = 0, grads_gib = 0, optimizer_gib = 0, activations_gib = 0;

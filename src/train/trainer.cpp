@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <thread>
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
@@ -12,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "core/topology.hpp"
 #include "data/loader.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
@@ -29,16 +32,27 @@ namespace fs = std::filesystem;
 namespace ulysses::train {
 namespace {
 
-std::vector<std::string> gather_hosts(comm::Communicator& world) {
+// Every rank's view of where it runs (host, SLURM_NODEID, local rank), gathered so all ranks hold the table.
+std::vector<RankSelf> gather_rank_selves(comm::Communicator& world) {
+  constexpr std::int64_t kHost = 64, kRecord = kHost + 8;   // host name bytes, then node and local rank (int32)
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
-  torch::Tensor mine = torch::zeros({64}, torch::kUInt8);   // [64] bytes of this rank's host name
-  std::memcpy(mine.data_ptr(), name, static_cast<std::size_t>(std::min(len, 63)));
-  torch::Tensor all = world.size() > 1 ? world.all_gather(mine) : mine;   // [world * 64]
-  std::vector<std::string> hosts;
-  for (int r = 0; r < world.size(); ++r) hosts.emplace_back(static_cast<const char*>(all.data_ptr()) + 64 * r);
-  return hosts;
+  const RankSelf self = rank_self_from_env(std::string(name, static_cast<std::size_t>(len)));
+  torch::Tensor mine = torch::zeros({kRecord}, torch::kUInt8);   // [72] bytes: host, node, local rank
+  auto* p = static_cast<char*>(mine.data_ptr());
+  std::memcpy(p, self.host.data(), std::min<std::size_t>(self.host.size(), kHost - 1));
+  const std::int32_t ids[2] = {self.node, self.local_rank};
+  std::memcpy(p + kHost, ids, sizeof ids);
+  torch::Tensor all = world.size() > 1 ? world.all_gather(mine) : mine;   // [world * 72]
+  std::vector<RankSelf> out;
+  for (int r = 0; r < world.size(); ++r) {
+    const char* rec = static_cast<const char*>(all.data_ptr()) + kRecord * r;
+    std::int32_t got[2];
+    std::memcpy(got, rec + kHost, sizeof got);
+    out.push_back({std::string(rec), got[0], got[1]});
+  }
+  return out;
 }
 
 // True when any rank passes true (one signalled rank stops all).
@@ -52,12 +66,6 @@ double max_over_ranks(double value, comm::Communicator& world) {
   torch::Tensor t = torch::tensor({value}, torch::kFloat64);
   if (world.size() > 1) t = world.all_gather(t);
   return t.max().item<double>();
-}
-
-int local_ranks() {
-  for (const char* var : {"SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  return 1;
 }
 
 fs::path model_config_path(const TrainOptions& o) {
@@ -76,6 +84,7 @@ NamedTensors named_parameters(model::CausalLm& m) {
 struct Run {
   const TrainOptions& o;
   const RankLayout& layout;
+  const Topology& topo;
   int rank;
   comm::Communicator& world;
   model::ModelConfig config;
@@ -86,8 +95,13 @@ struct Run {
   std::int64_t param_count = 0;
 };
 
-void print_plan(const Run& r, const data::DataLoader& loader, const std::vector<std::string>& hosts) {
-  for (const auto& line : rank_map_lines(r.layout, hosts)) log_line(line);
+void print_plan(const Run& r, const data::DataLoader& loader) {
+  log_line(topology_line(r.layout, r.topo, std::getenv("SLURM_NTASKS")));
+  if (r.o.dry_run || r.layout.world() <= kFullRankMapUpTo) {
+    for (const auto& line : rank_map_lines(r.layout, r.topo)) log_line(line);
+  } else {
+    log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
+  }
   const MemoryPlan m = estimate_memory(r.config, r.param_count, r.o.micro_batch, loader.seq_len(), r.o.sp);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", model::architecture_name(r.config.architecture),
            r.param_count, r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
@@ -96,8 +110,9 @@ void print_plan(const Run& r, const data::DataLoader& loader, const std::vector<
            r.o.micro_batch, r.o.grad_accum);
   log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
-  log_info("writes: {}/checkpoints/step-NNNNNNN (every {} steps and at the end), {}/metrics.jsonl",
-           r.o.output.string(), r.o.save_every, r.o.output.string());
+  log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
+           r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
+           r.o.output.string());
 }
 
 // One optimizer step; returns the report (loss over all ranks).
@@ -137,10 +152,20 @@ void check_output(const TrainOptions& o, int rank) {
 
 int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& sp_group,
                  comm::Communicator& world) {
-  at::set_num_threads(o.threads > 0 ? o.threads
-                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks()));
   const RankLayout& layout = groups.layout();
-  Run r{o, layout, groups.rank(), world, {}, model_config_path(o)};
+  std::optional<Topology> placed;
+  try {   // every rank holds the same table and reaches the same verdict: all exit 2, no MPI_Abort (srun shows 2)
+    placed.emplace(gather_rank_selves(world), o.island_size);
+    check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
+  } catch (const BadInput& e) {
+    if (groups.rank() == 0) fmt::print(stderr, "[rank 0] error: {}\n", one_line(e));
+    return kExitBadInput;
+  }
+  const Topology& topo = *placed;
+  const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
+  at::set_num_threads(o.threads > 0 ? o.threads
+                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
+  Run r{o, layout, topo, groups.rank(), world, {}, model_config_path(o)};
   r.config = model::read_model_config(r.config_path);
   r.model = model::CausalLm(r.config, &sp_group);   // checks the heads against --sp first
   data::LoaderOptions lo{o.sp, layout.sp_rank(r.rank), layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
@@ -172,8 +197,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     loader.set_cursor(state.cursor);
     if (r.rank == 0) log_info("resumed from {} at step {}", from->string(), state.step);
   }
-  const auto hosts = gather_hosts(world);
-  if (r.rank == 0) print_plan(r, loader, hosts);
+  if (r.rank == 0) print_plan(r, loader);
   if (o.dry_run) return kExitOk;
 
   if (r.rank == 0) fs::create_directories(o.output);

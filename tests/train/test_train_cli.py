@@ -32,6 +32,21 @@ def rank_pids(out):
     return [int(pid) for pid in p.stdout.split()]
 
 
+def start(cmd):
+    """A run in its own process group, so a failing test can end every rank it started."""
+    return subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def stop(p, out):
+    """Ends the launcher's group and any rank of this run left behind."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    for pid in rank_pids(out):
+        os.kill(pid, signal.SIGKILL)
+
+
 def losses(out):
     return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -69,17 +84,19 @@ class Train(unittest.TestCase):
         full, cut = self.root / "full", self.root / "cut"
         args = ("--sp", 2, "--steps", 10, "--micro-batch", 2)
         self.run_ok(train_cmd(2, self.data, full, *args))
-        p = subprocess.Popen(list(map(str, train_cmd(2, self.data, cut, *args, "--save-every", 100))),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        metrics = cut / "metrics.jsonl"
-        deadline = time.time() + 300
-        while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
-            time.sleep(0.05)
-        ranks = rank_pids(cut)
-        self.assertEqual(len(ranks), 2, ranks)
-        os.kill(ranks[-1], signal.SIGUSR1)   # one rank signalled is enough: the ranks agree
-        _, err = p.communicate(timeout=300)
-        self.assertEqual(p.returncode, 3, err[-3000:])
+        p = start(train_cmd(2, self.data, cut, *args, "--save-every", 100))
+        try:
+            metrics = cut / "metrics.jsonl"
+            deadline = time.time() + 300
+            while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+                time.sleep(0.05)
+            ranks = rank_pids(cut)
+            self.assertEqual(len(ranks), 2, ranks)
+            os.kill(ranks[-1], signal.SIGUSR1)   # one rank signalled is enough: the ranks agree
+            _, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 3, err[-3000:])
+        finally:
+            stop(p, cut)
         stopped_at = len(losses(cut))
         self.assertLess(stopped_at, 10)
         self.assertTrue((cut / "checkpoints" / f"step-{stopped_at:07d}").is_dir())
@@ -88,26 +105,39 @@ class Train(unittest.TestCase):
 
     def test_killed_rank_ends_all_ranks(self):
         out = self.root / "killed"
-        p = subprocess.Popen(list(map(str, train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 300
-        while time.time() < deadline and not (out / "metrics.jsonl").exists():
-            time.sleep(0.05)
-        ranks = rank_pids(out)
-        self.assertEqual(len(ranks), 4, ranks)
-        os.kill(ranks[1], signal.SIGKILL)
-        start = time.time()
-        code = p.wait(timeout=60)
-        self.assertNotEqual(code, 0)
-        self.assertLess(time.time() - start, 30)
-        time.sleep(1)
-        self.assertEqual(rank_pids(out), [])
+        p = start(train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline and not (out / "metrics.jsonl").exists():
+                time.sleep(0.05)
+            ranks = rank_pids(out)
+            self.assertEqual(len(ranks), 4, ranks)
+            os.kill(ranks[1], signal.SIGKILL)
+            killed_at = time.time()
+            code = p.wait(timeout=60)
+            self.assertNotEqual(code, 0)
+            self.assertLess(time.time() - killed_at, 30)
+            time.sleep(1)
+            self.assertEqual(rank_pids(out), [])
+        finally:
+            stop(p, out)
 
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
         for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
             self.assertIn(needle, p.stderr)
         self.assertFalse((self.root / "dry" / "metrics.jsonl").exists())
+
+    def test_print_config_round_trips_through_config_file(self):
+        cmd = train_cmd(1, self.data, self.root / "cfg", "--sp", 2, "--steps", 7, "--print-config")[3:]   # no mpiexec
+        toml = self.run_ok(cmd).stdout
+        self.assertIn("sp=2", toml.replace(" ", ""))
+        path = self.root / "run.toml"
+        path.write_text(toml)
+        p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--config", path, "--dry-run"])
+        self.assertIn("sp_rank 1 of sp group [0 1]", p.stderr)
+        p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--config", path, "--sp", 1, "--dry-run"])   # flags override the file
+        self.assertIn("dp_rank 1 of dp group [0 1]", p.stderr)
 
     def expect_bad(self, cmd, *needles, env=None):
         p = self.run_ok(cmd, code=2, env=env)

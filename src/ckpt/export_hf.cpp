@@ -1,0 +1,119 @@
+// export-hf: checkpoint → Hugging Face directory. The mapping is the identity on names (the trainer's
+// parameters already carry transformers' names; a tied model has no lm_head.weight, as transformers
+// saves it), a dtype cast per element (dtype.hpp), and a config.json with every field spelled out.
+// Tensors stream in kChunkBytes pieces: memory is ~3 chunks (fp32 in, converted out, hash state) however
+// large the model. Everything written is read back and compared (sizes, header, per-tensor xxh3) before
+// the directory is renamed into place.
+#include <future>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/commands.hpp"
+#include "ckpt/dtype.hpp"
+#include "ckpt/output.hpp"
+#include "ckpt/source.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/output_dir.hpp"
+#include "core/progress.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::ckpt {
+namespace {
+
+// Files a tokenizer directory may hold that transformers' AutoTokenizer reads.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
+                                           "tokenizer.model",    "vocab.json",            "merges.txt",
+                                           "added_tokens.json",  "chat_template.jinja",   "chat_template.json"};
+
+// Greedy: tensors in order, a new shard when the next tensor would pass max_bytes (a tensor larger than
+// max_bytes gets a shard of its own, as transformers does).
+std::vector<std::vector<OutTensor>> plan_shards(const std::vector<OutTensor>& tensors, std::uint64_t max_bytes) {
+  std::vector<std::vector<OutTensor>> shards(1);
+  std::uint64_t size = 0;
+  for (const OutTensor& t : tensors) {
+    if (!shards.back().empty() && size + t.nbytes() > max_bytes) {
+      shards.emplace_back();
+      size = 0;
+    }
+    shards.back().push_back(t);
+    size += t.nbytes();
+  }
+  return shards;
+}
+
+std::string shard_name(std::size_t i, std::size_t n) {
+  return n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+}
+
+std::vector<fs::path> tokenizer_files(const fs::path& dir) {
+  if (!fs::is_directory(dir))
+    throw BadInput(fmt::format("--tokenizer {} is not a directory", dir.string()),
+                   "pass the directory of a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json, ...)");
+  std::vector<fs::path> files;
+  for (const char* name : kTokenizerFiles)
+    if (fs::is_regular_file(dir / name)) files.push_back(dir / name);
+  if (files.empty())
+    throw BadInput(fmt::format("--tokenizer {} holds no tokenizer file (tokenizer.json, tokenizer.model, ...)",
+                               dir.string()),
+                   "pass the directory tokenizer.save_pretrained() wrote");
+  return files;
+}
+
+}  // namespace
+
+int run_export_hf(const ExportOptions& o) {
+  const st::DType dtype = dtype_from_flag(o.dtype);
+  if (o.max_shard_bytes == 0) throw BadInput("--max-shard-size must be positive", "e.g. --max-shard-size 5GB");
+  // sizes, headers and shapes now; the checksums of the files we read are computed on a second thread
+  // while the export runs (the page cache serves both readers) and must agree before the rename
+  const Checkpoint c = open_checkpoint(o.input, Verify::kNone);
+  const std::vector<fs::path> tokenizer = o.tokenizer.empty() ? std::vector<fs::path>{} : tokenizer_files(o.tokenizer);
+  std::vector<OutTensor> tensors;
+  std::uint64_t total = 0;
+  for (const std::string& n : c.model.names()) {
+    tensors.push_back({n, n, c.model.info(n).shape, dtype});
+    total += tensors.back().nbytes();
+  }
+  const auto shards = plan_shards(tensors, o.max_shard_bytes);
+  log_info("{}: step {}, {} ({} tensors{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step, c.spec.architecture,
+           tensors.size(), c.spec.tied ? ", tied embeddings" : "", human_bytes(total), st::dtype_name(dtype),
+           shards.size(), shards.size() > 1 ? "s" : "");
+  for (std::size_t i = 0; i < shards.size(); ++i)
+    log_info("  {}/{}: {} tensors", o.output.string(), shard_name(i, shards.size()), shards[i].size());
+  if (o.dry_run) return 0;
+
+  OutputDir out(o.output, o.overwrite);
+  require_free_space(o.output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));
+  std::future<void> checksums = std::async(std::launch::async, [&c] {
+    verify_checksums(c.dir, c.manifest, {checkpoint::kModel, checkpoint::kConfig, checkpoint::kTrainerState});
+  });
+  Progress progress("export", tensors.size(), "tensors", "bytes");
+  std::vector<std::vector<std::string>> sums;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = shard_name(i, shards.size());
+    sums.push_back(write_tensors(out.tmp() / name, c.model, shards[i], {{"format", "pt"}}, &progress));
+    for (const OutTensor& t : shards[i]) weight_map[t.name] = name;
+  }
+  progress.finish();
+  if (shards.size() > 1) {
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_text(out.tmp() / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_text(out.tmp() / "config.json", export_config(c.spec, torch_dtype_name(dtype)).dump(2) + "\n");
+  write_text(out.tmp() / "generation_config.json", generation_config(c.spec).dump(2) + "\n");
+  for (const fs::path& f : tokenizer) copy_file_checked(f, out.tmp() / f.filename());
+
+  for (std::size_t i = 0; i < shards.size(); ++i) verify_tensors(out.tmp() / shard_name(i, shards.size()), shards[i], sums[i]);
+  const Weights back = Weights::hf_dir(out.tmp());   // the index and the shards agree
+  check_parameters(back, c.spec, /*f32_only=*/false, /*allow_ignorable=*/false);
+  checksums.get();   // BadInput if the checkpoint was corrupt: the output is then removed, never renamed
+  out.commit();
+  log_info("wrote {} ({} {}, {} file{}, verified){}", o.output.string(), human_bytes(total), st::dtype_name(dtype),
+           shards.size(), shards.size() > 1 ? "s" : "", tokenizer.empty() ? "; no tokenizer (--tokenizer DIR)" : "");
+  return 0;
+}
+
+}  // namespace ulysses::ckpt

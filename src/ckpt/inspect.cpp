@@ -1,0 +1,114 @@
+// inspect: what a checkpoint, a consolidated checkpoint, a Hugging Face directory or one .safetensors
+// file holds — step, layout, config summary, files with checksums, tensors with dtype, shape and bytes.
+#include <fmt/ranges.h>
+
+#include "ckpt/commands.hpp"
+#include "ckpt/output.hpp"
+#include "ckpt/source.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::ckpt {
+namespace {
+
+void print_spec(const ModelSpec& s) {
+  fmt::print("config: {} ({}), hidden {}, {} layers, {} heads ({} kv) x head_dim {}, intermediate {}, vocab {}{}{}{}\n",
+             s.architecture, s.model_type, s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab,
+             s.tied ? ", tied embeddings" : "", s.qkv_bias ? ", qkv bias" : "", s.qk_norm ? ", qk norm" : "");
+}
+
+void print_tensors(const std::string& title, const Weights& w, bool list) {
+  std::uint64_t bytes = 0, params = 0;
+  std::map<std::string, int> dtypes;
+  for (const std::string& n : w.names()) {
+    bytes += w.info(n).nbytes();
+    params += w.info(n).numel();
+    ++dtypes[st::dtype_name(w.info(n).dtype)];
+  }
+  std::vector<std::string> kinds;
+  for (const auto& [d, count] : dtypes) kinds.push_back(fmt::format("{} {}", count, d));
+  fmt::print("{}: {} tensors ({}), {} elements, {}\n", title, w.names().size(), fmt::join(kinds, ", "), params,
+             human_bytes(bytes));
+  if (!list) return;
+  for (const std::string& n : w.names()) {
+    const st::TensorInfo& t = w.info(n);
+    fmt::print("  {:<56} {:<5} {:<16} {:>12}\n", n, st::dtype_name(t.dtype), fmt::format("[{}]", fmt::join(t.shape, ", ")),
+               t.nbytes());
+  }
+}
+
+int inspect_checkpoint(const InspectOptions& o, const fs::path& dir) {
+  const checkpoint::Manifest m = checkpoint::read_manifest(dir);
+  fmt::print("checkpoint {}\n", dir.string());
+  fmt::print("format {} v{}, step {}, written at world {} = sp {} x dp {}, optimizer {}, {}\n", checkpoint::kFormatName,
+             m.format_version, m.step, m.world, m.sp, m.dp, m.optimizer_layout,
+             m.consolidated ? "consolidated" : "as the trainer wrote it");
+  int bad = 0;
+  fmt::print("files:\n");
+  for (const auto& f : m.files) {
+    const fs::path p = dir / f.file;
+    std::string status;
+    std::error_code ec;
+    const auto size = fs::file_size(p, ec);
+    if (ec) status = "MISSING";
+    else if (static_cast<std::int64_t>(size) != f.bytes) status = fmt::format("SIZE {} != {}", size, f.bytes);
+    else if (o.checksums) status = xxh3_file_hex(p) == f.xxh3 ? "ok" : "CHECKSUM MISMATCH";
+    else status = "size ok";
+    bad += status != "ok" && status != "size ok";
+    fmt::print("  {:<24} {:>12} bytes  xxh3 {}  {}\n", f.file, f.bytes, f.xxh3, status);
+  }
+  if (bad) {
+    fmt::print("{} file(s) do not match the manifest\n", bad);
+    return 1;
+  }
+  const Checkpoint c = open_checkpoint(dir, Verify::kNone);
+  print_spec(c.spec);
+  fmt::print("trainer state: step {}, {} sequences consumed, {} tokens trained; optimizer steps {}\n", c.state.step,
+             c.state.cursor, c.state.tokens_seen, c.optimizer_steps);
+  print_tensors("model.safetensors", c.model, o.tensors);
+  print_tensors("optimizer.safetensors", c.optimizer, false);
+  return 0;
+}
+
+int inspect_hf(const InspectOptions& o, const fs::path& dir) {
+  fmt::print("Hugging Face directory {}\n", dir.string());
+  const ModelSpec spec = read_model_spec(dir / "config.json");
+  print_spec(spec);
+  if (spec.config.contains("torch_dtype")) fmt::print("torch_dtype: {}\n", spec.config["torch_dtype"].dump());
+  const Weights w = Weights::hf_dir(dir);
+  fmt::print("files:\n");
+  std::map<fs::path, int> files;
+  for (const std::string& n : w.names()) ++files[w.file_of(n)];
+  for (const auto& [f, count] : files)
+    fmt::print("  {:<40} {:>12} bytes  {} tensors{}\n", f.filename().string(), fs::file_size(f), count,
+               o.checksums ? "  xxh3 " + xxh3_file_hex(f) : "");
+  print_tensors("weights", w, o.tensors);
+  check_parameters(w, spec, /*f32_only=*/false, /*allow_ignorable=*/true);
+  fmt::print("tensors match config.json\n");
+  return 0;
+}
+
+}  // namespace
+
+int run_inspect(const InspectOptions& o) {
+  if (fs::is_regular_file(o.path)) {
+    const Weights w = Weights::file(o.path);
+    fmt::print("safetensors file {} ({} bytes{})\n", o.path.string(), fs::file_size(o.path),
+               o.checksums ? ", xxh3 " + xxh3_file_hex(o.path) : "");
+    for (const auto& [k, v] : w.metadata()) fmt::print("metadata {} = {}\n", k, v);
+    print_tensors("tensors", w, o.tensors);
+    return 0;
+  }
+  if (!fs::is_directory(o.path))
+    throw BadInput(fmt::format("{} does not exist", o.path.string()),
+                   "pass a checkpoint, a run's checkpoints/, a Hugging Face directory or a .safetensors file");
+  if (const auto dir = find_checkpoint(o.path)) return inspect_checkpoint(o, *dir);
+  if (fs::exists(o.path / "config.json")) return inspect_hf(o, o.path);
+  throw BadInput(fmt::format("{} is neither a checkpoint (manifest.json, latest) nor a Hugging Face directory "
+                             "(config.json)", o.path.string()),
+                 "pass a checkpoint, a run's checkpoints/, a Hugging Face directory or a .safetensors file");
+}
+
+}  // namespace ulysses::ckpt

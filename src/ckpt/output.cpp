@@ -1,0 +1,172 @@
+#include "ckpt/output.hpp"
+
+#include <sys/statvfs.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/dtype.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::ckpt {
+
+std::uint64_t OutTensor::nbytes() const {
+  std::uint64_t n = st::itemsize(dtype);
+  for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+std::vector<std::string> write_tensors(const fs::path& path, const Weights& from, const std::vector<OutTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata, Progress* progress) {
+  std::vector<st::Writer::Decl> decls;
+  for (const OutTensor& t : tensors) decls.push_back({t.name, t.dtype, t.shape});
+  st::Writer writer(path, decls, metadata);
+  std::vector<std::string> hashes;
+  std::vector<char> raw, out;
+  std::vector<float> f32;
+  for (const OutTensor& t : tensors) {
+    const std::size_t out_size = st::itemsize(t.dtype);
+    const std::uint64_t numel = t.nbytes() / out_size;
+    const std::uint64_t chunk = kChunkBytes / 4;   // elements per piece
+    Xxh3Stream hash;
+    if (t.source.empty()) {   // zeros (a fresh optimizer state)
+      out.assign(std::min(numel, chunk) * out_size, 0);
+      for (std::uint64_t first = 0; first < numel; first += chunk) {
+        const std::uint64_t n = std::min(chunk, numel - first) * out_size;
+        hash.update(out.data(), n);
+        writer.write_part(out.data(), n);
+      }
+    } else {
+      const st::TensorInfo& in = from.info(t.source);
+      ULY_CHECK(in.numel() == numel, "'{}' has {} elements, '{}' {}", t.source, in.numel(), t.name, numel);
+      const std::size_t in_size = st::itemsize(in.dtype);
+      for (std::uint64_t first = 0; first < numel; first += chunk) {
+        const std::uint64_t n = std::min(chunk, numel - first);
+        raw.resize(n * in_size);
+        from.read_range(t.source, first * in_size, n * in_size, raw.data());
+        const char* bytes = raw.data();
+        if (in.dtype != t.dtype) {
+          if (!is_model_float(in.dtype) || !is_model_float(t.dtype))
+            throw BadInput(fmt::format("{}: tensor '{}' is {}, which cannot be converted to {}",
+                                       from.file_of(t.source).string(), t.source, st::dtype_name(in.dtype),
+                                       st::dtype_name(t.dtype)));
+          out.resize(n * out_size);
+          convert(raw.data(), in.dtype, out.data(), t.dtype, n);
+          bytes = out.data();
+        }
+        hash.update(bytes, n * out_size);
+        writer.write_part(bytes, n * out_size);
+      }
+    }
+    hashes.push_back(hash.hex());
+    if (progress) progress->add(1, t.nbytes());
+  }
+  writer.finish();
+  return hashes;
+}
+
+void verify_tensors(const fs::path& path, const std::vector<OutTensor>& tensors, const std::vector<std::string>& checksums) {
+  const st::Reader r(path);
+  if (r.tensors().size() != tensors.size())
+    throw std::runtime_error(fmt::format("verify {}: {} tensors read back, {} written", path.string(),
+                                         r.tensors().size(), tensors.size()));
+  std::uint64_t data_end = 0;
+  std::vector<char> buf;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const OutTensor& t = tensors[i];
+    const st::TensorInfo* info = r.find(t.name);
+    if (!info || info->dtype != t.dtype || info->shape != t.shape)
+      throw std::runtime_error(fmt::format("verify {}: tensor '{}' does not read back as {} [{}]", path.string(), t.name,
+                                           st::dtype_name(t.dtype), fmt::join(t.shape, ", ")));
+    Xxh3Stream hash;
+    for (std::uint64_t off = 0; off < info->nbytes(); off += kChunkBytes) {
+      const std::uint64_t n = std::min(kChunkBytes, info->nbytes() - off);
+      buf.resize(n);
+      r.read_range(*info, off, n, buf.data());
+      hash.update(buf.data(), n);
+    }
+    if (hash.hex() != checksums[i])
+      throw std::runtime_error(fmt::format("verify {}: tensor '{}' reads back with xxh3 {}, written {}", path.string(),
+                                           t.name, hash.hex(), checksums[i]));
+    data_end = std::max(data_end, info->end);
+  }
+  std::uint64_t header = 0;
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(&header), 8);
+  const std::uint64_t expect = 8 + header + data_end, size = fs::file_size(path);
+  if (size != expect)
+    throw std::runtime_error(fmt::format("verify {}: {} bytes on disk, the header implies {}", path.string(), size, expect));
+}
+
+std::uint64_t safetensors_bytes(const std::vector<OutTensor>& tensors) {
+  std::uint64_t n = 8 + 64;   // length + metadata
+  for (const OutTensor& t : tensors) n += t.nbytes() + t.name.size() + 80;
+  return n;
+}
+
+void require_free_space(const fs::path& output, std::uint64_t bytes) {
+  fs::path probe = fs::absolute(output);
+  while (!fs::exists(probe) && probe.has_parent_path() && probe != probe.parent_path()) probe = probe.parent_path();
+  struct statvfs s {};
+  if (::statvfs(probe.c_str(), &s) != 0) return;   // cannot tell: the writes will say
+  const std::uint64_t free = static_cast<std::uint64_t>(s.f_bavail) * s.f_frsize;
+  const std::uint64_t need = bytes + (std::uint64_t{1} << 20);
+  if (free < need)
+    throw BadInput(fmt::format("the output filesystem of {} is full: the output needs {}, {} are free", output.string(),
+                               human_bytes(need), human_bytes(free)),
+                   "free some space or write to another filesystem (-o)");
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("{}: short write ({})", path.string(), std::strerror(errno)));
+}
+
+void copy_file_checked(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot copy {} to {}: {}", from.string(), to.string(), ec.message()));
+}
+
+std::uint64_t parse_size(const std::string& text, const std::string& flag) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},       {"b", 1},          {"kb", 1e3},  {"mb", 1e6},  {"gb", 1e9},  {"tb", 1e12},
+      {"kib", 1024}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double value = -1;
+  try {
+    std::size_t used = 0;
+    if (i > 0) value = std::stod(text.substr(0, i), &used);
+    if (used != i) value = -1;
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  for (const auto& [name, scale] : kUnits)
+    if (value > 0 && unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
+  throw BadInput(fmt::format("{} \"{}\" is not a size", flag, text), "write e.g. 5GB, 500MB, 2GiB or a byte count");
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const double x = static_cast<double>(b);
+  if (b >= (std::uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", x / (1 << 30));
+  if (b >= (std::uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", x / (1 << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", x / 1024);
+  return fmt::format("{} B", b);
+}
+
+}  // namespace ulysses::ckpt

@@ -1,0 +1,55 @@
+// Writing what ulysses-ckpt produces: tensors streamed from Weights into a safetensors file (converted,
+// hashed as written) and verified by reading the file back; small text files checked for short writes;
+// free space checked before any work. Outputs go into an OutputDir (core/output_dir.hpp), so a failure
+// at any point leaves no complete-looking directory behind.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/source.hpp"
+#include "io/safetensors.hpp"
+
+namespace ulysses {
+class Progress;
+}
+
+namespace ulysses::ckpt {
+
+// One tensor to write: `name` in the output, read from `source` (a name in `from`, or zeros when empty).
+struct OutTensor {
+  std::string name, source;
+  std::vector<std::int64_t> shape;
+  st::DType dtype;
+  std::uint64_t nbytes() const;
+};
+
+// Streams `tensors` into a new safetensors file at `path`, converting each from its source dtype to
+// OutTensor::dtype in kChunkBytes pieces. Returns the xxh3 of each tensor's written bytes, in order.
+std::vector<std::string> write_tensors(const std::filesystem::path& path, const Weights& from,
+                                       const std::vector<OutTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata, Progress* progress);
+
+// Re-opens `path` and checks it holds exactly `tensors` (names, dtypes, shapes, in order, the file size
+// the header implies) with the given per-tensor checksums. std::runtime_error on any difference.
+void verify_tensors(const std::filesystem::path& path, const std::vector<OutTensor>& tensors,
+                    const std::vector<std::string>& checksums);
+
+// Header + data bytes of a safetensors file holding `tensors` (as our Writer lays it out, ±8 bytes).
+std::uint64_t safetensors_bytes(const std::vector<OutTensor>& tensors);
+
+// BadInput when the filesystem that will hold `output` has fewer than `bytes` free (plus 1 MiB).
+void require_free_space(const std::filesystem::path& output, std::uint64_t bytes);
+
+void write_text(const std::filesystem::path& path, const std::string& text);   // runtime_error on short write
+void copy_file_checked(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput otherwise.
+std::uint64_t parse_size(const std::string& text, const std::string& flag);
+
+std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB"
+
+}  // namespace ulysses::ckpt

@@ -1,0 +1,248 @@
+#include "ckpt/source.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/ranges.h>
+
+#include "ckpt/dtype.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::ckpt {
+namespace {
+
+constexpr const char* kCorrupt = "the checkpoint is damaged; use another step-* directory of the run";
+
+bool plain_name(const std::string& s) {
+  const fs::path p(s);
+  return !s.empty() && s != "." && s != ".." && p == p.filename();
+}
+
+std::string first_few(const std::vector<std::string>& v) {
+  std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(v.size(), 3)));
+  return fmt::format("{}{}", fmt::join(head, ", "), v.size() > 3 ? fmt::format(" (+{} more)", v.size() - 3) : "");
+}
+
+// Every file the manifest lists: present, the size it says, the checksum it says; the four we read listed.
+void check_files(const fs::path& dir, const checkpoint::Manifest& m, Verify verify) {
+  const fs::path manifest = dir / checkpoint::kManifest;
+  for (const auto& f : m.files) {
+    if (!plain_name(f.file))
+      throw BadInput(fmt::format("{}: file entry \"{}\" is not a plain file name", manifest.string(), f.file), kCorrupt);
+    const fs::path p = dir / f.file;
+    std::error_code ec;
+    const auto size = fs::file_size(p, ec);
+    if (ec) throw BadInput(fmt::format("{} lists {}, which is missing", manifest.string(), p.string()), kCorrupt);
+    if (static_cast<std::int64_t>(size) != f.bytes)
+      throw BadInput(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)", p.string(), size,
+                                 f.bytes), kCorrupt);
+    if (verify == Verify::kAll) {
+      const std::string h = xxh3_file_hex(p);
+      if (h != f.xxh3)
+        throw BadInput(fmt::format("{}: xxh3 {}, the manifest says {} (the file is corrupt)", p.string(), h, f.xxh3),
+                       kCorrupt);
+    }
+  }
+  for (const char* need : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
+    if (std::none_of(m.files.begin(), m.files.end(), [&](const auto& f) { return f.file == need; }))
+      throw BadInput(fmt::format("{} does not list {}", manifest.string(), need), kCorrupt);
+}
+
+TrainerStateSummary read_trainer_state(const fs::path& file, std::int64_t manifest_step) {
+  std::ifstream in(file);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+      !j.contains("cursor") || !j["cursor"].is_number_unsigned())
+    throw BadInput(fmt::format("{}: not a trainer state (JSON with integer \"step\" and \"cursor\")", file.string()),
+                   kCorrupt);
+  TrainerStateSummary s{j["step"].get<std::int64_t>(), j["cursor"].get<std::uint64_t>(), 0};
+  if (j.contains("tokens_seen") && j["tokens_seen"].is_number_integer()) s.tokens_seen = j["tokens_seen"].get<std::int64_t>();
+  if (s.step != manifest_step)
+    throw BadInput(fmt::format("{}: step {} disagrees with the manifest's step {}", file.string(), s.step, manifest_step),
+                   kCorrupt);
+  return s;
+}
+
+// exp_avg.<p> and exp_avg_sq.<p> for every parameter p, F32 with its shape, nothing else; "steps" metadata.
+std::int64_t check_optimizer(const Weights& opt, const Weights& model) {
+  std::vector<std::string> problems;
+  std::size_t expected = 0;
+  for (const std::string& p : model.names())
+    for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
+      ++expected;
+      const std::string name = prefix + p;
+      if (!opt.contains(name)) {
+        problems.push_back(name + " missing");
+      } else if (opt.info(name).dtype != st::DType::kF32 || opt.info(name).shape != model.info(p).shape) {
+        problems.push_back(fmt::format("{} is {} [{}], the parameter F32 [{}]", name, st::dtype_name(opt.info(name).dtype),
+                                       fmt::join(opt.info(name).shape, ", "), fmt::join(model.info(p).shape, ", ")));
+      }
+    }
+  if (problems.empty() && opt.names().size() != expected)
+    problems.push_back(fmt::format("{} tensors, expected {}", opt.names().size(), expected));
+  if (!problems.empty())
+    throw BadInput(fmt::format("{}: optimizer state does not match the model: {}", opt.path().string(),
+                               first_few(problems)), kCorrupt);
+  const auto it = opt.metadata().find("steps");
+  std::int64_t steps = -1;
+  if (it != opt.metadata().end()) {
+    try {
+      std::size_t used = 0;
+      steps = std::stoll(it->second, &used);
+      if (used != it->second.size()) steps = -1;
+    } catch (const std::exception&) {
+      steps = -1;
+    }
+  }
+  if (steps < 0)
+    throw BadInput(fmt::format("{}: metadata \"steps\" is missing or not a count", opt.path().string()), kCorrupt);
+  return steps;
+}
+
+}  // namespace
+
+// ---- Weights ----------------------------------------------------------------------------------------
+
+Weights Weights::file(const fs::path& path) {
+  Weights w;
+  w.path_ = path;
+  w.file_ = std::make_shared<st::Reader>(path);
+  for (const st::TensorInfo& t : w.file_->tensors()) {
+    w.names_.push_back(t.name);
+    w.index_[t.name] = &t;
+  }
+  return w;
+}
+
+Weights Weights::hf_dir(const fs::path& dir) {
+  Weights w;
+  w.path_ = dir;
+  w.dir_ = std::make_shared<st::HfWeights>(dir);
+  w.names_ = w.dir_->names();
+  for (const std::string& n : w.names_) w.index_[n] = &w.dir_->info(n);
+  return w;
+}
+
+const st::TensorInfo& Weights::info(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end())
+    throw BadInput(fmt::format("tensor '{}' not found in {}", name, path_.string()));
+  return *it->second;
+}
+
+const fs::path& Weights::file_of(const std::string& name) const {
+  return file_ ? file_->path() : dir_->file_of(name);
+}
+
+void Weights::read_range(const std::string& name, std::uint64_t offset, std::uint64_t n, void* dst) const {
+  if (file_) file_->read_range(info(name), offset, n, dst);
+  else dir_->read_range(name, offset, n, dst);
+}
+
+const std::map<std::string, std::string>& Weights::metadata() const {
+  static const std::map<std::string, std::string> none;
+  return file_ ? file_->metadata() : none;
+}
+
+void Weights::read_f32(const std::string& name, std::uint64_t first, std::uint64_t count, float* dst,
+                       std::vector<char>& scratch) const {
+  const st::TensorInfo& t = info(name);
+  if (!is_model_float(t.dtype))
+    throw BadInput(fmt::format("{}: tensor '{}' is {}, not a floating-point weight (F32, BF16, F16)",
+                               file_of(name).string(), name, st::dtype_name(t.dtype)));
+  const std::size_t size = st::itemsize(t.dtype);
+  if (t.dtype == st::DType::kF32) {
+    read_range(name, first * size, count * size, dst);
+    return;
+  }
+  scratch.resize(count * size);
+  read_range(name, first * size, count * size, scratch.data());
+  convert(scratch.data(), t.dtype, dst, st::DType::kF32, count);
+}
+
+// ---- Checkpoint -------------------------------------------------------------------------------------
+
+std::optional<fs::path> find_checkpoint(const fs::path& path) {
+  if (fs::exists(path / checkpoint::kManifest)) return path;
+  for (const fs::path& dir : {path, path / "checkpoints"})
+    if (fs::exists(dir / checkpoint::kLatest)) {
+      if (auto latest = checkpoint::latest(dir)) return latest;
+      throw BadInput(fmt::format("{} is empty", (dir / checkpoint::kLatest).string()),
+                     "write the name of a complete step-* directory into it");
+    }
+  return std::nullopt;
+}
+
+Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
+  if (!fs::is_directory(path))
+    throw BadInput(fmt::format("{} is not a directory", path.string()),
+                   "pass a step-NNNNNNN checkpoint, a run's checkpoints/ directory or the run directory");
+  const std::optional<fs::path> dir = find_checkpoint(path);
+  if (!dir)
+    throw BadInput(fmt::format("{} is not a checkpoint: no {} and no {}", path.string(), checkpoint::kManifest,
+                               checkpoint::kLatest),
+                   "pass a step-NNNNNNN checkpoint, a run's checkpoints/ directory or the run directory");
+  Checkpoint c{*dir, checkpoint::read_manifest(*dir)};
+  if (c.manifest.optimizer_layout != checkpoint::kOptimizerReplicated)
+    throw BadInput(fmt::format("{}: optimizer_layout \"{}\" is not supported by this build (it reads \"{}\")",
+                               (*dir / checkpoint::kManifest).string(), c.manifest.optimizer_layout,
+                               checkpoint::kOptimizerReplicated),
+                   "use the ulysses-ckpt of the ulysses build that wrote the checkpoint");
+  check_files(*dir, c.manifest, verify);
+  c.spec = read_model_spec(*dir / checkpoint::kConfig);
+  if (c.spec.architecture != c.manifest.architecture)
+    throw BadInput(fmt::format("{}: architecture {} disagrees with {} ({})", (*dir / checkpoint::kManifest).string(),
+                               c.manifest.architecture, c.spec.file.string(), c.spec.architecture), kCorrupt);
+  c.model = Weights::file(*dir / checkpoint::kModel);
+  check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
+  c.optimizer = Weights::file(*dir / checkpoint::kOptimizer);
+  c.optimizer_steps = check_optimizer(c.optimizer, c.model);
+  c.state = read_trainer_state(*dir / checkpoint::kTrainerState, c.manifest.step);
+  return c;
+}
+
+void check_parameters(const Weights& w, const ModelSpec& spec, bool f32_only, bool allow_ignorable) {
+  std::vector<std::string> problems;
+  std::map<std::string, bool> expected;
+  for (const TensorSpec& t : expected_tensors(spec)) {
+    expected[t.name] = true;
+    if (!w.contains(t.name)) {
+      problems.push_back(fmt::format("'{}' missing", t.name));
+      continue;
+    }
+    const st::TensorInfo& info = w.info(t.name);
+    if (info.shape != t.shape)
+      problems.push_back(fmt::format("'{}' has shape [{}], the config gives [{}]", t.name, fmt::join(info.shape, ", "),
+                                     fmt::join(t.shape, ", ")));
+    else if (f32_only ? info.dtype != st::DType::kF32 : !is_model_float(info.dtype))
+      problems.push_back(fmt::format("'{}' is {}, expected {}", t.name, st::dtype_name(info.dtype),
+                                     f32_only ? "F32" : "F32, BF16 or F16"));
+  }
+  for (const std::string& n : w.names())
+    if (!expected.count(n) && !(allow_ignorable && ignorable_extra(spec, n)))
+      problems.push_back(fmt::format("'{}' is not a parameter of this {}", n, spec.architecture));
+  if (!problems.empty())
+    throw BadInput(fmt::format("{} does not match {} ({}): {}", w.path().string(), spec.file.string(),
+                               spec.architecture, first_few(problems)),
+                   "the weights and config.json come from different models");
+}
+
+void verify_checksums(const fs::path& dir, const checkpoint::Manifest& m, const std::vector<std::string>& files) {
+  for (const auto& f : m.files)
+    if (std::find(files.begin(), files.end(), f.file) != files.end()) {
+      const std::string h = xxh3_file_hex(dir / f.file);
+      if (h != f.xxh3)
+        throw BadInput(fmt::format("{}: xxh3 {}, the manifest says {} (the file is corrupt)", (dir / f.file).string(), h,
+                                   f.xxh3), kCorrupt);
+    }
+}
+
+bool is_hf_dir(const fs::path& path) {
+  return fs::exists(path / "config.json") &&
+         (fs::exists(path / "model.safetensors") || fs::exists(path / "model.safetensors.index.json"));
+}
+
+}  // namespace ulysses::ckpt

@@ -1,0 +1,148 @@
+#include "core/topology.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace ulysses {
+namespace {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1'000'000)
+    throw BadInput(fmt::format("{}='{}' is not a non-negative integer", name, v));
+  return static_cast<int>(n);
+}
+
+// "[0 1 2 3]", or "[0 1 2 ... 4095]" (first three and last) for long groups.
+std::string short_list(const std::vector<int>& v) {
+  if (v.size() <= 8) return fmt::format("[{}]", fmt::join(v, " "));
+  return fmt::format("[{} {} {} ... {}]", v[0], v[1], v[2], v.back());
+}
+
+}  // namespace
+
+RankSelf rank_self_from_env(const std::string& host_name) {
+  RankSelf s;
+  const char* slurm_host = std::getenv("SLURMD_NODENAME");
+  s.host = slurm_host != nullptr && *slurm_host != '\0' ? slurm_host : host_name;
+  s.node = env_int("SLURM_NODEID");
+  for (const char* var : {"SLURM_LOCALID", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    s.local_rank = env_int(var);
+    if (s.local_rank >= 0) break;
+  }
+  return s;
+}
+
+Topology::Topology(const std::vector<RankSelf>& ranks, int island_size) {
+  ULY_CHECK(!ranks.empty(), "empty topology");
+  if (island_size < 0) throw BadInput(fmt::format("--island-size ({}) must be 0 (a node) or positive", island_size));
+  const bool slurm_nodes = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.node >= 0; });
+  const bool local_known = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.local_rank >= 0; });
+  std::map<std::string, int> node_of_host;   // first-appearance numbering when SLURM_NODEID is missing
+  std::map<int, int> seen_on_node;
+  std::set<std::pair<int, int>> taken;
+  for (std::size_t g = 0; g < ranks.size(); ++g) {
+    RankPlace p;
+    p.host = ranks[g].host;
+    p.node = slurm_nodes ? ranks[g].node
+                         : node_of_host.emplace(p.host, static_cast<int>(node_of_host.size())).first->second;
+    const int index_on_node = seen_on_node[p.node]++;
+    p.local_rank = local_known ? ranks[g].local_rank : index_on_node;
+    if (!taken.emplace(p.node, p.local_rank).second)
+      throw BadInput(fmt::format("ranks share node {} ({}) and local rank {}: the launcher's placement is inconsistent",
+                                 p.node, p.host, p.local_rank),
+                     "launch one task per GPU with srun --mpi=pmi2 (or mpiexec) and do not mix launchers");
+    places_.push_back(std::move(p));
+  }
+  num_nodes_ = static_cast<int>(seen_on_node.size());
+  ranks_per_node_.assign(static_cast<std::size_t>(seen_on_node.rbegin()->first) + 1, 0);
+  for (const auto& [node, count] : seen_on_node) ranks_per_node_[static_cast<std::size_t>(node)] = count;
+
+  int nodes_per_island = 1;
+  const int per_node = seen_on_node.begin()->second;
+  if (island_size > 0) {
+    for (const auto& [node, count] : seen_on_node)
+      if (count != per_node)
+        throw BadInput(fmt::format("--island-size {} needs the same number of ranks on every node, but node {} has {} "
+                                   "and node {} has {}", island_size, seen_on_node.begin()->first, per_node, node, count),
+                       "launch the same number of tasks on every node (sbatch --ntasks-per-node)");
+    if (island_size % per_node != 0)
+      throw BadInput(fmt::format("--island-size ({}) is not a multiple of the ranks per node ({})", island_size, per_node),
+                     fmt::format("an island is whole nodes: e.g. --island-size {} ({} nodes); 0 means one node",
+                                 per_node * std::max(1, island_size / per_node), std::max(1, island_size / per_node)));
+    nodes_per_island = island_size / per_node;
+  }
+  island_ranks_ = island_size > 0 ? island_size : per_node;
+  std::set<int> islands;
+  for (auto& p : places_) {
+    p.island = p.node / nodes_per_island;
+    islands.insert(p.island);
+  }
+  num_islands_ = static_cast<int>(islands.size());
+}
+
+Topology Topology::uniform(int world, int ranks_per_node, int island_size) {
+  ULY_CHECK(world > 0 && ranks_per_node > 0, "world {} ranks_per_node {}", world, ranks_per_node);
+  std::vector<RankSelf> ranks;
+  for (int g = 0; g < world; ++g)
+    ranks.push_back({fmt::format("node{}", g / ranks_per_node), g / ranks_per_node, g % ranks_per_node});
+  return Topology(ranks, island_size);
+}
+
+const RankPlace& Topology::place(int g) const {
+  ULY_CHECK(g >= 0 && g < world(), "rank {} outside world of {}", g, world());
+  return places_[static_cast<std::size_t>(g)];
+}
+
+int Topology::ranks_on_node(int node) const {
+  ULY_CHECK(node >= 0 && node < static_cast<int>(ranks_per_node_.size()), "node {} unknown", node);
+  return ranks_per_node_[static_cast<std::size_t>(node)];
+}
+
+std::vector<int> sp_group_crossing_islands(const RankLayout& layout, const Topology& topo) {
+  ULY_CHECK(layout.world() == topo.world(), "layout world {} vs topology world {}", layout.world(), topo.world());
+  for (int d = 0; d < layout.dp(); ++d) {
+    std::vector<int> group = layout.sp_group_of(layout.global_rank(0, d));
+    const int island = topo.place(group.front()).island;
+    for (int g : group)
+      if (topo.place(g).island != island) return group;
+  }
+  return {};
+}
+
+void check_sp_within_islands(const RankLayout& layout, const Topology& topo, bool allow) {
+  if (layout.world() != topo.world())
+    throw BadInput(fmt::format("the rank layout has {} ranks but the launcher placed {}", layout.world(), topo.world()));
+  const std::vector<int> group = sp_group_crossing_islands(layout, topo);
+  if (group.empty() || allow) return;
+  std::set<int> islands;
+  std::set<std::string> hosts;
+  for (int g : group) {
+    islands.insert(topo.place(g).island);
+    hosts.insert(topo.place(g).host);
+  }
+  std::vector<int> fits;
+  for (int sp = 1; sp <= layout.world(); ++sp)
+    if (layout.world() % sp == 0 && sp_group_crossing_islands(RankLayout(layout.world(), sp), topo).empty())
+      fits.push_back(sp);
+  const std::string island_kind =
+      topo.island_ranks() == topo.ranks_on_node(topo.place(0).node) ? "one node each" : "--island-size";
+  throw BadInput(
+      fmt::format("SP group {} (--sp {}) spans NVLink islands {} (hosts {}): its all-to-alls would cross the "
+                  "inter-node network", short_list(group), layout.sp(), fmt::join(islands, ", "), fmt::join(hosts, ", ")),
+      fmt::format("islands hold {} ranks ({}): use --sp {}; on GB200 NVL72 pass --island-size 72 (with sbatch "
+                  "--segment); or --allow-sp-across-islands to accept the slower exchange",
+                  topo.island_ranks(), island_kind, fmt::join(fits, ", ")));
+}
+
+}  // namespace ulysses

@@ -1,0 +1,435 @@
+"""ulysses-ckpt end to end, against outside references.
+
+- Export: tiny checkpoints of every architecture (llama with llama3 RoPE scaling, llama tied, mistral with a
+  sliding window, qwen2, qwen3), trained by the real trainer under mpiexec, are exported; transformers'
+  from_pretrained gives the logits of OUR model on the same ids (ckpt_logits, the trainer's own code):
+  <= 1e-4 for fp32, bf16 within bf16 rounding; bf16/fp16 bytes equal torch's casts bit for bit.
+- The official safetensors library opens every file we write; save_pretrained output (sharded, tied)
+  imports; round trips import -> export and merge are bit-exact.
+- Resume on another layout: SP=2 x DP=2 for 10 steps, then SP=4 x DP=1 and SP=1 x DP=4 (same sequences per
+  step) continue with the losses of the run that never changed layout (<= 1e-5).
+- Every bad input exits 2 with one "error:" line naming the file, and leaves no output behind.
+
+usage: test_ckpt_cli.py ULYSSES_CKPT ULYSSES_TRAIN ULYSSES_PACK CKPT_LOGITS MPIEXEC REPO_ROOT
+"""
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CKPT, TRAIN, PACK, LOGITS, MPIEXEC, ROOT = sys.argv[1:7]
+del sys.argv[1:7]
+ROOT = pathlib.Path(ROOT)
+SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
+BASE = json.loads((ROOT / "datasets/sample/tiny-llama/config.json").read_text())
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.numpy import load_file as np_load, save_file as np_save  # noqa: E402
+from safetensors.torch import load_file as pt_load  # noqa: E402
+
+torch.set_num_threads(1)
+transformers.logging.set_verbosity_error()
+
+ARCHS = {
+    "llama3": dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    "llama_tied": dict(tie_word_embeddings=True),
+    "mistral": dict(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=48),
+    "qwen2": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False),
+    "qwen3": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], use_sliding_window=False, head_dim=16),
+}
+IDS = [(i * 37 + 11) % 256 for i in range(80)]   # 80 > the mistral window and the llama3 original context
+
+
+def run(*args, code=0):
+    p = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == code, f"{args}: exit {p.returncode}, expected {code}\n{p.stderr[-3000:]}"
+    return p
+
+
+def ckpt(*args, code=0):
+    return run(CKPT, *args, code=code)
+
+
+def train(n, data, cfg, out, *extra):
+    return run(MPIEXEC, "-n", n, TRAIN, "--data", data, "--model-config", cfg, "--output", out, "--threads", 1,
+               "--lr", "3e-3", "--warmup", 2, *extra)
+
+
+def tensors(path):
+    """name -> raw bytes of every tensor of a safetensors file, read by the official library."""
+    out = {}
+    with safe_open(str(path), framework="pt") as f:
+        for k in f.keys():
+            t = f.get_tensor(k)
+            out[k] = (str(t.dtype), tuple(t.shape), t.contiguous().view(torch.uint8).numpy().tobytes())
+    return out
+
+
+def hf_tensors(d):
+    d = pathlib.Path(d)
+    out = {}
+    for f in sorted(d.glob("*.safetensors")):
+        out.update(tensors(f))
+    return out
+
+
+def losses(out):
+    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+class Env:
+    """Trained once for the whole file: a packed dataset and one short run per architecture."""
+    root = None
+
+    @classmethod
+    def get(cls):
+        if cls.root is None:
+            cls.tmp = tempfile.TemporaryDirectory()
+            cls.root = pathlib.Path(cls.tmp.name)
+            cls.data = cls.root / "data"
+            run(PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", 256, "--sp", 4, "--pad-id", 258,
+                "--vocab-size", 320)
+            cls.runs = {}
+            for name, extra in ARCHS.items():
+                cfg = cls.root / f"{name}.json"
+                cfg.write_text(json.dumps({**BASE, **extra}))
+                out = cls.root / f"run-{name}"
+                train(2, cls.data, cfg, out, "--sp", 2, "--steps", 3)
+                cls.runs[name] = out
+        return cls
+
+
+def step_dir(run_dir):
+    c = run_dir / "checkpoints"
+    return c / (c / "latest").read_text().strip()
+
+
+class Export(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env.get()
+        cls.root = cls.env.root / "export"
+        cls.root.mkdir(exist_ok=True)
+        # our logits, straight from each checkpoint, in one process
+        args = [",".join(map(str, IDS))]
+        for name, r in cls.env.runs.items():
+            args += [step_dir(r), cls.root / f"ours-{name}.safetensors"]
+        run(LOGITS, *args)
+        cls.ours = {n: pt_load(str(cls.root / f"ours-{n}.safetensors"))["logits"] for n in ARCHS}
+
+    def hf_logits(self, d):
+        m = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32,
+                                                              attn_implementation="eager")
+        m.eval()
+        with torch.no_grad():
+            return m(torch.tensor([IDS])).logits, m
+
+    def test_fp32_and_bf16_exports_match_our_logits(self):
+        for name, r in self.env.runs.items():
+            with self.subTest(arch=name):
+                fp32, bf16 = self.root / f"{name}-fp32", self.root / f"{name}-bf16"
+                ckpt("export-hf", r, "-o", fp32, "--dtype", "fp32")
+                ckpt("export-hf", r, "-o", bf16)
+                cfg = json.loads((fp32 / "config.json").read_text())
+                self.assertEqual(cfg["torch_dtype"], "float32")
+                self.assertEqual(json.loads((bf16 / "config.json").read_text())["torch_dtype"], "bfloat16")
+                gen = json.loads((fp32 / "generation_config.json").read_text())
+                self.assertEqual((gen["bos_token_id"], gen["eos_token_id"], gen["pad_token_id"]), (256, 257, 258))
+                ours = self.ours[name]
+                theirs, model = self.hf_logits(fp32)
+                d32 = (theirs - ours).abs().max().item()
+                self.assertLessEqual(d32, 1e-4, f"{name} fp32 logits differ by {d32}")
+                theirs16, _ = self.hf_logits(bf16)
+                dbf = (theirs16 - ours).abs().max().item()
+                scale = ours.abs().max().item()
+                self.assertLessEqual(dbf, 0.02 * max(1.0, scale), f"{name} bf16 logits differ by {dbf}")
+                print(f"  {name}: max |logits| {scale:.3f}, transformers vs ours: fp32 {d32:.2e}, bf16 {dbf:.2e}",
+                      file=sys.stderr)
+                tied = name == "llama_tied"
+                self.assertEqual(model.config.tie_word_embeddings, tied)
+                if tied:
+                    self.assertEqual(model.lm_head.weight.data_ptr(), model.model.embed_tokens.weight.data_ptr())
+                    self.assertNotIn("lm_head.weight", hf_tensors(fp32))
+                # the bf16 file holds torch's round-to-nearest-even cast of the fp32 weights, bit for bit
+                w32 = pt_load(str(step_dir(r) / "model.safetensors"))
+                wbf = pt_load(str(bf16 / "model.safetensors"))
+                self.assertEqual(sorted(w32), sorted(wbf))
+                for k, v in w32.items():
+                    self.assertEqual(wbf[k].dtype, torch.bfloat16)
+                    self.assertTrue(torch.equal(v.to(torch.bfloat16).view(torch.int16), wbf[k].view(torch.int16)), k)
+
+    def test_sharded_export_loads_and_fp16_is_torchs_cast(self):
+        r = self.env.runs["qwen2"]
+        out = self.root / "qwen2-sharded"
+        ckpt("export-hf", r, "-o", out, "--dtype", "fp16", "--max-shard-size", "100KB")
+        index = json.loads((out / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+        self.assertGreater(len(shards), 1)
+        self.assertEqual(shards[0], f"model-00001-of-{len(shards):05d}.safetensors")
+        got = hf_tensors(out)
+        self.assertEqual(index["metadata"]["total_size"], sum(len(b) for _, _, b in got.values()))
+        w32 = pt_load(str(step_dir(r) / "model.safetensors"))
+        for k, v in w32.items():
+            self.assertEqual(got[k][2], v.to(torch.float16).view(torch.uint8).numpy().tobytes(), k)
+        theirs, _ = self.hf_logits(out)
+        self.assertLessEqual((theirs - self.ours["qwen2"]).abs().max().item(), 0.05 * max(1.0, theirs.abs().max().item()))
+
+    def test_special_values_cast_like_torch(self):
+        """Ties, subnormals, overflow, inf and NaN through import-hf -> export-hf, against torch's casts."""
+        src = self.root / "specials-hf"
+        ckpt("export-hf", self.env.runs["llama_tied"], "-o", src, "--dtype", "fp32")
+        w = np_load(str(src / "model.safetensors"))
+        emb = w["model.embed_tokens.weight"]
+        rng = np.random.default_rng(0)
+        bits = rng.integers(0, 2**32, size=emb.size, dtype=np.uint64).astype(np.uint32)
+        special = np.array([0x3f808000, 0x3f818000, 0x477ff000, 0x477fefff, 0x7f800000, 0xff800000, 0x7fc00001,
+                            0x33000000, 0x33000001, 0x387fc000, 0x38800000, 0x00000001, 0x80000000, 0x7f7fffff],
+                           dtype=np.uint32)
+        bits[:special.size] = special
+        w["model.embed_tokens.weight"] = bits.view(np.float32).reshape(emb.shape)
+        np_save(w, str(src / "model.safetensors"), metadata={"format": "pt"})
+        ckpt("import-hf", src, "-o", self.root / "specials-ckpt")
+        ref = torch.from_numpy(bits.view(np.float32).copy())
+        for flag, dt in [("bf16", torch.bfloat16), ("fp16", torch.float16)]:
+            out = self.root / f"specials-{flag}"
+            ckpt("export-hf", self.root / "specials-ckpt", "-o", out, "--dtype", flag)
+            got = pt_load(str(out / "model.safetensors"))["model.embed_tokens.weight"].flatten().view(torch.int16)
+            want = ref.to(dt).view(torch.int16)
+            nan = torch.isnan(ref)
+            self.assertTrue(torch.equal(got[~nan], want[~nan]), flag)
+            self.assertTrue(torch.isnan(got.view(dt)[nan]).all(), flag)
+
+    def test_save_pretrained_imports_and_round_trips_are_bit_exact(self):
+        for name in ["llama3", "llama_tied"]:
+            with self.subTest(arch=name):
+                r = self.env.runs[name]
+                fp32 = self.root / f"{name}-rt-fp32"
+                ckpt("export-hf", r, "-o", fp32, "--dtype", "fp32")
+                # transformers writes it back, sharded; our import reads it; the weights are unchanged
+                m = transformers.AutoModelForCausalLM.from_pretrained(str(fp32), dtype=torch.float32)
+                saved = self.root / f"{name}-saved"
+                m.save_pretrained(str(saved), max_shard_size="100KB", safe_serialization=True)
+                self.assertTrue((saved / "model.safetensors.index.json").exists())
+                imported = self.root / f"{name}-imported"
+                ckpt("import-hf", saved, "-o", imported)
+                ckpt("diff", step_dir(r), imported)
+                # import -> export at the same dtype gives back the same bytes per tensor (fp32 and bf16)
+                again = self.root / f"{name}-again"
+                ckpt("export-hf", imported, "-o", again, "--dtype", "fp32")
+                self.assertEqual(hf_tensors(fp32), hf_tensors(again))
+                bf = self.root / f"{name}-bf"
+                ckpt("export-hf", r, "-o", bf)
+                ckpt("import-hf", bf, "-o", self.root / f"{name}-bf-imported")
+                bf2 = self.root / f"{name}-bf2"
+                ckpt("export-hf", self.root / f"{name}-bf-imported", "-o", bf2, "--dtype", "bf16")
+                self.assertEqual(hf_tensors(bf), hf_tensors(bf2))
+                # the imported checkpoint is one the trainer starts from
+                st = json.loads((imported / "trainer_state.json").read_text())
+                self.assertEqual((st["step"], st["cursor"]), (0, 0))
+                for f in ["model.safetensors", "optimizer.safetensors"]:
+                    tensors(imported / f)   # the official library opens it
+                with safe_open(str(imported / "optimizer.safetensors"), framework="pt") as f:
+                    self.assertEqual(f.metadata()["steps"], "0")
+                    self.assertTrue(all(not f.get_tensor(k).any() for k in f.keys()))
+
+    def test_merge_is_bit_exact_and_inspect_diff_report(self):
+        r = self.env.runs["qwen3"]
+        merged = self.root / "qwen3-merged"
+        ckpt("merge", r, "-o", merged)
+        src = step_dir(r)
+        for f in ["model.safetensors", "optimizer.safetensors"]:
+            self.assertEqual(tensors(src / f), tensors(merged / f), f)
+        with safe_open(str(merged / "optimizer.safetensors"), framework="pt") as f:
+            self.assertEqual(f.metadata()["steps"], "3")
+        m = json.loads((merged / "manifest.json").read_text())
+        self.assertTrue(m["consolidated"])
+        self.assertEqual((m["step"], m["layout"]), (3, {"world": 2, "sp": 2, "dp": 1}))
+        ckpt("diff", r, merged, "--optimizer")
+        p = ckpt("inspect", merged)
+        for needle in ["step 3", "sp 2 x dp 1", "consolidated", "Qwen3ForCausalLM", "q_norm", "ok"]:
+            self.assertIn(needle, p.stdout)
+        hf = self.root / "qwen3-inspect-hf"
+        ckpt("export-hf", merged, "-o", hf, "--tokenizer", self.tokenizer_dir())
+        self.assertTrue((hf / "tokenizer_config.json").exists())
+        p = ckpt("inspect", hf)
+        self.assertIn("BF16", p.stdout)
+        self.assertIn("xxh3", p.stdout)
+        # diff: bf16 export vs the checkpoint differs (exit 1 at tolerance 0), passes at bf16 tolerance
+        p = ckpt("diff", merged, hf, code=1)
+        self.assertIn("ABOVE TOLERANCE", p.stdout)
+        ckpt("diff", merged, hf, "--tolerance", "0.01")
+        # missing / extra tensors
+        other = self.root / "llama-for-diff"
+        ckpt("export-hf", self.env.runs["llama_tied"], "-o", other, "--dtype", "fp32")
+        p = ckpt("diff", merged, other, code=1)
+        self.assertIn("only in A", p.stdout)
+
+    def tokenizer_dir(self):
+        d = self.root / "tok"
+        d.mkdir(exist_ok=True)
+        (d / "tokenizer_config.json").write_text('{"model_max_length": 256}')
+        (d / "tokenizer.json").write_text("{}")
+        return d
+
+
+class ResumeOnAnotherLayout(unittest.TestCase):
+    def test_sp2dp2_to_sp4dp1_and_sp1dp4(self):
+        env = Env.get()
+        root = env.root / "layouts"
+        cfg = ROOT / "datasets/sample/tiny-llama/config.json"
+        # 4 sequences per step at every layout: dp x micro-batch = 2 x 2 = 1 x 4 = 4 x 1
+        ref = root / "ref"
+        train(4, env.data, cfg, ref, "--sp", 2, "--micro-batch", 2, "--steps", 12, "--save-every", 10)
+        base = losses(ref)
+        self.assertEqual(len(base), 12)
+        step10 = ref / "checkpoints/step-0000010"
+        merged = root / "merged10"
+        ckpt("merge", step10, "-o", merged)
+        for sp, micro, src in [(4, 4, step10), (1, 1, merged)]:
+            out = root / f"sp{sp}"
+            train(4, env.data, cfg, out, "--sp", sp, "--micro-batch", micro, "--steps", 12, "--resume", src)
+            got = losses(out)
+            self.assertEqual(len(got), 2)
+            print(f"  resumed at sp {sp} x dp {4 // sp}: {got} vs {base[10:]}", file=sys.stderr)
+            for step, (x, y) in enumerate(zip(base[10:], got), 11):
+                self.assertLessEqual(abs(x - y), 1e-5 * max(1.0, abs(x)), f"sp {sp} step {step}: {x} vs {y}")
+
+
+class BadInput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env.get()
+        cls.good = cls.env.root / "bad-good-hf"
+        ckpt("export-hf", cls.env.runs["llama3"], "-o", cls.good, "--dtype", "fp32")
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = pathlib.Path(self.tmp.name)
+        self.out = self.root / "out"
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def expect_bad(self, args, *needles):
+        p = ckpt(*args, code=2)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+        self.assertEqual(len(lines), 1, p.stderr)
+        for n in needles:
+            self.assertIn(str(n), lines[0])
+        self.assertIn("HINT", lines[0])
+        self.assertFalse(self.out.exists())
+        self.assertEqual([x for x in self.out.parent.iterdir() if x.name.startswith(".out")], [])
+        return lines[0]
+
+    def hf_with(self, blob=None, config=None):
+        """A copy of a good HF directory whose model.safetensors is `blob` and/or config.json `config`."""
+        d = self.root / "hf"
+        shutil.copytree(self.good, d)
+        if blob is not None:
+            (d / "model.safetensors").write_bytes(blob)
+        if config is not None:
+            (d / "config.json").write_text(json.dumps(config))
+        return d
+
+    @staticmethod
+    def blob(header, data=b""):
+        h = header if isinstance(header, bytes) else json.dumps(header).encode()
+        return struct.pack("<Q", len(h)) + h + data
+
+    def test_truncated_safetensors(self):
+        full = (self.good / "model.safetensors").read_bytes()
+        d = self.hf_with(blob=full[: len(full) - 1000])
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "truncated")
+
+    def test_header_not_json(self):
+        d = self.hf_with(blob=self.blob(b"{not json at all", b"\0" * 8))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "not valid JSON")
+
+    def test_header_length_beyond_file(self):
+        d = self.hf_with(blob=struct.pack("<Q", 5000) + b"{}")
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "5000", "past the end")
+
+    def test_overlapping_and_out_of_range_offsets(self):
+        t = {"dtype": "F32", "shape": [2]}
+        d = self.hf_with(blob=self.blob({"a": {**t, "data_offsets": [0, 8]}, "b": {**t, "data_offsets": [4, 12]}},
+                                        b"\0" * 12))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "overlap")
+        shutil.rmtree(d)
+        d = self.hf_with(blob=self.blob({"a": {**t, "data_offsets": [8, 16]}}, b"\0" * 8))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "[8, 16]", "8 bytes")
+
+    def test_unknown_dtype(self):
+        d = self.hf_with(blob=self.blob({"a": {"dtype": "F7", "shape": [1], "data_offsets": [0, 1]}}, b"\0"))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "F7")
+        p = ckpt("inspect", d / "model.safetensors", code=2)
+        self.assertIn("unknown dtype", p.stderr)
+
+    def test_missing_shard_named_in_index(self):
+        d = self.root / "sharded"
+        ckpt("export-hf", self.env.runs["llama3"], "-o", d, "--max-shard-size", "100KB")
+        shards = sorted(d.glob("model-*-of-*.safetensors"))
+        self.assertGreater(len(shards), 1)
+        shards[1].unlink()
+        self.expect_bad(["import-hf", d, "-o", self.out], shards[1].name, "missing")
+
+    def test_config_without_required_fields(self):
+        cfg = json.loads((self.good / "config.json").read_text())
+        del cfg["hidden_size"]
+        d = self.hf_with(config=cfg)
+        self.expect_bad(["import-hf", d, "-o", self.out], "config.json", "hidden_size")
+
+    def test_weights_that_do_not_match_the_config(self):
+        cfg = json.loads((self.good / "config.json").read_text())
+        cfg["intermediate_size"] = 128
+        d = self.hf_with(config=cfg)
+        self.expect_bad(["import-hf", d, "-o", self.out], "mlp.gate_proj.weight", "[176, 64]", "[128, 64]")
+
+    def test_damaged_checkpoint(self):
+        c = self.root / "ckpt"
+        shutil.copytree(step_dir(self.env.runs["llama3"]), c)
+        with open(c / "model.safetensors", "r+b") as f:
+            f.seek(-3, 2)
+            f.write(b"\x01\x02\x03")
+        self.expect_bad(["merge", c, "-o", self.out], "model.safetensors", "xxh3")
+        (c / "model.safetensors").write_bytes(b"short")
+        self.expect_bad(["export-hf", c, "-o", self.out], "model.safetensors", "5 bytes")
+        self.expect_bad(["merge", self.root, "-o", self.out], "not a checkpoint")
+
+    def test_existing_output_needs_overwrite(self):
+        self.out.mkdir()
+        p = ckpt("export-hf", self.env.runs["llama3"], "-o", self.out, code=2)
+        self.assertIn("--overwrite", p.stderr)
+        self.assertEqual(list(self.out.iterdir()), [])
+        ckpt("export-hf", self.env.runs["llama3"], "-o", self.out, "--overwrite")
+        self.assertTrue((self.out / "model.safetensors").exists())
+
+    def test_bad_flags(self):
+        self.expect_bad(["export-hf", self.env.runs["llama3"], "-o", self.out, "--max-shard-size", "5XB"], "5XB")
+        self.expect_bad(["export-hf", self.env.runs["llama3"], "-o", self.out, "--tokenizer", self.root],
+                        str(self.root), "tokenizer")
+
+    def test_full_output_filesystem(self):
+        small = self.root / "small"
+        small.mkdir()
+        mount = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)]
+        self.assertEqual(subprocess.run(mount).returncode, 0, "cannot mount a tmpfs (needs root)")
+        try:
+            self.out = small / "out"
+            self.expect_bad(["export-hf", self.env.runs["llama3"], "-o", self.out, "--dtype", "fp32"], "full",
+                            str(small))
+            self.expect_bad(["merge", self.env.runs["llama3"], "-o", self.out], "full", str(small))
+        finally:
+            subprocess.run(["umount", str(small)])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,153 @@
+// Topology against tables (no MPI): block placement on 8-GPU HGX nodes and 4-GPU GB200 NVL72 nodes
+// (72-GPU islands), 1 to 4096 GPUs, SP degrees that fit inside an island and that do not; placement
+// derived from Slurm ids, from MPI local ranks, and from host names alone.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/topology.hpp"
+
+using ulysses::BadInput;
+using ulysses::RankLayout;
+using ulysses::RankSelf;
+using ulysses::Topology;
+
+namespace {
+
+struct Case {
+  int world, gpus_per_node, island_size, sp;
+  bool fits;
+};
+
+// Every row: `world` GPUs placed in blocks of `gpus_per_node`; islands of `island_size` ranks (0: a node).
+const Case kCases[] = {
+    // one GPU, one node
+    {1, 1, 0, 1, true},
+    {1, 8, 0, 1, true},
+    // HGX: 8 GPUs per node, the island is the node
+    {8, 8, 0, 8, true},
+    {8, 8, 0, 4, true},
+    {16, 8, 0, 8, true},
+    {16, 8, 0, 16, false},
+    {32, 8, 0, 8, true},    // the sbatch default: 4 nodes, SP 8, DP 4
+    {32, 8, 0, 2, true},
+    {32, 8, 0, 32, false},
+    {1024, 8, 0, 8, true},
+    {4096, 8, 0, 8, true},
+    {4096, 8, 0, 4, true},
+    {4096, 8, 0, 16, false},
+    {4096, 8, 0, 4096, false},
+    // HGX with two nodes bought as one NVLink island (--island-size 16)
+    {64, 8, 16, 16, true},
+    {64, 8, 16, 32, false},
+    // GB200 NVL72: 4 GPUs per node, 18 nodes = 72 GPUs per NVLink domain
+    {4, 4, 72, 4, true},
+    {72, 4, 72, 72, true},
+    {72, 4, 72, 8, true},
+    {72, 4, 72, 24, true},
+    {144, 4, 72, 8, true},   // groups of 2 nodes; 18 nodes per island is even
+    {144, 4, 72, 16, false}, // 4-node groups: the group of ranks 64..79 straddles nodes 16..19
+    {144, 4, 72, 72, true},
+    {144, 4, 72, 144, false},
+    {4032, 4, 72, 24, true}, // 56 racks
+    {4096, 4, 72, 8, true},  // 1024 nodes: 56 full racks and a partial one
+    {4096, 4, 72, 16, false},
+    {4096, 4, 72, 32, false},
+    // NVL72 nodes without --island-size: an island is one node of 4
+    {72, 4, 0, 4, true},
+    {72, 4, 0, 8, false},
+};
+
+}  // namespace
+
+TEST(Topology, TableOfClusters) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(testing::Message() << "world " << c.world << ", " << c.gpus_per_node << " GPUs/node, island "
+                                    << c.island_size << ", sp " << c.sp);
+    Topology t = Topology::uniform(c.world, c.gpus_per_node, c.island_size);
+    RankLayout l(c.world, c.sp);
+    EXPECT_EQ(ulysses::sp_group_crossing_islands(l, t).empty(), c.fits);
+    if (c.fits) {
+      EXPECT_NO_THROW(ulysses::check_sp_within_islands(l, t, false));
+    } else {
+      EXPECT_THROW(ulysses::check_sp_within_islands(l, t, false), BadInput);
+      EXPECT_NO_THROW(ulysses::check_sp_within_islands(l, t, true));   // --allow-sp-across-islands
+    }
+    const int nodes = (c.world + c.gpus_per_node - 1) / c.gpus_per_node;
+    EXPECT_EQ(t.num_nodes(), nodes);
+    const int per_island = c.island_size > 0 ? c.island_size : c.gpus_per_node;
+    EXPECT_EQ(t.num_islands(), (c.world + per_island - 1) / per_island);
+    for (int g = 0; g < c.world; ++g) {
+      EXPECT_EQ(t.place(g).node, g / c.gpus_per_node);
+      EXPECT_EQ(t.place(g).local_rank, g % c.gpus_per_node);
+      ASSERT_EQ(t.place(g).island, g / per_island) << g;
+    }
+  }
+}
+
+TEST(Topology, EverySpThatDividesTheIslandFits) {
+  for (int world = 1; world <= 4096; world *= 2)
+    for (int sp = 1; sp <= world; sp *= 2) {
+      const bool fits = sp <= 8;
+      EXPECT_EQ(ulysses::sp_group_crossing_islands(RankLayout(world, sp), Topology::uniform(world, std::min(world, 8), 0)).empty(),
+                fits) << world << " " << sp;
+    }
+}
+
+TEST(Topology, TwoNodesOfTwoFromSlurmIds) {
+  // two emulated nodes on one machine: same host name, distinct SLURMD_NODENAME and SLURM_NODEID
+  std::vector<RankSelf> ranks = {{"n1", 0, 0}, {"n1", 0, 1}, {"n2", 1, 0}, {"n2", 1, 1}};
+  Topology t(ranks, 0);
+  EXPECT_EQ(t.num_nodes(), 2);
+  EXPECT_EQ(t.num_islands(), 2);
+  EXPECT_EQ(t.place(3).host, "n2");
+  EXPECT_EQ(t.place(3).island, 1);
+  EXPECT_EQ(t.ranks_on_node(1), 2);
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(4, 2), t, false));
+  try {
+    ulysses::check_sp_within_islands(RankLayout(4, 4), t, false);
+    FAIL() << "expected BadInput";
+  } catch (const BadInput& e) {
+    const std::string msg = ulysses::one_line(e);
+    for (const char* needle : {"[0 1 2 3]", "--sp 4", "islands 0, 1", "n1, n2", "--sp 1, 2", "--allow-sp-across-islands",
+                               "--island-size 72"})
+      EXPECT_NE(msg.find(needle), std::string::npos) << needle << " in: " << msg;
+  }
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(4, 4), Topology(ranks, 4), false));
+}
+
+TEST(Topology, CyclicPlacementSplitsSpGroups) {
+  // srun --distribution=cyclic: consecutive ranks alternate nodes, so SP=2 crosses the network
+  std::vector<RankSelf> ranks = {{"a", 0, 0}, {"b", 1, 0}, {"a", 0, 1}, {"b", 1, 1}};
+  EXPECT_EQ(ulysses::sp_group_crossing_islands(RankLayout(4, 2), Topology(ranks, 0)), (std::vector<int>{0, 1}));
+}
+
+TEST(Topology, FromHostNamesAlone) {
+  // mpiexec without Slurm and without local rank variables: node and local rank come from the host names
+  std::vector<RankSelf> ranks = {{"a", -1, -1}, {"a", -1, -1}, {"b", -1, -1}, {"b", -1, -1}, {"b", -1, -1}};
+  Topology t(ranks, 0);
+  EXPECT_EQ(t.num_nodes(), 2);
+  EXPECT_EQ(t.place(1).node, 0);
+  EXPECT_EQ(t.place(1).local_rank, 1);
+  EXPECT_EQ(t.place(4).node, 1);
+  EXPECT_EQ(t.place(4).local_rank, 2);
+  EXPECT_EQ(t.ranks_on_node(1), 3);
+}
+
+TEST(Topology, MpiLocalRanksWithoutSlurm) {
+  std::vector<RankSelf> ranks = {{"ws", -1, 0}, {"ws", -1, 1}, {"ws", -1, 2}, {"ws", -1, 3}};
+  Topology t(ranks, 0);
+  EXPECT_EQ(t.num_nodes(), 1);
+  EXPECT_EQ(t.place(3).local_rank, 3);
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(4, 4), t, false));
+}
+
+TEST(Topology, RefusesInconsistentPlacements) {
+  EXPECT_THROW(Topology({{"a", 0, 0}, {"a", 0, 0}}, 0), BadInput);                        // same GPU twice
+  EXPECT_THROW(Topology::uniform(16, 8, 12), BadInput);                                   // island not whole nodes
+  EXPECT_THROW(Topology({{"a", 0, 0}, {"a", 0, 1}, {"b", 1, 0}}, 4), BadInput);           // uneven nodes + islands
+  EXPECT_NO_THROW(Topology({{"a", 0, 0}, {"a", 0, 1}, {"b", 1, 0}}, 0));                  // uneven is fine per node
+  EXPECT_THROW(Topology::uniform(8, 8, -1), BadInput);
+}
