@@ -54,10 +54,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
                                     const AttentionPlan& plan) const {
   ULY_CHECK(static_cast<std::int64_t>(plan.runs.size()) == q.size(0), "attention plan for {} rows, batch of {}",
             plan.runs.size(), q.size(0));
-  const std::int64_t groups = q.size(2) / k.size(2);
-  auto k_rep = groups > 1 ? k.repeat_interleave(groups, /*dim=*/2) : k;   // [B, S, h, D]
-  auto v_rep = groups > 1 ? v.repeat_interleave(groups, /*dim=*/2) : v;   // [B, S, h, D]
-  return document_attention(q, k_rep, v_rep, plan, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  return document_attention(q, k, v, plan, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
 }
 
 }  // namespace ulysses::model

@@ -8,11 +8,12 @@
 namespace ulysses::model {
 namespace {
 
-// [b, S, h, D] → SDPA over [b, h, S, D] → [b, S, h, D]
+// q [b, S, h, D], k, v [b, S, hkv, D] → SDPA over [b, h, S, D] → [b, S, h, D]; query head i uses kv head
+// i / (h / hkv), as transformers' repeat_kv
 torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                    const std::optional<torch::Tensor>& mask, bool causal, double scale) {
   return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
-                                          /*dropout_p=*/0.0, causal, scale)
+                                          /*dropout_p=*/0.0, causal, scale, /*enable_gqa=*/k.size(2) != q.size(2))
       .transpose(1, 2);
 }
 

@@ -25,7 +25,7 @@ struct AttentionPlan {
 // doc_ids [B, S] (the whole sequence) → the plan.
 AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window);
 
-// q, k, v [B, S, h, D] (kv heads already repeated to h) → [B, S, h, D]
+// q [B, S, h, D], k, v [B, S, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)) → [B, S, h, D]
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const AttentionPlan& plan, double scale);
 

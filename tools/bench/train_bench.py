@@ -58,13 +58,13 @@ def train(build, work, data, config, ranks, steps, threads, tag):
     return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def bench_step(a, work):
-    cfg = llama_config(256, 4, 8, 4, 688)
-    path = work / "step-config.json"
+def step_ratio(a, work, name, cfg, S):
+    tag = name.split()[0]
+    path = work / f"step-{tag}.json"
     path.write_text(json.dumps(cfg))
-    S, steps = 1024, a.repeat + 2
-    data = pack(a.build, work, "step-data", S, steps + 2, 1)
-    ours = statistics.median(m["seconds"] for m in train(a.build, work, data, path, 1, steps, a.threads, "step")[2:])
+    steps = a.repeat + 2
+    data = pack(a.build, work, f"step-{tag}-data", S, steps + 2, 1)
+    ours = statistics.median(m["seconds"] for m in train(a.build, work, data, path, 1, steps, a.threads, tag)[2:])
 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -84,9 +84,15 @@ def bench_step(a, work):
         times.append(time.perf_counter() - start)
     theirs = statistics.median(times[2:])
     params = sum(p.numel() for p in model.parameters())
-    print(f"step: Llama {params / 1e6:.1f}M params, S={S}, batch 1, {a.threads} threads: ours {ours * 1e3:.1f} ms, "
+    print(f"step: {name} Llama {params / 1e6:.2f}M params, S={S}, batch 1, {a.threads} threads: ours {ours * 1e3:.1f} ms, "
           f"transformers {theirs * 1e3:.1f} ms (medians of {a.repeat})")
-    print(f"RATIO step time ours/transformers = {ours / theirs:.2f}  (target <= 0.8)")
+    print(f"RATIO step time ours/transformers ({name}) = {ours / theirs:.2f}  (target <= 0.8)")
+
+
+def bench_step(a, work):
+    tiny = json.loads((pathlib.Path(__file__).parents[2] / "datasets/sample/tiny-llama/config.json").read_text())
+    step_ratio(a, work, "tiny (datasets/sample/tiny-llama)", tiny, 1024)
+    step_ratio(a, work, "small", llama_config(256, 4, 8, 4, 688), 1024)
 
 
 def bench_memory(a, work):
