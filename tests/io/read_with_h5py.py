@@ -5,7 +5,7 @@ both datasets (masked: with loss_mask; plain: without), the manifest, every attr
 the labels / position ids / document ids derived per the doc, for the whole sequence and for what each
 SP rank reads. The expected content is rebuilt here document by document from the rules that
 write_example_shard.cpp states (not from the doc's formulas), so the two derivations are independent.
-Exits 77 (skipped) when h5py or numpy is missing.
+Fails when h5py or numpy is missing (tools/bootstrap.sh installs them).
 """
 import json
 import os
@@ -17,8 +17,7 @@ try:
     import h5py
     import numpy as np
 except ImportError as e:
-    print(f"skipped: {e}")
-    sys.exit(77)
+    sys.exit(f"cannot import h5py/numpy ({e}): run tools/bootstrap.sh, or pass -Dtorch_python=PY")
 
 # ---- The known content (restated from write_example_shard.cpp) ------------------------------------
 S, P, ALIGNMENT, PAD_ID = 512, 4, 32, 9

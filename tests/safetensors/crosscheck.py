@@ -10,7 +10,7 @@ Usage: crosscheck.py ST_CROSSCHECK        (the helper built from crosscheck.cpp)
     random LlamaForCausalLM (tied bf16 sharded, untied f32 sharded, tied f32 single file); st_crosscheck
     opens each with HfWeights and compares names, dtypes, shapes and the CRC32 of every tensor's bytes
     with what the official library reads. A corrupted expectation must then fail (the check is not vacuous).
-Exits 77 (skipped) when torch, safetensors or transformers cannot be imported.
+Fails when torch, safetensors or transformers cannot be imported (tools/bootstrap.sh installs them).
 """
 import json
 import math
@@ -29,8 +29,7 @@ try:
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 except ImportError as e:
-    print(f"skipped: {e}")
-    sys.exit(77)
+    sys.exit(f"cannot import the outside references ({e}): run tools/bootstrap.sh, or pass -Dtorch_python=PY")
 
 TORCH_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                 "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,

@@ -1,0 +1,207 @@
+"""slurm/train_1m.sbatch against a real Slurm started for this test (munged + slurmctld + two slurmd, all
+under one temporary directory; slurm_cluster.py), on the tiny model and CPU ranks:
+
+  1. `sbatch slurm/train_1m.sbatch` on 1 node × 4 tasks, SP 4: the job succeeds, the world is the 4 tasks
+     Slurm asked for, the loss goes down, a checkpoint is written.
+  2. two emulated nodes × 2 tasks, submitted through the file's bash submit mode: SP groups inside a node,
+     DP across the nodes (rank map and run); SP 4 over the two nodes is refused (exit 2) with its hint.
+  3. preemption: `scancel --signal=USR1` mid-run → the trainer saves and exits 3 → the job requeues itself →
+     resumes → finishes; its losses equal test 1's uninterrupted run exactly.
+  4. slurm/export.sbatch on test 1's run: ulysses-ckpt merge + export-hf give a Hugging Face directory.
+  5. slurm/pack.sbatch as a job array of 2: each task packs its half of the inputs into its own dataset.
+
+The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
+cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
+
+usage: test_slurm.py ULYSSES_TRAIN ULYSSES_PACK REPO_ROOT [ULYSSES_CKPT]
+"""
+import gzip
+import json
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from slurm_cluster import SlurmCluster  # noqa: E402
+
+TRAIN, PACK, ROOT = (pathlib.Path(a) for a in sys.argv[1:4])
+CKPT = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 and not sys.argv[4].startswith("-") else None
+del sys.argv[1:5 if CKPT else 4]
+BUILD = TRAIN.parents[2]   # <build>/src/train/ulysses-train
+SBATCH = ROOT / "slurm/train_1m.sbatch"
+CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
+SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
+STEPS = 12
+
+cluster = None   # set by main()
+work = None
+
+
+def losses(out):
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def job_env(out, **overrides):
+    """The documented overrides that turn the 8B/1M job into a tiny CPU one."""
+    env = dict(ULYSSES_ROOT=ROOT, ULYSSES_BIN=BUILD, DATA=work / "packed", MODEL_CONFIG=CONFIG, OUTPUT=out,
+               STEPS=STEPS, LR="3e-3", WARMUP=2, SAVE_EVERY=0, THREADS=1, SBATCH_GPUS_PER_NODE=0)
+    env.update(overrides)
+    return {k: str(v) for k, v in env.items()}
+
+
+def log_of(info):
+    return pathlib.Path(info["StdOut"]).read_text()
+
+
+_baseline = {}
+
+
+def baseline():
+    """Test 1's job (1 node × 4 tasks, SP 4), run once: its info, log and output dir."""
+    if not _baseline:
+        out = work / "single"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH], env=job_env(out, SP=4), cwd=work)
+        info = cluster.wait(job)
+        _baseline.update(info=info, log=log_of(info), out=out)
+    return _baseline
+
+
+class Sbatch(unittest.TestCase):
+    def test_1_single_node_sp4(self):
+        b = baseline()
+        self.assertEqual(b["info"]["ExitCode"], "0:0", b["log"][-4000:])
+        self.assertIn("world 4 ranks (SLURM_NTASKS 4) = sp 4 × dp 1 on 1 node", b["log"])
+        self.assertRegex(b["log"], r"\[sbatch\] commit: \S+")
+        self.assertIn("resolved ulysses-train configuration", b["log"])
+        a = losses(b["out"])
+        self.assertEqual(len(a), STEPS)
+        self.assertLess(sum(a[-3:]) / 3, a[0] - 0.3, f"the loss did not go down: {a}")
+        latest = (b["out"] / "checkpoints/latest").read_text().strip()
+        self.assertTrue((b["out"] / "checkpoints" / latest).is_dir(), latest)
+
+    def submit_mode(self, out, **env):
+        """`bash slurm/train_1m.sbatch`: the file submits itself with NODES/GPUS_PER_NODE as sbatch flags."""
+        p = subprocess.run(["bash", str(SBATCH)], env=dict(cluster.env, **job_env(out, REQUEST_GPUS=0, **env)),
+                           cwd=work, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("+ sbatch --job-name=", p.stdout)
+        return cluster.wait(int(re.search(r"Submitted batch job (\d+)", p.stdout).group(1)))
+
+    def test_2_two_nodes_sp_inside_dp_across(self):
+        out = work / "two-nodes"
+        info = self.submit_mode(out, NODES=2, GPUS_PER_NODE=2, SP=2, STEPS=4)
+        log = log_of(info)
+        self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
+        self.assertIn("world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; "
+                      "SP groups inside islands", log)
+        for rank, host, node, local, sp_group, dp_group in [(0, "n1", 0, 0, "[0 1]", "[0 2]"),
+                                                            (1, "n1", 0, 1, "[0 1]", "[1 3]"),
+                                                            (2, "n2", 1, 0, "[2 3]", "[0 2]"),
+                                                            (3, "n2", 1, 1, "[2 3]", "[1 3]")]:
+            self.assertIn(f"rank {rank:>4}: host {host}, node {node}, local rank {local}, gpu {local}, island {node}, "
+                          f"sp_rank {local} of sp group {sp_group}, dp_rank {node} of dp group {dp_group}", log)
+        self.assertEqual(len(losses(out)), 4)
+        self.assertTrue((out / "checkpoints/latest").exists())
+
+        crossing = self.submit_mode(work / "crossing", NODES=2, GPUS_PER_NODE=2, SP=4, STEPS=4)
+        log = log_of(crossing)
+        self.assertEqual(crossing["ExitCode"], "2:0", log[-4000:])
+        self.assertIn("SP group [0 1 2 3] (--sp 4) spans NVLink islands 0, 1 (hosts n1, n2)", log)
+        self.assertIn("--allow-sp-across-islands", log)
+
+    def test_3_preempted_job_requeues_and_matches(self):
+        out = work / "preempted"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH], env=job_env(out, SP=4), cwd=work)
+        metrics = out / "metrics.jsonl"
+        deadline = time.time() + 180
+        while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+            time.sleep(0.05)
+        self.assertTrue(metrics.exists(), cluster.job(job))
+        cluster.scancel("--signal=USR1", job)
+        info = cluster.wait(job, hurry_requeued=True)
+        log = log_of(info)
+        self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
+        self.assertEqual(info["Restarts"], "1", log[-4000:])
+        self.assertIn("ulysses-train exited with 3", log)
+        self.assertIn(f"requeueing job {job}", log)
+        stopped = re.search(r"saved at step (\d+)", log)
+        self.assertTrue(stopped, log[-4000:])
+        self.assertLess(int(stopped.group(1)), STEPS, "the signal came after the last step: nothing was preempted")
+        self.assertIn(f"resumed from {out}/checkpoints/step-{int(stopped.group(1)):07d}", log)
+        b = baseline()
+        self.assertEqual(b["info"]["ExitCode"], "0:0")
+        self.assertEqual(losses(out), losses(b["out"]))   # bit for bit
+
+    @unittest.skipIf(CKPT is None, "ulysses-ckpt is not built in this tree")
+    def test_4_export_after_training(self):
+        b = baseline()
+        self.assertEqual(b["info"]["ExitCode"], "0:0")
+        hf = work / "hf"
+        job = cluster.sbatch(["--cpus-per-task=1", ROOT / "slurm/export.sbatch"], cwd=work,
+                             env=dict(ULYSSES_ROOT=str(ROOT), ULYSSES_BIN=str(CKPT.parents[2]), RUN=str(b["out"]),
+                                      HF_DIR=str(hf)))
+        info = cluster.wait(job)
+        log = log_of(info)
+        self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
+        self.assertIn(f"merge {b['out']}/checkpoints/step-{STEPS:07d} -o", log)
+        self.assertTrue((hf / "config.json").exists(), log[-4000:])
+        self.assertTrue(list(hf.glob("*.safetensors")), log[-4000:])
+
+    def test_5_pack_job_array(self):
+        lines = gzip.open(SAMPLE, "rt").read().splitlines()
+        inputs = []
+        for i in range(4):   # four inputs: task 0 packs 0 and 2, task 1 packs 1 and 3
+            f = work / f"input-{i}.jsonl"
+            f.write_text("\n".join(lines[i::4]) + "\n")
+            inputs.append(str(f))
+        (work / "inputs.txt").write_text("\n".join(inputs) + "\n")
+        out = work / "parts"
+        job = cluster.sbatch(["--array=0-1", "--cpus-per-task=1", ROOT / "slurm/pack.sbatch"], cwd=work,
+                             env=dict(ULYSSES_ROOT=str(ROOT), ULYSSES_BIN=str(BUILD), INPUT_LIST=str(work / "inputs.txt"),
+                                      OUTPUT=str(out), SEQ_LEN="256", SP="4", MODEL_CONFIG=str(CONFIG),
+                                      VALID_FRACTION="0", PACK_ARGS="--pad-id 258"))
+        for task in range(2):
+            info = cluster.wait(f"{job}_{task}")
+            log = log_of(info)
+            self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
+            self.assertIn(f"task {task}/2 on", log)
+            self.assertIn(f"2 of 4 inputs -> {out}/part-00{task}", log)
+            manifest = json.loads((out / f"part-00{task}/manifest.json").read_text())
+            self.assertEqual(manifest["seq_len"], 256, manifest)
+
+
+def main():
+    global cluster, work
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="uly-slurm-test-"))
+    work = tmp / "work"
+    work.mkdir()
+    # meson's timeout sends SIGTERM: turn it into an exception so the daemons are still stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
+    ok = False
+    try:
+        t0 = time.time()
+        subprocess.run([str(PACK), "pack", str(SAMPLE), "-o", str(work / "packed"), "--seq-len", "256", "--sp", "4",
+                        "--pad-id", "258", "--model-config", str(CONFIG)], check=True, capture_output=True)
+        with SlurmCluster(base=tmp / "slurm", cpus_per_node=4) as c:
+            cluster = c
+            print(f"slurm cluster up in {time.time() - t0:.1f} s under {c.base}", flush=True)
+            result = unittest.main(exit=False, verbosity=2).result
+            ok = result.wasSuccessful()
+            if not ok:
+                print(c.logs(), file=sys.stderr)
+    finally:
+        if ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept for inspection: {tmp}", file=sys.stderr)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
