@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# launch/bind.sh — runs between srun (or mpiexec) and the program: binds this rank to one GPU and, when
+# the machine has several NUMA nodes and numactl is installed, to the CPUs and memory near that GPU.
+# Then it execs the program, so signals (USR1/TERM for save-and-stop) reach the trainer directly.
+#
+#   srun --mpi=pmi2 launch/bind.sh build/src/train/ulysses-train …
+#
+# GPU: the local rank (SLURM_LOCALID, MPI_LOCALRANKID or OMPI_COMM_WORLD_LOCAL_RANK) picks one entry of
+# the CUDA_VISIBLE_DEVICES that Slurm gave the task (all of the node's GPUs with --gpus-per-node), or GPU
+# <local rank> when none is set. Skipped where there is no GPU (/dev/nvidia0 absent) or with
+# ULYSSES_BIND_GPU=0 (e.g. when you bind with srun --gpu-bind yourself).
+# NUMA: the GPU's NUMA node from sysfs (via its PCI bus id), else local_rank × numa_nodes / ranks_per_node.
+# Off with ULYSSES_BIND_NUMA=0. ULYSSES_BIND_VERBOSE=1 prints one line per rank.
+# It does not set NCCL variables: the sbatch files do, in one visible place.
+set -euo pipefail
+
+local_rank=${MPI_LOCALRANKID:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-0}}}
+local_size=${MPI_LOCALNRANKS:-${OMPI_COMM_WORLD_LOCAL_SIZE:-${SLURM_NTASKS_PER_NODE:-1}}}
+local_size=${local_size%%(*}   # SLURM_NTASKS_PER_NODE may read "8(x4)"
+gpu=none numa=none
+
+if [[ ${ULYSSES_BIND_GPU:-auto} != 0 && ( -e /dev/nvidia0 || ${ULYSSES_BIND_GPU:-auto} == 1 ) ]]; then
+  if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+    IFS=, read -ra visible <<< "$CUDA_VISIBLE_DEVICES"
+    if ((${#visible[@]} > 1)); then
+      if ((local_rank >= ${#visible[@]})); then
+        echo "bind.sh: local rank $local_rank but only ${#visible[@]} GPUs visible ($CUDA_VISIBLE_DEVICES)" \
+             "— HINT: one task per GPU: --ntasks-per-node equal to --gpus-per-node" >&2
+        exit 2
+      fi
+      gpu=${visible[local_rank]}
+    else
+      gpu=${visible[0]}   # already bound to one GPU (srun --gpu-bind / --gpus-per-task)
+    fi
+  else
+    gpu=$local_rank
+  fi
+  export CUDA_VISIBLE_DEVICES=$gpu
+fi
+
+cmd=("$@")
+if [[ ${ULYSSES_BIND_NUMA:-1} != 0 ]] && command -v numactl >/dev/null; then
+  shopt -s nullglob
+  numa_dirs=(/sys/devices/system/node/node[0-9]*)
+  numa_nodes=${#numa_dirs[@]}
+  if ((numa_nodes > 1)); then
+    if [[ $gpu != none ]] && command -v nvidia-smi >/dev/null; then
+      bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" 2>/dev/null | tr 'A-F' 'a-f' || true)
+      bus=${bus#0000}   # nvidia-smi prints 8 hex digits of domain, sysfs 4
+      [[ -n $bus && -r /sys/bus/pci/devices/${bus}/numa_node ]] && numa=$(< "/sys/bus/pci/devices/${bus}/numa_node")
+    fi
+    if [[ $numa == none || $numa -lt 0 ]]; then numa=$((local_rank * numa_nodes / (local_size > 0 ? local_size : 1))); fi
+    cmd=(numactl "--cpunodebind=$numa" "--preferred=$numa" "$@")
+  fi
+fi
+
+if [[ ${ULYSSES_BIND_VERBOSE:-0} == 1 ]]; then
+  echo "bind.sh: ${SLURMD_NODENAME:-$(hostname)} rank ${SLURM_PROCID:-${PMI_RANK:-?}} local $local_rank/$local_size -> gpu $gpu, numa $numa" >&2
+fi
+exec "${cmd[@]}"
