@@ -103,6 +103,24 @@ class Train(unittest.TestCase):
         self.run_ok(train_cmd(2, self.data, cut, *args, "--resume", "auto"))
         self.assertEqual(losses(cut), losses(full))   # bit for bit
 
+    def test_sigterm_saves_and_exits_3(self):
+        """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1."""
+        out = self.root / "term"
+        p = start(train_cmd(2, self.data, out, "--sp", 2, "--steps", 100000))
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline and not (out / "metrics.jsonl").exists():
+                time.sleep(0.05)
+            ranks = rank_pids(out)
+            self.assertEqual(len(ranks), 2, ranks)
+            os.kill(ranks[0], signal.SIGTERM)
+            _, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 3, err[-3000:])
+            step = len(losses(out))
+            self.assertEqual((out / "checkpoints/latest").read_text().strip(), f"step-{step:07d}")
+        finally:
+            stop(p, out)
+
     def test_killed_rank_ends_all_ranks(self):
         out = self.root / "killed"
         p = start(train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))
