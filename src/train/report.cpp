@@ -50,8 +50,11 @@ MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
   // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj, MLP gate/up/act
   const double per_token_layer = 3 * h + 2 * qkv + 2 * attn_out + h + 3 * inter;
-  const double scores = static_cast<double>(micro_batch) * static_cast<double>(c.num_heads / sp) *
-                        static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + bool mask
+  // Attention runs per document through fused SDPA (no [S, S] scores), except with a sliding window, which
+  // needs the [B, 1, S, S] bool mask and the scores of H/P heads.
+  const double scores = !c.sliding_window ? 0.0
+                        : static_cast<double>(micro_batch) * static_cast<double>(c.num_heads / sp) *
+                              static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + mask
   const double logits = tokens * static_cast<double>(c.vocab_size) * 2;
   m.activations_gib = 4.0 * (static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
   return m;

@@ -27,7 +27,7 @@ struct MemoryPlan {
   double total() const { return weights_gib + grads_gib + optimizer_gib + activations_gib; }
 };
 // fp32 weights, grads and two AdamW moments; activations of one micro-batch on one rank (S/P tokens per
-// sequence, plus the CPU attention's [H/P, S, S] scores per layer).
+// sequence; plus the [H/P, S, S] scores per layer when a sliding window forces an explicit mask).
 MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
                            std::int64_t seq_len, std::int64_t sp);
 

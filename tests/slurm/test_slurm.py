@@ -13,7 +13,7 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
 
-usage: test_slurm.py ULYSSES_TRAIN ULYSSES_PACK REPO_ROOT [ULYSSES_CKPT]
+usage: test_slurm.py ULYSSES_TRAIN ULYSSES_PACK REPO_ROOT ULYSSES_CKPT
 """
 import gzip
 import json
@@ -31,8 +31,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from slurm_cluster import SlurmCluster  # noqa: E402
 
 TRAIN, PACK, ROOT = (pathlib.Path(a) for a in sys.argv[1:4])
-CKPT = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 and not sys.argv[4].startswith("-") else None
-del sys.argv[1:5 if CKPT else 4]
+CKPT = pathlib.Path(sys.argv[4])
+del sys.argv[1:5]
 BUILD = TRAIN.parents[2]   # <build>/src/train/ulysses-train
 SBATCH = ROOT / "slurm/train_1m.sbatch"
 CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
@@ -138,7 +138,6 @@ class Sbatch(unittest.TestCase):
         self.assertEqual(b["info"]["ExitCode"], "0:0")
         self.assertEqual(losses(out), losses(b["out"]))   # bit for bit
 
-    @unittest.skipIf(CKPT is None, "ulysses-ckpt is not built in this tree")
     def test_4_export_after_training(self):
         b = baseline()
         self.assertEqual(b["info"]["ExitCode"], "0:0")
