@@ -1,8 +1,9 @@
 // Communicator: the collectives the trainer needs, over torch::Tensor, for one process group.
 //
-// One interface, two backends: MPI for CPU tensors (mpi_communicator.hpp; runs everywhere and in CI)
-// and NCCL for CUDA tensors (the GPU issue). Every rank of the group calls the same collectives in the
-// same order with tensors of the same shape and dtype. All tensors must be contiguous.
+// One interface, two backends: MPI (mpi_communicator.hpp; CPU tensors, and CUDA tensors staged through
+// host memory — the debugging path) and NCCL (nccl_communicator.hpp; CUDA tensors, the CUDA build only).
+// backend.hpp makes either. Every rank of the group calls the same collectives in the same order with
+// tensors of the same shape and dtype. All tensors must be contiguous; results live on the input's device.
 #pragma once
 
 #include <torch/types.h>
@@ -20,6 +21,8 @@ class Communicator {
   virtual torch::Tensor all_to_all(const torch::Tensor& x) = 0;
   virtual void all_reduce_sum(torch::Tensor& x) = 0;                  // in place
   virtual torch::Tensor all_gather(const torch::Tensor& x) = 0;       // [n, ...] → [size() * n, ...]
+  // x: [size() * n, ...] → [n, ...]: this rank's chunk of the elementwise sum over ranks
+  virtual torch::Tensor reduce_scatter_sum(const torch::Tensor& x) = 0;
   virtual void broadcast(torch::Tensor& x, int root) = 0;             // in place
   virtual void barrier() = 0;
 };

@@ -29,8 +29,6 @@ bool exchangeable(torch::ScalarType t) {
 
 void check_tensor(std::string_view op, const torch::Tensor& x) {
   ULY_CHECK(x.defined(), "{}: undefined tensor", op);
-  ULY_CHECK(x.device().is_cpu(), "{}: MpiCommunicator takes CPU tensors, got one on {}", op,
-            x.device().str());
   ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op,
             shape(x));
   ULY_CHECK(exchangeable(x.scalar_type()), "{}: dtype {} is not supported (float32, float64, "
@@ -50,6 +48,15 @@ template <typename Piece>
 void in_int_pieces(std::int64_t total, Piece piece) {
   for (std::int64_t begin = 0; begin < total; begin += INT_MAX)
     piece(begin, static_cast<int>(std::min<std::int64_t>(INT_MAX, total - begin)));
+}
+
+// The host copy MPI works on: x itself when it lives on the CPU, else a CPU copy (.cpu() waits for the
+// device's current stream, so the data is final).
+torch::Tensor on_host(const torch::Tensor& x) { return x.device().is_cpu() ? x : x.cpu(); }
+
+// A result computed on the host, back on the device `like` lives on.
+torch::Tensor like_device(const torch::Tensor& host, const torch::Tensor& like) {
+  return like.device().is_cpu() ? host : host.to(like.device());
 }
 
 MPI_Datatype sum_type(torch::ScalarType t) {
@@ -85,18 +92,20 @@ torch::Tensor MpiCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, .
   ULY_CHECK(x.dim() >= 1 && x.size(0) % size_ == 0,
             "all_to_all: dim 0 of tensor {} must be divisible by the group size {}", shape(x), size_);
   const int chunk = byte_count("all_to_all", x, static_cast<std::int64_t>(x.nbytes()) / size_);
-  torch::Tensor out = torch::empty_like(x);                          // [P*n, ...]
-  CHECK_MPI(MPI_Alltoall(x.data_ptr(), chunk, MPI_BYTE, out.data_ptr(), chunk, MPI_BYTE, comm_));
-  return out;
+  const torch::Tensor in = on_host(x);                               // [P*n, ...]
+  torch::Tensor out = torch::empty_like(in);                         // [P*n, ...]
+  CHECK_MPI(MPI_Alltoall(in.data_ptr(), chunk, MPI_BYTE, out.data_ptr(), chunk, MPI_BYTE, comm_));
+  return like_device(out, x);
 }
 
 void MpiCommunicator::all_reduce_sum(torch::Tensor& x) {
   check_tensor("all_reduce_sum", x);
   const auto t = x.scalar_type();
-  if (t != torch::kBFloat16 && t != torch::kHalf) return all_reduce_in_place(comm_, x);
-  torch::Tensor wide = x.to(torch::kFloat);                          // same shape, float32
-  all_reduce_in_place(comm_, wide);
-  x.copy_(wide);
+  const bool narrow = t == torch::kBFloat16 || t == torch::kHalf;
+  if (!narrow && x.device().is_cpu()) return all_reduce_in_place(comm_, x);
+  torch::Tensor sum = narrow ? on_host(x).to(torch::kFloat) : x.cpu();   // a host copy of x, [...]
+  all_reduce_in_place(comm_, sum);
+  x.copy_(sum);
 }
 
 torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
@@ -105,18 +114,37 @@ torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...
   const int bytes = byte_count("all_gather", x, static_cast<std::int64_t>(x.nbytes()));
   auto sizes = x.sizes().vec();
   sizes[0] *= size_;
-  torch::Tensor out = torch::empty(sizes, x.options());              // [P*n, ...]
-  CHECK_MPI(MPI_Allgather(x.data_ptr(), bytes, MPI_BYTE, out.data_ptr(), bytes, MPI_BYTE, comm_));
-  return out;
+  const torch::Tensor in = on_host(x);                               // [n, ...]
+  torch::Tensor out = torch::empty(sizes, in.options());             // [P*n, ...]
+  CHECK_MPI(MPI_Allgather(in.data_ptr(), bytes, MPI_BYTE, out.data_ptr(), bytes, MPI_BYTE, comm_));
+  return like_device(out, x);
+}
+
+torch::Tensor MpiCommunicator::reduce_scatter_sum(const torch::Tensor& x) {   // [P*n, ...]
+  check_tensor("reduce_scatter_sum", x);
+  ULY_CHECK(x.dim() >= 1 && x.size(0) % size_ == 0,
+            "reduce_scatter_sum: dim 0 of tensor {} must be divisible by the group size {}", shape(x), size_);
+  const auto t = x.scalar_type();
+  const bool narrow = t == torch::kBFloat16 || t == torch::kHalf;
+  const torch::Tensor in = on_host(x).to(narrow ? torch::kFloat : t).contiguous();   // [P*n, ...]
+  const MPI_Datatype type = sum_type(in.scalar_type());
+  const std::int64_t count = in.numel() / size_;
+  ULY_CHECK(count <= INT_MAX, "reduce_scatter_sum: {} elements per rank (tensor {}) exceed MPI's int count limit {}",
+            count, shape(x), INT_MAX);
+  torch::Tensor out = torch::empty_like(in.chunk(size_)[0]);        // [n, ...]
+  CHECK_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(count), type, MPI_SUM, comm_));
+  return like_device(out.to(t), x);
 }
 
 void MpiCommunicator::broadcast(torch::Tensor& x, int root) {
   check_tensor("broadcast", x);
   ULY_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a group of {}", root, size_);
-  auto* data = static_cast<char*>(x.data_ptr());
-  in_int_pieces(static_cast<std::int64_t>(x.nbytes()), [&](std::int64_t begin, int count) {
+  torch::Tensor host = on_host(x);
+  auto* data = static_cast<char*>(host.data_ptr());
+  in_int_pieces(static_cast<std::int64_t>(host.nbytes()), [&](std::int64_t begin, int count) {
     CHECK_MPI(MPI_Bcast(data + begin, count, MPI_BYTE, root, comm_));
   });
+  if (!x.device().is_cpu()) x.copy_(host);
 }
 
 void MpiCommunicator::barrier() { CHECK_MPI(MPI_Barrier(comm_)); }

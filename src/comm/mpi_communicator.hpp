@@ -1,9 +1,14 @@
-// MpiCommunicator: the Communicator collectives over one MPI communicator, for CPU tensors.
+// MpiCommunicator: the Communicator collectives over one MPI communicator.
+//
+// CPU tensors go to MPI directly. Tensors on another device (CUDA) are staged through host memory: copied
+// to the CPU (which waits for the device's current stream), exchanged, and copied back to their device.
+// That is slow and meant for debugging and tests (`ulysses-train --comm mpi`: several ranks sharing one
+// GPU, results compared bit for bit with NCCL); NCCL is the backend for real GPU runs.
 //
 // Dtypes: float32, float64, bfloat16, float16, int64, int32, uint8. Data moves as bytes, so every
 // dtype is exchanged bit-exactly; all_reduce_sum adds float32/float64/int64/int32 with MPI_SUM and
 // bfloat16/float16 in a float32 temporary (cast back once at the end); uint8 is not summed.
-// Every tensor is checked (CPU, contiguous, supported dtype, dim-0 divisible where the collective
+// Every tensor is checked (defined, contiguous, supported dtype, dim-0 divisible where the collective
 // needs it) before any MPI call, with the numbers in the message; such a failure is raised on every
 // rank alike when the ranks agree on shapes. What cannot be checked locally is the caller's contract:
 // all ranks of the group call the same collectives in the same order, with the same dtype and shape
@@ -27,6 +32,7 @@ class MpiCommunicator final : public Communicator {
   torch::Tensor all_to_all(const torch::Tensor& x) override;       // [P*n, ...] → [P*n, ...]
   void all_reduce_sum(torch::Tensor& x) override;                   // [...] in place
   torch::Tensor all_gather(const torch::Tensor& x) override;        // [n, ...] → [P*n, ...]
+  torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override; // [P*n, ...] → [n, ...]
   void broadcast(torch::Tensor& x, int root) override;              // [...] in place
   void barrier() override;
 

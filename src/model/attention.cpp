@@ -34,8 +34,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     q = q_norm(q);   // [B, S/P, H, D], normalised over D
     k = k_norm(k);   // [B, S/P, Hkv, D]
   }
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
+  // RoPE (and q/k norm) compute in float32 when the projections ran in bf16 (autocast); the result goes back
+  // to the projections' dtype, so the all-to-alls and attention stay bf16 (SDPA would cast to it anyway).
+  const auto compute = v.scalar_type();
+  q = apply_rope(q, rope).to(compute);
+  k = apply_rope(k, rope).to(compute);
   if (!sp_) return o_proj(attend(q, k, v, plan).reshape({B, s, heads_ * head_dim_}));   // P = 1: [B, S, hidden]
 
   const std::int64_t P = sp_->size();

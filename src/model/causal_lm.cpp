@@ -34,7 +34,7 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::
                                    const torch::Tensor& doc_ids) {
   auto h = embed_tokens(input_ids);                                        // [B, S/P, hidden]
   const auto rope = rope_tables(inv_freq_, position_ids, h.scalar_type());  // [B, S/P, 1, D] each
-  const AttentionPlan plan = plan_attention(doc_ids, sliding_window_);     // runs of documents [B] × [begin, end)
+  const AttentionPlan plan = plan_attention(doc_ids, sliding_window_, h.device());   // runs of documents [B] × [begin, end)
   for (std::size_t i = 0; i < layers->size(); ++i) h = layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, plan);
   return norm(h);                                                          // [B, S/P, hidden]
 }

@@ -1,7 +1,12 @@
 #include "model/document_attention.hpp"
 
+#include <ATen/SDPBackend.h>
+#include <ATen/ops/_flash_attention_forward.h>
+#include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <fmt/format.h>
 
 #include "model/ulysses.hpp"
 
@@ -17,6 +22,35 @@ torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::
       .transpose(1, 2);
 }
 
+// The varlen flash kernel's conditions: CUDA, half precision, a head size it has kernels for, no explicit mask.
+bool varlen_flash_applies(const torch::Tensor& q, const AttentionPlan& plan) {
+  const auto t = q.scalar_type();
+  const std::int64_t D = q.size(3);
+  return q.is_cuda() && (t == torch::kBFloat16 || t == torch::kHalf) && D % 8 == 0 && D <= 256 &&
+         !plan.mask.defined() && plan.cu_seqlens.defined();
+}
+
+// q [B, S, h, D], k, v [B, S, hkv, D] → [B, S, h, D]: every document of every row in one launch (GQA native).
+torch::Tensor varlen_flash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const AttentionPlan& plan, double scale) {
+  const std::int64_t B = q.size(0), S = q.size(1);
+  auto flat = [&](const torch::Tensor& t) { return t.reshape({B * S, t.size(2), t.size(3)}); };   // [B·S, heads, D]
+  auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), plan.cu_seqlens, plan.cu_seqlens,
+                                                      plan.max_len, plan.max_len, /*dropout_p=*/0.0,
+                                                      /*is_causal=*/true, /*return_debug_mask=*/false, scale));
+  return out.view(q.sizes());   // [B, S, h, D]
+}
+
+std::string_view backend_name(at::SDPBackend b) {
+  switch (b) {
+    case at::SDPBackend::flash_attention: return "flash_attention";
+    case at::SDPBackend::efficient_attention: return "efficient_attention";
+    case at::SDPBackend::cudnn_attention: return "cudnn_attention";
+    case at::SDPBackend::math: return "math";
+    default: return "another backend";
+  }
+}
+
 }  // namespace
 
 bool AttentionPlan::single_run() const {
@@ -25,26 +59,52 @@ bool AttentionPlan::single_run() const {
   return true;
 }
 
-AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window) {
+AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window,
+                             const c10::Device& device) {
   AttentionPlan plan;
-  if (sliding_window) plan.mask = document_causal_mask(doc_ids, sliding_window);   // [B, 1, S, S]
-  const torch::Tensor ids = doc_ids.to(torch::kCPU, torch::kInt64).contiguous();      // [B, S]
+  if (sliding_window) plan.mask = document_causal_mask(doc_ids, sliding_window).to(device);   // [B, 1, S, S]
+  const torch::Tensor ids = doc_ids.to(torch::kCPU, torch::kInt64).contiguous();                // [B, S]
   const auto a = ids.accessor<std::int64_t, 2>();
+  std::vector<std::int32_t> starts{0};   // document starts in the flattened [B·S], then B·S
   for (std::int64_t b = 0; b < a.size(0); ++b) {
     auto& row = plan.runs.emplace_back();
     std::int64_t begin = 0;
     for (std::int64_t i = 1; i <= a.size(1); ++i)
       if (i == a.size(1) || a[b][i] != a[b][i - 1]) {
         row.emplace_back(begin, i);
+        starts.push_back(static_cast<std::int32_t>(b * a.size(1) + i));
+        plan.max_len = std::max(plan.max_len, i - begin);
         begin = i;
       }
   }
+  if (device.is_cuda()) {
+    const auto n = static_cast<std::int64_t>(starts.size());
+    plan.cu_seqlens = at::empty({n}, at::kInt);   // [documents + 1]
+    std::copy(starts.begin(), starts.end(), plan.cu_seqlens.data_ptr<std::int32_t>());
+    plan.cu_seqlens = plan.cu_seqlens.to(device);
+  }
   return plan;
+}
+
+std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads,
+                             std::int64_t kv_heads, std::int64_t head_dim, bool sliding_window) {
+  if (sliding_window) return "SDPA with a [B, 1, S, S] document + sliding-window mask (dense in S)";
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  const torch::Tensor q = at::empty({1, 128, heads, head_dim}, opts), kv = at::empty({1, 128, kv_heads, head_dim}, opts);
+  AttentionPlan probe;
+  probe.cu_seqlens = at::empty({2}, at::TensorOptions().dtype(at::kInt).device(device));
+  if (varlen_flash_applies(q, probe)) return "flash-attention varlen (all documents of a layer in one launch)";
+  const auto choice = static_cast<at::SDPBackend>(at::_fused_sdp_choice(
+      q.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2), {}, 0.0, /*is_causal=*/true, std::nullopt,
+      /*enable_gqa=*/kv_heads != heads));
+  return fmt::format("fused SDPA per document (PyTorch picks {} for {} on {})", backend_name(choice),
+                     c10::toString(dtype), device.str());
 }
 
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const AttentionPlan& plan, double scale) {
   if (plan.mask.defined()) return sdpa(q, k, v, plan.mask, /*causal=*/false, scale);
+  if (varlen_flash_applies(q, plan)) return varlen_flash(q, k, v, plan, scale);
   if (plan.single_run()) return sdpa(q, k, v, std::nullopt, /*causal=*/true, scale);
   std::vector<torch::Tensor> rows;
   for (std::size_t b = 0; b < plan.runs.size(); ++b) {

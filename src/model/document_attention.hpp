@@ -5,10 +5,15 @@
 // scaled-dot-product attention with is_causal — O(Σ d²) work, no [S, S] mask, and the flash kernels on
 // CPU and GPU. A row that is a single run is one call for the whole batch. Only a sliding window
 // (Mistral) still needs the explicit boolean mask.
+//
+// On a CUDA device in bf16/fp16 (head_dim a multiple of 8, ≤ 256) the whole batch is instead one call of
+// the variable-length flash-attention kernel: tokens flattened to [B·S, h, D], one causal segment per
+// document given by cumulative lengths (cu_seqlens) — the same math, one launch for all documents.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,12 +23,21 @@ namespace ulysses::model {
 
 struct AttentionPlan {
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> runs;   // [B] × documents: [begin, end)
-  torch::Tensor mask;   // [B, 1, S, S] bool, only with a sliding window (undefined otherwise)
+  torch::Tensor mask;        // [B, 1, S, S] bool on the device, only with a sliding window (undefined otherwise)
+  torch::Tensor cu_seqlens;  // [documents + 1] int32 on the device: document starts in the flattened [B·S]
+  std::int64_t max_len = 0;  // the longest document
   bool single_run() const;   // every row is one document spanning the whole sequence
 };
 
-// doc_ids [B, S] (the whole sequence) → the plan.
-AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window);
+// doc_ids [B, S] (the whole sequence, any device) → the plan, its tensors on `device`.
+AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window,
+                             const c10::Device& device);
+
+// Which kernel document_attention runs for q of this device/dtype and head_dim, as one line for the
+// start-up log, e.g. "flash-attention varlen (one launch per layer for all documents)" or
+// "fused SDPA per document (PyTorch picks flash_attention for float on cpu)".
+std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads,
+                             std::int64_t kv_heads, std::int64_t head_dim, bool sliding_window);
 
 // q [B, S, h, D], k, v [B, S, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)) → [B, S, h, D]
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -24,6 +24,10 @@ Examples:
   srun --mpi=pmi2 ulysses-train --config run.toml --resume auto
   # fine-tune a Hugging Face model, SP=8 inside each node, DP across nodes
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
+  # one node of 8 GPUs, bf16 mixed precision, SP=8 over NCCL; MFU against the GPU's bf16 peak
+  srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
+  # debugging: 4 ranks share one GPU, collectives through MPI host staging
+  mpiexec -n 4 ulysses-train --config run.toml --sp 4 --device cuda --comm mpi
   # validate config, data and layout; print the rank map and a memory estimate
   mpiexec -n 4 ulysses-train --config run.toml --dry-run
   # GB200 NVL72 (4 GPUs per node, sbatch --segment=18): SP 8 spans 2 nodes of one 72-GPU NVLink domain
@@ -56,6 +60,16 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
+  app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--precision", o.precision, "fp32, or bf16 mixed precision (fp32 master weights and AdamW state)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")
+      ->check(CLI::IsMember({"auto", "nccl", "mpi"}))->capture_default_str();
+  app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per device for MFU (0: the detected GPU's bf16 peak)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();
   app.add_option("--world", o.world, "Expected number of ranks (0: SLURM_NTASKS when set)")->capture_default_str();
   app.add_option("--island-size", o.island_size,
@@ -95,7 +109,7 @@ int main(int argc, char** argv) {
     ulysses::dist::check_world_size(world.size(), o.world > 0 ? std::optional<int>(o.world) : std::nullopt);
     ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));
     ulysses::dist::ProcessGroups groups(layout);
-    ulysses::comm::MpiCommunicator sp_group(groups.sp()), world_group(groups.world());
-    return ut::run_training(o, groups, sp_group, world_group);
+    ulysses::comm::MpiCommunicator world_group(groups.world());   // control messages; the data groups are made per device
+    return ut::run_training(o, groups, world_group);
   });
 }

@@ -13,6 +13,9 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"beta2", o.beta2},                {"eps", o.eps},
           {"clip", o.clip},                  {"seed", o.seed},
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
+          {"device", o.device},              {"precision", o.precision},
+          {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
+          {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},
           {"allow_sp_across_islands", o.allow_sp_across_islands}};
 }

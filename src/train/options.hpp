@@ -27,6 +27,11 @@ struct TrainOptions {
   std::int64_t save_every = 0;             // 0: only at the end (and on a stop signal)
   int keep_last = 3;
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
+  std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
+  std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
+  std::string comm = "auto";               // auto (nccl on cuda, mpi on cpu), nccl, mpi (CUDA: host staging)
+  int comm_timeout = 600;                  // seconds a NCCL collective may take before the job is ended (0: none)
+  double peak_tflops = 0;                  // MFU denominator per device (0: the detected GPU's bf16 peak, if known)
   int threads = 0;                         // intra-op threads per rank (0: cores / ranks on this node)
   int world = 0;                           // expected world size (0: SLURM_NTASKS if set)
   int island_size = 0;                     // ranks per NVLink island (0: one node; 72 on GB200 NVL72)

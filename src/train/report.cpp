@@ -78,14 +78,20 @@ Metrics::Metrics(const std::filesystem::path& jsonl) : out_(jsonl, std::ios::app
 void Metrics::write(const StepReport& r) {
   nlohmann::json j = {{"step", r.step},           {"loss", r.loss},     {"lr", r.lr},
                       {"grad_norm", r.grad_norm}, {"tokens", r.tokens}, {"seconds", r.seconds},
-                      {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops}, {"peak_rss_mib", r.peak_mib}};
+                      {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
+                      {"tflops_per_device", r.tflops_per_device}, {"peak_rss_mib", r.peak_mib}};
+  if (r.mfu) j["mfu"] = *r.mfu;
+  if (r.peak_gpu_mib) j["peak_gpu_mib"] = *r.peak_gpu_mib;
   out_ << j.dump() << "\n";
   out_.flush();
 }
 
 std::string step_line(const StepReport& r) {
-  return fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {:.3f} TFLOPS | peak {:.0f} MiB",
-                     r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops, r.peak_mib);
+  std::string line = fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {:.3f} TFLOPS/device",
+                                 r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops_per_device);
+  if (r.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *r.mfu);
+  if (r.peak_gpu_mib) line += fmt::format(" | peak GPU {:.0f} MiB", *r.peak_gpu_mib);
+  return line + fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);
 }
 
 }  // namespace ulysses::train

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,12 @@ double peak_rss_mib();   // this process, from getrusage
 
 struct StepReport {
   std::int64_t step = 0, steps = 0;
-  double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, peak_mib = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0;
+  double tflops = 0;                     // model TFLOPS of the whole job (all ranks)
+  double tflops_per_device = 0;          // tflops / ranks
+  std::optional<double> mfu;             // tflops_per_device / peak per device, when a peak is known
+  double peak_mib = 0;                   // host resident set, max over ranks
+  std::optional<double> peak_gpu_mib;    // PyTorch's CUDA allocations, max over ranks (CUDA runs)
   std::int64_t tokens = 0;
 };
 

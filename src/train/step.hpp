@@ -13,6 +13,7 @@
 #include "comm/communicator.hpp"
 #include "data/loader.hpp"
 #include "model/causal_lm.hpp"
+#include "train/precision.hpp"
 
 namespace ulysses::train {
 
@@ -21,7 +22,10 @@ struct LossTotals {
   double mean() const { return count > 0 ? sum / count : 0.0; }
 };
 
+// The model and params live on `device`; the inputs are moved there (document ids stay on the host, where
+// the attention plan is made), and the forward runs under autocast for bf16 (precision.hpp).
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
-                             const std::vector<torch::Tensor>& params, comm::Communicator& world);
+                             const std::vector<torch::Tensor>& params, comm::Communicator& world,
+                             const c10::Device& device, Precision precision);
 
 }  // namespace ulysses::train

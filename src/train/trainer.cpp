@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <ATen/Parallel.h>
 
+#include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
@@ -18,10 +19,13 @@
 #include "data/loader.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
+#include "model/document_attention.hpp"
 #include "model/weights.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
+#include "train/device.hpp"
 #include "train/grad_sync.hpp"
+#include "train/precision.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
@@ -86,7 +90,12 @@ struct Run {
   const RankLayout& layout;
   const Topology& topo;
   int rank;
-  comm::Communicator& world;
+  comm::Communicator& world;   // control messages over MPI: CPU tensors (flags, maxima, the rank table)
+  c10::Device device;
+  Precision precision;
+  comm::Backend backend;
+  std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
+  std::optional<double> peak_tflops;                          // per device, for MFU
   model::ModelConfig config;
   fs::path config_path;
   model::CausalLm model{nullptr};
@@ -108,6 +117,14 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
            r.o.data.string(), loader.num_sequences(), loader.seq_len(), loader.sequences_per_step(), r.layout.dp(),
            r.o.micro_batch, r.o.grad_accum);
+  log_info("device {}; precision {}; collectives {}{}", device_line(r.device), r.o.precision,
+           comm::backend_name(r.backend),
+           r.backend == comm::Backend::kMpi && r.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
+  log_info("attention: {}", model::attention_kernel(r.device, compute_dtype(r.precision), r.config.num_heads / r.o.sp,
+                                                    std::max<std::int64_t>(r.config.num_kv_heads, r.o.sp) / r.o.sp,
+                                                    r.config.head_dim, r.config.sliding_window.has_value()));
+  if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
+                              r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
   log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
@@ -118,12 +135,14 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
 // One optimizer step; returns the report (loss over all ranks).
 StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, r.world);
+  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, *r.grad_group, r.device,
+                                              r.precision);
   StepReport rep;
   rep.grad_norm = clip_grad_norm(r.param_list, r.o.clip);
   rep.lr = schedule.lr_at(step);
   opt.step(rep.lr);
   for (auto& p : r.param_list) p.mutable_grad() = torch::Tensor();
+  synchronize(r.device);   // the step's time includes the optimizer's kernels
   loader.advance_step();
   rep.step = step;
   rep.steps = r.o.steps;
@@ -133,7 +152,10 @@ StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedu
   const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
   rep.tokens_per_s = tokens / rep.seconds;
   rep.tflops = step_flops(r.config, r.param_count, tokens, loader.seq_len()) / rep.seconds / 1e12;
+  rep.tflops_per_device = rep.tflops / r.layout.world();
+  if (r.peak_tflops) rep.mfu = rep.tflops_per_device / *r.peak_tflops;
   rep.peak_mib = max_over_ranks(peak_rss_mib(), r.world);
+  if (auto gpu = peak_gpu_mib(r.device)) rep.peak_gpu_mib = max_over_ranks(*gpu, r.world);
   return rep;
 }
 
@@ -150,8 +172,7 @@ void check_output(const TrainOptions& o, int rank) {
 
 }  // namespace
 
-int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& sp_group,
-                 comm::Communicator& world) {
+int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& world) {
   const RankLayout& layout = groups.layout();
   std::optional<Topology> placed;
   try {   // every rank holds the same table and reaches the same verdict: all exit 2, no MPI_Abort (srun shows 2)
@@ -165,14 +186,25 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
-  Run r{o, layout, topo, groups.rank(), world, {}, model_config_path(o)};
+  const c10::Device device = choose_device(o.device, topo.place(groups.rank()).local_rank);
+  use_device(device);
+  const comm::Backend backend = comm::choose_backend(o.comm, device);
+  Run r{o, layout, topo, groups.rank(), world, device, precision_from_name(o.precision), backend};
+  r.config_path = model_config_path(o);
   r.config = model::read_model_config(r.config_path);
-  r.model = model::CausalLm(r.config, &sp_group);   // checks the heads against --sp first
+  const std::chrono::seconds timeout(o.comm_timeout);
+  r.sp_group = comm::make_communicator(backend, groups.sp(), device, timeout);
+  r.grad_group = comm::make_communicator(backend, groups.world(), device, timeout);
+  r.peak_tflops = o.peak_tflops > 0 ? std::optional<double>(o.peak_tflops)
+                  : device.is_cuda()  ? known_peak_tflops(device_name(device))
+                                      : std::nullopt;
+  r.model = model::CausalLm(r.config, r.sp_group.get());   // checks the heads against --sp first
   data::LoaderOptions lo{o.sp, layout.sp_rank(r.rank), layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                          o.grad_accum, o.seed, r.config.vocab_size, "train"};
   data::DataLoader loader(o.data, lo);
   if (o.init_from.empty()) model::init_weights(r.model, o.seed);
   else model::load_hf_weights(r.model, o.init_from);
+  r.model->to(device);   // fp32 master weights on the device; AdamW's state follows them
   r.params = named_parameters(r.model);
   for (const auto& [name, p] : r.params) {
     r.param_list.push_back(p);

@@ -8,8 +8,9 @@
 
 namespace ulysses::train {
 
+// Picks the rank's device (--device) and the collectives' backend (--comm), makes the SP and gradient
+// communicators on it over groups' MPI sub-communicators; `world` (MPI, CPU tensors) carries control messages.
 // Returns the exit code: 0 when the run reached options.steps, kExitPreempted after a signal-triggered save.
-int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& sp_group,
-                 comm::Communicator& world);
+int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& world);
 
 }  // namespace ulysses::train

@@ -25,6 +25,7 @@ class SoloCommunicator : public comm::Communicator {
   torch::Tensor all_to_all(const torch::Tensor& x) override { return x.clone(); }
   void all_reduce_sum(torch::Tensor&) override {}
   torch::Tensor all_gather(const torch::Tensor& x) override { return x.clone(); }
+  torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override { return x.clone(); }
   void broadcast(torch::Tensor&, int) override {}
   void barrier() override {}
 };
@@ -56,6 +57,9 @@ class ThreadGroup {
     }
     torch::Tensor all_gather(const torch::Tensor& x) override {
       return exchange(x, [](const std::vector<torch::Tensor>& all) { return at::cat(all); });
+    }
+    torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override {
+      return exchange(x, [&](const std::vector<torch::Tensor>& all) { return at::stack(all).sum(0).chunk(size())[rank_]; });
     }
     void broadcast(torch::Tensor& x, int root) override {
       x.copy_(exchange(x, [root](const std::vector<torch::Tensor>& all) { return all[root].clone(); }));

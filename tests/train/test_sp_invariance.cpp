@@ -142,7 +142,7 @@ Result gradients(const model::ModelConfig& cfg, comm::Communicator* sp, comm::Co
   data::DataLoader loader(data, lo);
   for (std::int64_t i = 0; i < steps_skipped; ++i) loader.advance_step();
   Result r;
-  r.loss = train::compute_gradients(m, loader, lo.grad_accum, params, world).mean();
+  r.loss = train::compute_gradients(m, loader, lo.grad_accum, params, world, torch::kCPU, train::Precision::kFp32).mean();
   for (const auto& item : m->named_parameters()) r.grads.emplace_back(item.key(), item.value().grad().clone());
   return r;
 }

@@ -32,6 +32,7 @@ class CountingCommunicator final : public ulysses::comm::Communicator {
   }
   void all_reduce_sum(torch::Tensor& x) override { inner_.all_reduce_sum(x); }
   torch::Tensor all_gather(const torch::Tensor& x) override { return inner_.all_gather(x); }
+  torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override { return inner_.reduce_scatter_sum(x); }
   void broadcast(torch::Tensor& x, int root) override { inner_.broadcast(x, root); }
   void barrier() override { inner_.barrier(); }
   double sent = 0;

@@ -1,0 +1,199 @@
+#include "comm/nccl_communicator.hpp"
+
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <ATen/ops/ones.h>
+#include <nccl.h>
+
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "dist/check_mpi.hpp"
+#include "dist/watchdog.hpp"
+
+namespace ulysses::comm {
+namespace {
+
+[[noreturn]] void nccl_failed(ncclResult_t r, ncclComm_t comm, const char* call, const char* file, int line) {
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : "";
+  throw std::runtime_error(fmt::format("{}:{}: {} failed: {} ({}){}{}", file, line, call, ncclGetErrorString(r),
+                                       static_cast<int>(r), last && *last ? ": " : "", last ? last : ""));
+}
+
+#define CHECK_NCCL(comm, call)                                                  \
+  do {                                                                          \
+    const ncclResult_t r_ = (call);                                             \
+    if (r_ != ncclSuccess) nccl_failed(r_, (comm), #call, __FILE__, __LINE__);  \
+  } while (0)
+
+std::string shape(const torch::Tensor& x) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
+  return s + "]";
+}
+
+ncclDataType_t nccl_type(std::string_view op, torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return ncclFloat32;
+    case torch::kDouble: return ncclFloat64;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kHalf: return ncclFloat16;
+    case torch::kLong: return ncclInt64;
+    case torch::kInt: return ncclInt32;
+    case torch::kByte: return ncclUint8;
+    default:
+      ULY_CHECK(false, "{}: dtype {} is not supported (float32, float64, bfloat16, float16, int64, int32, uint8)", op,
+                c10::toString(t));
+  }
+  return ncclFloat32;
+}
+
+bool is_narrow(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  std::unique_ptr<dist::Watchdog> watchdog;
+};
+
+NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seconds timeout)
+    : state_(std::make_unique<State>()), device_(device) {
+  CHECK_MPI(MPI_Comm_size(group, &size_));
+  CHECK_MPI(MPI_Comm_rank(group, &rank_));
+  ncclUniqueId id{};
+  if (rank_ == 0) CHECK_NCCL(nullptr, ncclGetUniqueId(&id));
+  CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  CHECK_NCCL(nullptr, ncclCommInitRank(&state_->comm, size_, id, rank_));
+  ncclComm_t comm = state_->comm;
+  state_->watchdog = std::make_unique<dist::Watchdog>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(timeout), [comm](const std::string& line) {
+        ncclCommAbort(comm);   // unblocks this rank's kernels; then every rank ends
+        dist::abort_job(line);
+      });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  state_->watchdog.reset();   // stop watching before the communicator goes
+  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+}
+
+// Records an event after the collective just enqueued; the watchdog ends the job if it errs or hangs.
+void NcclCommunicator::watch(const std::string& op, const torch::Tensor& x) {
+  auto done = std::make_shared<c10::cuda::CUDAEvent>();
+  done->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)));
+  ncclComm_t comm = state_->comm;
+  const std::string what = fmt::format("NCCL {} of {} {} ({:.1f} MiB) on a group of {} (rank {})", op,
+                                       c10::toString(x.scalar_type()), shape(x),
+                                       static_cast<double>(x.nbytes()) / (1 << 20), size_, rank_);
+  state_->watchdog->watch(what, [done, comm]() -> dist::Probe {
+    try {
+      if (done->query()) return {dist::Probe::State::kDone, ""};
+    } catch (const std::exception& e) {
+      return {dist::Probe::State::kFailed, e.what()};
+    }
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
+      return {dist::Probe::State::kFailed, fmt::format("{}: {}", ncclGetErrorString(async), ncclGetLastError(comm))};
+    return {dist::Probe::State::kPending, ""};
+  });
+}
+
+namespace {
+
+// What every collective checks first: a contiguous CUDA tensor on this communicator's device.
+void check_tensor(std::string_view op, const torch::Tensor& x, int device) {
+  ULY_CHECK(x.defined(), "{}: undefined tensor", op);
+  ULY_CHECK(x.is_cuda() && x.get_device() == device, "{}: NcclCommunicator takes tensors on cuda:{}, got one on {}",
+            op, device, x.device().str());
+  ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op, shape(x));
+}
+
+void check_divisible(std::string_view op, const torch::Tensor& x, int size) {
+  ULY_CHECK(x.dim() >= 1 && x.size(0) % size == 0, "{}: dim 0 of tensor {} must be divisible by the group size {}",
+            op, shape(x), size);
+}
+
+cudaStream_t stream_of(int device) {
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+}
+
+}  // namespace
+
+torch::Tensor NcclCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, ...]
+  check_tensor("all_to_all", x, device_);
+  check_divisible("all_to_all", x, size_);
+  const auto type = nccl_type("all_to_all", x.scalar_type());
+  const auto count = static_cast<std::size_t>(x.numel() / size_);
+  torch::Tensor out = torch::empty_like(x);   // [P*n, ...]
+  ncclComm_t comm = state_->comm;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  CHECK_NCCL(comm, ncclAlltoAll(x.data_ptr(), out.data_ptr(), count, type, comm, stream_of(device_)));
+#else
+  const std::size_t bytes = count * static_cast<std::size_t>(x.element_size());
+  CHECK_NCCL(comm, ncclGroupStart());
+  for (int peer = 0; peer < size_; ++peer) {
+    CHECK_NCCL(comm, ncclSend(static_cast<const char*>(x.data_ptr()) + peer * bytes, count, type, peer, comm,
+                              stream_of(device_)));
+    CHECK_NCCL(comm, ncclRecv(static_cast<char*>(out.data_ptr()) + peer * bytes, count, type, peer, comm,
+                              stream_of(device_)));
+  }
+  CHECK_NCCL(comm, ncclGroupEnd());
+#endif
+  watch("all_to_all", x);
+  return out;
+}
+
+void NcclCommunicator::all_reduce_sum(torch::Tensor& x) {
+  check_tensor("all_reduce_sum", x, device_);
+  ULY_CHECK(x.scalar_type() != torch::kByte, "all_reduce_sum: uint8 is not summed (it would wrap around)");
+  torch::Tensor sum = is_narrow(x.scalar_type()) ? x.to(torch::kFloat) : x;   // x's shape
+  CHECK_NCCL(state_->comm, ncclAllReduce(sum.data_ptr(), sum.data_ptr(), static_cast<std::size_t>(sum.numel()),
+                                         nccl_type("all_reduce_sum", sum.scalar_type()), ncclSum, state_->comm,
+                                         stream_of(device_)));
+  watch("all_reduce_sum", sum);
+  if (!sum.is_same(x)) x.copy_(sum);
+}
+
+torch::Tensor NcclCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
+  check_tensor("all_gather", x, device_);
+  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape(x));
+  auto sizes = x.sizes().vec();
+  sizes[0] *= size_;
+  torch::Tensor out = torch::empty(sizes, x.options());   // [P*n, ...]
+  CHECK_NCCL(state_->comm, ncclAllGather(x.data_ptr(), out.data_ptr(), static_cast<std::size_t>(x.numel()),
+                                         nccl_type("all_gather", x.scalar_type()), state_->comm, stream_of(device_)));
+  watch("all_gather", out);
+  return out;
+}
+
+torch::Tensor NcclCommunicator::reduce_scatter_sum(const torch::Tensor& x) {   // [P*n, ...]
+  check_tensor("reduce_scatter_sum", x, device_);
+  check_divisible("reduce_scatter_sum", x, size_);
+  ULY_CHECK(x.scalar_type() != torch::kByte, "reduce_scatter_sum: uint8 is not summed (it would wrap around)");
+  const torch::Tensor in = is_narrow(x.scalar_type()) ? x.to(torch::kFloat) : x;   // [P*n, ...]
+  torch::Tensor out = torch::empty_like(in.chunk(size_)[0]);                      // [n, ...]
+  CHECK_NCCL(state_->comm, ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<std::size_t>(out.numel()),
+                                             nccl_type("reduce_scatter_sum", in.scalar_type()), ncclSum, state_->comm,
+                                             stream_of(device_)));
+  watch("reduce_scatter_sum", in);
+  return out.to(x.scalar_type());
+}
+
+void NcclCommunicator::broadcast(torch::Tensor& x, int root) {
+  check_tensor("broadcast", x, device_);
+  ULY_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a group of {}", root, size_);
+  CHECK_NCCL(state_->comm, ncclBroadcast(x.data_ptr(), x.data_ptr(), static_cast<std::size_t>(x.nbytes()), ncclUint8,
+                                         root, state_->comm, stream_of(device_)));
+  watch("broadcast", x);
+}
+
+void NcclCommunicator::barrier() {
+  torch::Tensor one = at::ones({1}, at::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA, device_));   // [1]
+  all_reduce_sum(one);
+  c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).synchronize();
+}
+
+}  // namespace ulysses::comm

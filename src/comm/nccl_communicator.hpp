@@ -1,0 +1,51 @@
+// NcclCommunicator: the Communicator collectives over one NCCL communicator, for CUDA tensors (CUDA build).
+//
+// One NCCL communicator per process group: rank 0 of the MPI sub-communicator makes the unique id and
+// broadcasts it over that sub-communicator, then every rank joins on its GPU. Collectives are enqueued on
+// the current CUDA stream of that GPU (PyTorch's, so the caching allocator and the compute around them
+// stay ordered) and return without waiting. all_to_all uses ncclAlltoAll where NCCL has it (≥ 2.28) and
+// grouped ncclSend/ncclRecv otherwise; all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
+// float32 temporary, as the MPI backend does. Every NCCL call is checked (file:line, NCCL's message).
+//
+// Hangs and failures end the job: a dist::Watchdog records an event after each collective and polls it
+// with ncclCommGetAsyncError; an error, or a collective still unfinished after `timeout`, aborts the NCCL
+// communicator and ends every rank (MPI_Abort) with one line naming the collective, its size and group.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+
+namespace ulysses::comm {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // group: the MPI sub-communicator of this process group (borrowed for the constructor only);
+  // device: this rank's CUDA device index; timeout: the watchdog's limit per collective (0: none).
+  NcclCommunicator(MPI_Comm group, int device, std::chrono::seconds timeout);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+
+  torch::Tensor all_to_all(const torch::Tensor& x) override;         // [P*n, ...] → [P*n, ...]
+  void all_reduce_sum(torch::Tensor& x) override;                     // [...] in place
+  torch::Tensor all_gather(const torch::Tensor& x) override;          // [n, ...] → [P*n, ...]
+  torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override;  // [P*n, ...] → [n, ...]
+  void broadcast(torch::Tensor& x, int root) override;                // [...] in place
+  void barrier() override;                                            // waits for the device too
+
+ private:
+  struct State;   // the ncclComm_t and the watchdog (keeps <nccl.h> out of this header)
+  void watch(const std::string& op, const torch::Tensor& x);
+  std::unique_ptr<State> state_;
+  int size_ = 1, rank_ = 0, device_ = 0;
+};
+
+}  // namespace ulysses::comm

@@ -1,0 +1,77 @@
+#include "dist/watchdog.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "dist/mpi_world.hpp"
+
+namespace ulysses::dist {
+
+Watchdog::Watchdog(std::chrono::milliseconds timeout, FatalFn on_fatal, std::chrono::milliseconds poll)
+    : timeout_(timeout), poll_(poll), on_fatal_(std::move(on_fatal)), thread_([this] { loop(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::watch(std::string what, ProbeFn probe) {
+  std::lock_guard lock(mu_);
+  pieces_.push_back({std::move(what), std::move(probe), std::chrono::steady_clock::now()});
+}
+
+std::size_t Watchdog::pending() const {
+  std::lock_guard lock(mu_);
+  return pieces_.size();
+}
+
+// Pieces finish in the order they were enqueued on one stream, so only the oldest needs a look: drop the
+// done ones from the front, then judge the first pending one.
+bool Watchdog::check_front() {
+  while (true) {
+    Piece front;
+    {
+      std::lock_guard lock(mu_);
+      if (pieces_.empty()) return true;
+      front = pieces_.front();
+    }
+    const Probe p = front.probe();
+    if (p.state == Probe::State::kDone) {
+      std::lock_guard lock(mu_);
+      pieces_.pop_front();
+      continue;
+    }
+    if (p.state == Probe::State::kFailed) {
+      on_fatal_(front.what + " failed: " + p.why);
+      return false;
+    }
+    const auto waited = std::chrono::steady_clock::now() - front.since;
+    if (timeout_.count() > 0 && waited > timeout_) {
+      on_fatal_(fmt::format("{} did not finish within {} s (a peer rank died or hangs?) — HINT: check the other "
+                            "ranks' logs; raise --comm-timeout for collectives that are legitimately slow",
+                            front.what, std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()));
+      return false;
+    }
+    return true;
+  }
+}
+
+void Watchdog::loop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    wake_.wait_for(lock, poll_, [this] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    const bool alive = check_front();
+    lock.lock();
+    if (!alive) break;   // on_fatal was called (in a real run it does not return)
+  }
+}
+
+void abort_job(const std::string& line) { abort_all(kExitFailure, "fatal: " + line); }
+
+}  // namespace ulysses::dist

@@ -1,0 +1,32 @@
+// Where a rank computes: the device choice (--device), what the device is, its memory high-water mark, and
+// the peak TFLOPS that MFU is measured against (--peak-tflops, or a table of known GPUs).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <c10/core/Device.h>
+
+namespace ulysses::train {
+
+// --device auto|cpu|cuda for the rank with this local rank (its index on the node). auto: cuda when this
+// build has CUDA and a GPU is visible, else cpu. cuda: GPU local_rank % visible GPUs (several ranks may
+// share one). BadInput when cuda is asked for and this build or this machine has none.
+c10::Device choose_device(const std::string& flag, int local_rank);
+
+void use_device(const c10::Device& d);   // makes a CUDA device this thread's current one (no-op on the CPU)
+bool cuda_built();                         // this build links CUDA LibTorch
+std::string device_name(const c10::Device& d);   // "NVIDIA H100 80GB HBM3" or "cpu"
+std::string device_line(const c10::Device& d);   // "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)"
+
+// Dense bf16 tensor-core peak of a GPU by its name (no sparsity), in TFLOPS; nullopt when unknown.
+std::optional<double> known_peak_tflops(std::string_view gpu_name);
+
+// The high-water mark of bytes allocated on a CUDA device by PyTorch's caching allocator, in MiB (nullopt on
+// the CPU: see report.hpp's peak_rss_mib), since the start of the process.
+std::optional<double> peak_gpu_mib(const c10::Device& d);
+
+void synchronize(const c10::Device& d);    // waits for the device's work (no-op on the CPU)
+
+}  // namespace ulysses::train

@@ -1,0 +1,34 @@
+#include "train/precision.hpp"
+
+#include <ATen/autocast_mode.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::train {
+
+Precision precision_from_name(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  throw BadInput(fmt::format("--precision {}: unknown precision", name), "use fp32 or bf16");
+}
+
+c10::ScalarType compute_dtype(Precision p) { return p == Precision::kBf16 ? c10::kBFloat16 : c10::kFloat; }
+
+AutocastScope::AutocastScope(Precision p, const c10::Device& device)
+    : active_(p == Precision::kBf16), type_(device.type()) {
+  if (!active_) return;
+  was_enabled_ = at::autocast::is_autocast_enabled(type_);
+  was_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_dtype(type_, c10::kBFloat16);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, was_enabled_);
+  at::autocast::set_autocast_dtype(type_, was_dtype_);
+}
+
+}  // namespace ulysses::train
