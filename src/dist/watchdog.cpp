@@ -51,9 +51,9 @@ bool Watchdog::check_front() {
     }
     const auto waited = std::chrono::steady_clock::now() - front.since;
     if (timeout_.count() > 0 && waited > timeout_) {
-      on_fatal_(fmt::format("{} did not finish within {} s (a peer rank died or hangs?) — HINT: check the other "
+      on_fatal_(fmt::format("{} did not finish within {:g} s (a peer rank died or hangs?) — HINT: check the other "
                             "ranks' logs; raise --comm-timeout for collectives that are legitimately slow",
-                            front.what, std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()));
+                            front.what, std::chrono::duration<double>(timeout_).count()));
       return false;
     }
     return true;

@@ -27,7 +27,7 @@ bool varlen_flash_applies(const torch::Tensor& q, const AttentionPlan& plan) {
   const auto t = q.scalar_type();
   const std::int64_t D = q.size(3);
   return q.is_cuda() && (t == torch::kBFloat16 || t == torch::kHalf) && D % 8 == 0 && D <= 256 &&
-         !plan.mask.defined() && plan.cu_seqlens.defined();
+         !plan.mask.defined();
 }
 
 // q [B, S, h, D], k, v [B, S, hkv, D] → [B, S, h, D]: every document of every row in one launch (GQA native).
@@ -77,12 +77,9 @@ AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::in
         begin = i;
       }
   }
-  if (device.is_cuda()) {
-    const auto n = static_cast<std::int64_t>(starts.size());
-    plan.cu_seqlens = at::empty({n}, at::kInt);   // [documents + 1]
-    std::copy(starts.begin(), starts.end(), plan.cu_seqlens.data_ptr<std::int32_t>());
-    plan.cu_seqlens = plan.cu_seqlens.to(device);
-  }
+  plan.cu_seqlens = at::empty({static_cast<std::int64_t>(starts.size())}, at::kInt);   // [documents + 1]
+  std::copy(starts.begin(), starts.end(), plan.cu_seqlens.data_ptr<std::int32_t>());
+  plan.cu_seqlens = plan.cu_seqlens.to(device);
   return plan;
 }
 
@@ -91,9 +88,7 @@ std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, s
   if (sliding_window) return "SDPA with a [B, 1, S, S] document + sliding-window mask (dense in S)";
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   const torch::Tensor q = at::empty({1, 128, heads, head_dim}, opts), kv = at::empty({1, 128, kv_heads, head_dim}, opts);
-  AttentionPlan probe;
-  probe.cu_seqlens = at::empty({2}, at::TensorOptions().dtype(at::kInt).device(device));
-  if (varlen_flash_applies(q, probe)) return "flash-attention varlen (all documents of a layer in one launch)";
+  if (varlen_flash_applies(q, AttentionPlan{})) return "flash-attention varlen (all documents of a layer in one launch)";
   const auto choice = static_cast<at::SDPBackend>(at::_fused_sdp_choice(
       q.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2), {}, 0.0, /*is_causal=*/true, std::nullopt,
       /*enable_gqa=*/kv_heads != heads));

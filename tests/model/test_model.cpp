@@ -20,6 +20,7 @@
 #include "local_communicators.hpp"
 #include "model/causal_lm.hpp"
 #include "model/config.hpp"
+#include "model/document_attention.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
 
@@ -163,6 +164,28 @@ TEST(Ulysses, MaskIsCausalPerDocumentAndWindowed) {
                                  0, 0, 0, 1, 0,
                                  0, 0, 0, 1, 1}).view({5, 5}).to(torch::kBool);
   EXPECT_TRUE(mask.equal(expected));
+}
+
+TEST(DocumentAttention, PlanListsDocumentsAndTheirFlatStarts) {
+  // row 0: documents of 2 and 3 tokens; row 1: 3 tokens, then 2 (e.g. padding)
+  auto docs = torch::tensor({0, 0, 1, 1, 1, 2, 2, 2, 3, 3}, torch::kLong).view({2, 5});   // [B = 2, S = 5]
+  const AttentionPlan plan = plan_attention(docs, std::nullopt, torch::kCPU);
+  using Runs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  ASSERT_EQ(plan.runs.size(), 2u);
+  EXPECT_EQ(plan.runs[0], (Runs{{0, 2}, {2, 5}}));
+  EXPECT_EQ(plan.runs[1], (Runs{{0, 3}, {3, 5}}));
+  EXPECT_TRUE(plan.cu_seqlens.equal(torch::tensor({0, 2, 5, 8, 10}, torch::kInt))) << plan.cu_seqlens;
+  EXPECT_EQ(plan.max_len, 3);
+  EXPECT_FALSE(plan.mask.defined());
+  EXPECT_FALSE(plan.single_run());
+}
+
+TEST(DocumentAttention, NamesTheKernelItRuns) {
+  const std::string cpu = attention_kernel(torch::kCPU, torch::kFloat, 4, 2, 8, false);
+  EXPECT_NE(cpu.find("fused SDPA per document"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("Float on cpu"), std::string::npos) << cpu;
+  const std::string windowed = attention_kernel(torch::kCPU, torch::kFloat, 4, 2, 8, true);
+  EXPECT_NE(windowed.find("sliding-window mask"), std::string::npos) << windowed;
 }
 
 // ---- SP = P against SP = 1, ranks as threads ---------------------------------------------------

@@ -163,6 +163,19 @@ TEST_F(Mpi, AllGatherConcatenatesRanksInOrder) {
   }
 }
 
+TEST_F(Mpi, ReduceScatterSumGivesEachRankItsChunkOfTheSum) {
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kLong, torch::kInt, torch::kBFloat16, torch::kHalf}) {
+    // rank q sends chunks j = 0..P-1 of rank_input(q) + 8j ([P*kRows, kCols]); sums stay exact below 256
+    std::vector<torch::Tensor> chunks;
+    for (int j = 0; j < p; ++j) chunks.push_back(rank_input(r, torch::kLong) + 8 * j);
+    torch::Tensor out = world.reduce_scatter_sum(torch::cat(chunks).to(dtype));   // [kRows, kCols]
+    torch::Tensor sum = torch::full({kRows, kCols}, 8.0 * p * r, torch::kDouble);  // this rank's chunk: j = r
+    for (int q = 0; q < p; ++q) sum += rank_input(q, torch::kDouble);
+    EXPECT_EQ(out.scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(out, sum.to(dtype))) << c10::toString(dtype) << " on rank " << r << ":\n" << out;
+  }
+}
+
 TEST_F(Mpi, BroadcastCopiesTheRootEverywhere) {
   const int root = p - 1;
   for (auto dtype : kAllDtypes) {

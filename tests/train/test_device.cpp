@@ -1,0 +1,90 @@
+// The trainer's device, backend and precision choices on a machine without a GPU (and with one, where the
+// answers differ, both branches are asserted): --device/--comm/--precision errors, the GPU peak table,
+// and that bf16 autocast applies inside its scope only.
+#include <gtest/gtest.h>
+#include <torch/types.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/matmul.h>
+
+#include "comm/backend.hpp"
+#include "core/error.hpp"
+#include "train/device.hpp"
+#include "train/precision.hpp"
+
+namespace ulysses::train {
+namespace {
+
+template <typename F>
+std::string bad_input_of(F f) {
+  try {
+    f();
+  } catch (const BadInput& e) {
+    return one_line(e);
+  }
+  return "no BadInput";
+}
+
+bool gpu_visible() { return choose_device("auto", 0).is_cuda(); }
+
+TEST(Device, CpuIsAlwaysThere) {
+  EXPECT_TRUE(choose_device("cpu", 3).is_cpu());
+  EXPECT_EQ(bad_input_of([] { choose_device("tpu", 0); }), "--device tpu: unknown device — HINT: use auto, cpu or cuda");
+}
+
+TEST(Device, CudaWithoutAGpuIsABadInputNamingTheFix) {
+  if (gpu_visible()) {
+    EXPECT_TRUE(choose_device("cuda", 0).is_cuda());
+    return;
+  }
+  EXPECT_TRUE(choose_device("auto", 0).is_cpu());
+  const std::string why = bad_input_of([] { choose_device("cuda", 0); });
+  if (cuda_built()) EXPECT_NE(why.find("no GPU is visible to this process"), std::string::npos) << why;
+  else EXPECT_NE(why.find("built without CUDA"), std::string::npos) << why;
+}
+
+TEST(Device, KnowsTheBf16PeakOfCommonGpus) {
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3"), 989.4);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe"), 756);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H200"), 989.4);
+  EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB"), 312);
+  EXPECT_EQ(known_peak_tflops("NVIDIA B200"), 2250);
+  EXPECT_EQ(known_peak_tflops("NVIDIA GB200"), 2500);
+  EXPECT_FALSE(known_peak_tflops("cpu").has_value());
+  EXPECT_FALSE(peak_gpu_mib(torch::kCPU).has_value());
+}
+
+TEST(Backend, ChoosesNcclOnlyForCudaInACudaBuild) {
+  EXPECT_EQ(comm::choose_backend("auto", torch::kCPU), comm::Backend::kMpi);
+  EXPECT_EQ(comm::choose_backend("mpi", torch::kCPU), comm::Backend::kMpi);
+  EXPECT_EQ(comm::choose_backend("auto", c10::Device(torch::kCUDA, 0)),
+            comm::nccl_built() ? comm::Backend::kNccl : comm::Backend::kMpi);
+  EXPECT_EQ(comm::choose_backend("mpi", c10::Device(torch::kCUDA, 0)), comm::Backend::kMpi);
+  EXPECT_NE(bad_input_of([] { comm::choose_backend("nccl", torch::kCPU); }).find("--comm nccl needs a CUDA device"),
+            std::string::npos);
+  EXPECT_NE(bad_input_of([] { comm::choose_backend("gloo", torch::kCPU); }).find("--comm gloo: unknown backend"),
+            std::string::npos);
+}
+
+TEST(Precision, NamesAndDtypes) {
+  EXPECT_EQ(compute_dtype(precision_from_name("fp32")), torch::kFloat);
+  EXPECT_EQ(compute_dtype(precision_from_name("bf16")), torch::kBFloat16);
+  EXPECT_EQ(bad_input_of([] { precision_from_name("fp8"); }), "--precision fp8: unknown precision — HINT: use fp32 or bf16");
+}
+
+TEST(Precision, Bf16AutocastAppliesInsideItsScopeOnly) {
+  const torch::Tensor a = torch::ones({4, 4}), b = torch::ones({4, 4});   // [4, 4] float32
+  {
+    const AutocastScope fp32(Precision::kFp32, torch::kCPU);
+    EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kFloat);
+  }
+  {
+    const AutocastScope bf16(Precision::kBf16, torch::kCPU);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+    EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+  EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kFloat);
+}
+
+}  // namespace
+}  // namespace ulysses::train
