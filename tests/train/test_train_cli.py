@@ -1,6 +1,7 @@
 """ulysses-train end to end through its command line under mpiexec, on the sample corpus and tiny model:
 SP=4 tracks SP=1 for 20 steps, a SIGUSR1 mid-run saves and exits 3 and the resumed run reproduces the
-uninterrupted losses exactly, one killed rank ends all ranks, and every bad input exits 2 with its reason.
+uninterrupted losses exactly, one killed rank ends all ranks, bf16 mixed precision at SP=2 tracks fp32 and
+logs MFU, and every bad input exits 2 with its reason.
 
 usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC REPO_ROOT
 """
@@ -140,6 +141,25 @@ class Train(unittest.TestCase):
         finally:
             stop(p, out)
 
+    def test_bf16_at_sp2_tracks_fp32_and_logs_mfu(self):
+        fp32, bf16 = self.root / "fp32", self.root / "bf16"
+        env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")   # bf16 where the kernel leaves AMX off
+        self.run_ok(train_cmd(1, self.data, fp32, "--steps", 5, "--device", "cpu"), env=env)
+        p = self.run_ok(train_cmd(2, self.data, bf16, "--sp", 2, "--steps", 5, "--precision", "bf16",
+                                  "--peak-tflops", 2), env=env)
+        for needle in ["device cpu; precision bf16; collectives mpi", "attention: fused SDPA per document",
+                       "MFU against 2.0 TFLOPS per device (--peak-tflops)"]:
+            self.assertIn(needle, p.stderr)
+        a, b = losses(fp32), losses(bf16)
+        self.assertEqual(len(b), 5)
+        for step, (x, y) in enumerate(zip(a, b), 1):
+            self.assertLessEqual(abs(x - y), 2e-2 * abs(x), f"step {step}: fp32 {x} vs bf16 {y}")
+        self.assertNotEqual(a, b, "bf16 reproduced fp32 exactly: autocast did not take effect")
+        m = json.loads((bf16 / "metrics.jsonl").read_text().splitlines()[-1])
+        self.assertAlmostEqual(m["mfu"], m["tflops_per_device"] / 2, places=9)
+        self.assertAlmostEqual(m["tflops_per_device"], m["tflops"] / 2, places=9)
+        self.assertNotIn("peak_gpu_mib", m)
+
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
         for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
@@ -183,6 +203,10 @@ class Train(unittest.TestCase):
         subprocess.run(["cp", "-r", self.data, broken], check=True)
         (broken / "shard-00000.h5").unlink()
         self.expect_bad(train_cmd(1, broken, out, "--dry-run"), "shard-00000.h5")
+        self.expect_bad(train_cmd(2, self.data, out, "--device", "cpu", "--comm", "nccl", "--dry-run"),
+                        "--comm nccl needs a CUDA device", "HINT")
+        if not pathlib.Path("/dev/nvidiactl").exists():   # no GPU here: asking for one is a bad input
+            self.expect_bad(train_cmd(1, self.data, out, "--device", "cuda", "--dry-run"), "--device cuda", "HINT")
 
 
 if __name__ == "__main__":

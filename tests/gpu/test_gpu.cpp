@@ -1,0 +1,203 @@
+// On an NVIDIA GPU (skipped with exit 77 elsewhere, see gpu_main.cpp):
+//  - a training step (forward, backward, clipping, AdamW) on the GPU equals the CPU step on the same weights
+//    and batch: fp32 ≤ 1e-4 relative; bf16 mixed precision within bf16 tolerance of the fp32 CPU step;
+//  - packed-document attention on the GPU (fused SDPA per document in fp32, varlen flash in bf16) equals the
+//    CPU reference, forward and backward;
+//  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/types.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <chrono>
+
+#include "comm/backend.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "model/causal_lm.hpp"
+#include "model/document_attention.hpp"
+#include "model/ulysses.hpp"
+#include "model/weights.hpp"
+#include "train/adamw.hpp"
+#include "train/grad_sync.hpp"
+#include "train/precision.hpp"
+
+namespace ulysses {
+namespace {
+
+const c10::Device kGpu(torch::kCUDA, 0);
+
+double rel(const torch::Tensor& got, const torch::Tensor& want) {
+  const auto g = got.to(torch::kCPU, torch::kDouble), w = want.to(torch::kCPU, torch::kDouble);
+  return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-12);
+}
+
+model::ModelConfig small_llama() {   // GQA, 2 layers; head_dim 64 so the flash kernels apply in bf16
+  model::ModelConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.initializer_range = 0.05;
+  return c;
+}
+
+struct Batch {
+  torch::Tensor ids, positions, docs, labels;   // [B, S] int64 on the CPU
+};
+
+Batch packed_batch(std::int64_t vocab, std::int64_t S) {   // B = 2; row 0: documents of S/4, S/2, S/4 tokens
+  torch::manual_seed(11);
+  Batch b;
+  b.ids = torch::randint(vocab, {2, S}, torch::kLong);
+  const std::int64_t q = S / 4;
+  auto row0 = torch::cat({torch::zeros({q}, torch::kLong), torch::ones({2 * q}, torch::kLong),
+                          torch::full({S - 3 * q}, 2, torch::kLong)});
+  b.docs = torch::stack({row0, torch::zeros({S}, torch::kLong)});   // [2, S]
+  auto pos0 = torch::cat({torch::arange(q), torch::arange(2 * q), torch::arange(S - 3 * q)});
+  b.positions = torch::stack({pos0, torch::arange(S)}).to(torch::kLong);
+  b.labels = at::roll(b.ids, -1, 1);
+  return b;
+}
+
+struct StepResult {
+  double loss = 0;
+  train::NamedTensors grads, params;   // after the step, on the CPU
+};
+
+// One optimizer step of a freshly initialised model on `device` (weights made on the CPU, then moved).
+StepResult one_step(const c10::Device& device, train::Precision precision) {
+  model::CausalLm m(small_llama());
+  model::init_weights(m, 5);
+  m->to(device);
+  train::NamedTensors named;
+  std::vector<torch::Tensor> params;
+  for (const auto& item : m->named_parameters()) {
+    named.emplace_back(item.key(), item.value());
+    params.push_back(item.value());
+  }
+  train::AdamW opt(named, {});
+  const Batch b = packed_batch(512, 256);
+  model::CausalLmOutput out;
+  {
+    const train::AutocastScope autocast(precision, device);
+    out = m->forward(b.ids.to(device), b.positions.to(device), b.docs, b.labels.to(device));
+  }
+  const double count = static_cast<double>(out.valid_count.item<std::int64_t>());
+  (out.loss_sum / count).backward();
+  StepResult r;
+  r.loss = out.loss_sum.item<double>() / count;
+  for (const auto& [name, p] : named) r.grads.emplace_back(name, p.grad().cpu());
+  train::clip_grad_norm(params, 1.0);
+  opt.step(1e-3);
+  for (const auto& [name, p] : named) r.params.emplace_back(name, p.detach().cpu());
+  return r;
+}
+
+void expect_close(const StepResult& got, const StepResult& want, double loss_tol, double tol, const char* what) {
+  EXPECT_NEAR(got.loss, want.loss, loss_tol * std::abs(want.loss)) << what;
+  for (std::size_t i = 0; i < want.grads.size(); ++i) {
+    EXPECT_LE(rel(got.grads[i].second, want.grads[i].second), tol) << what << " gradient " << want.grads[i].first;
+    EXPECT_EQ(got.grads[i].second.scalar_type(), torch::kFloat) << what << " " << want.grads[i].first;
+    EXPECT_LE(rel(got.params[i].second, want.params[i].second), tol) << what << " updated " << want.params[i].first;
+  }
+}
+
+TEST(GpuStep, Fp32EqualsTheCpuStep) {
+  const StepResult cpu = one_step(torch::kCPU, train::Precision::kFp32);
+  const StepResult gpu = one_step(kGpu, train::Precision::kFp32);
+  expect_close(gpu, cpu, 1e-5, 1e-4, "fp32 GPU vs CPU");
+}
+
+TEST(GpuStep, Bf16IsWithinBf16ToleranceOfTheFp32Step) {
+  const StepResult cpu = one_step(torch::kCPU, train::Precision::kFp32);
+  const StepResult gpu = one_step(kGpu, train::Precision::kBf16);
+  expect_close(gpu, cpu, 1e-2, 5e-2, "bf16 GPU vs fp32 CPU");
+  EXPECT_NE(gpu.loss, cpu.loss) << "bf16 gave the fp32 loss bit for bit: autocast did not take effect";
+}
+
+// Documents: row 0 has five of uneven lengths, row 1 one; q [2, S, 4, 64], k, v [2, S, 2, 64] (GQA).
+struct Qkv {
+  torch::Tensor q, k, v, docs;
+};
+
+Qkv attention_inputs(std::int64_t S) {
+  torch::manual_seed(21);
+  Qkv x;
+  x.q = torch::randn({2, S, 4, 64});
+  x.k = torch::randn({2, S, 2, 64});
+  x.v = torch::randn({2, S, 2, 64});
+  std::vector<std::int64_t> row0;
+  const std::vector<std::int64_t> lengths = {1, S / 8, S / 2, S / 4 - 7, S - (1 + S / 8 + S / 2 + S / 4 - 7)};
+  for (std::size_t d = 0; d < lengths.size(); ++d) row0.insert(row0.end(), lengths[d], static_cast<std::int64_t>(d));
+  x.docs = torch::stack({torch::tensor(row0, torch::kLong), torch::zeros({S}, torch::kLong)});   // [2, S]
+  return x;
+}
+
+// attention output and input gradients of sum(out * w) on `device` in `dtype`, back on the CPU in fp32
+std::vector<torch::Tensor> attend(const Qkv& x, const c10::Device& device, torch::ScalarType dtype) {
+  auto prep = [&](const torch::Tensor& t) { return t.to(device, dtype).requires_grad_(true); };
+  auto q = prep(x.q), k = prep(x.k), v = prep(x.v);
+  const auto plan = model::plan_attention(x.docs, std::nullopt, device);
+  auto out = model::document_attention(q, k, v, plan, 0.125);   // [2, S, 4, 64]
+  torch::manual_seed(3);
+  (out.to(torch::kFloat) * torch::randn(out.sizes()).to(device)).sum().backward();
+  std::vector<torch::Tensor> r;
+  for (const auto& t : {out, q.grad(), k.grad(), v.grad()}) r.push_back(t.detach().to(torch::kCPU, torch::kFloat));
+  return r;
+}
+
+TEST(GpuAttention, PackedDocumentsEqualTheCpuReference) {
+  const Qkv x = attention_inputs(512);
+  const auto cpu = attend(x, torch::kCPU, torch::kFloat);
+  // an independent reference: the dense document-causal mask (O(S²), fine at S = 512)
+  const auto mask = model::document_causal_mask(x.docs, std::nullopt);   // [2, 1, S, S]
+  auto kv = [](const torch::Tensor& t) { return t.repeat_interleave(2, 2).transpose(1, 2); };
+  const auto dense = at::scaled_dot_product_attention(x.q.transpose(1, 2), kv(x.k), kv(x.v), mask, 0.0, false, 0.125)
+                         .transpose(1, 2);
+  EXPECT_LE(rel(cpu[0], dense), 1e-5);
+  const auto fp32 = attend(x, kGpu, torch::kFloat);   // fused SDPA per document on the GPU
+  const auto bf16 = attend(x, kGpu, torch::kBFloat16);   // one varlen flash launch
+  const char* names[] = {"output", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_LE(rel(fp32[i], cpu[i]), 1e-4) << "fp32 " << names[i];
+    EXPECT_LE(rel(bf16[i], cpu[i]), 2e-2) << "bf16 varlen " << names[i];
+  }
+  EXPECT_NE(model::attention_kernel(kGpu, torch::kBFloat16, 4, 2, 64, false).find("flash-attention varlen"),
+            std::string::npos);
+}
+
+TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
+  auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
+  comm::MpiCommunicator mpi(MPI_COMM_SELF);   // CUDA tensors staged through the host
+  torch::manual_seed(8);
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf, torch::kLong, torch::kInt,
+                     torch::kByte}) {
+    const torch::Tensor x = (torch::randn({6, 5}) * 50).to(dtype).to(kGpu);   // [6, 5]
+    const auto what = c10::toString(dtype);
+    auto same = [&](const torch::Tensor& a, const torch::Tensor& b, const char* op) {
+      EXPECT_TRUE(a.is_cuda() && b.is_cuda()) << op << " " << what;
+      EXPECT_TRUE(torch::equal(a.cpu(), b.cpu())) << op << " " << what;
+    };
+    same(nccl->all_to_all(x), mpi.all_to_all(x), "all_to_all");
+    same(nccl->all_gather(x), mpi.all_gather(x), "all_gather");
+    torch::Tensor a = x.clone(), b = x.clone();
+    nccl->broadcast(a, 0);
+    mpi.broadcast(b, 0);
+    same(a, b, "broadcast");
+    if (dtype == torch::kByte) continue;   // not summed
+    a = x.clone();
+    b = x.clone();
+    nccl->all_reduce_sum(a);
+    mpi.all_reduce_sum(b);
+    same(a, b, "all_reduce_sum");
+    same(nccl->reduce_scatter_sum(x), mpi.reduce_scatter_sum(x), "reduce_scatter_sum");
+    same(mpi.all_to_all(x), comm::MpiCommunicator(MPI_COMM_SELF).all_to_all(x.cpu()).to(kGpu), "staged vs host");
+  }
+  nccl->barrier();
+}
+
+}  // namespace
+}  // namespace ulysses

@@ -1,0 +1,84 @@
+"""ulysses-train on an NVIDIA GPU through its command line (exit 77 = skipped where there is none):
+SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP=1 on the GPU; one rank
+over NCCL equals one rank over MPI bit for bit; a bf16 run logs the varlen flash kernel, MFU and peak GPU
+memory.
+
+usage: test_gpu_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC REPO_ROOT
+"""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TRAIN, PACK, MPIEXEC, ROOT = sys.argv[1:5]
+del sys.argv[1:5]
+ROOT = pathlib.Path(ROOT)
+SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
+CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
+
+
+def gpu_visible():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def losses(out):
+    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+class GpuTrain(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.root = pathlib.Path(cls.tmp.name)
+        cls.data = cls.root / "packed"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", 1024, "--sp", 4,
+                                      "--pad-id", 258, "--model-config", CONFIG])), check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def train(self, n, name, *extra):
+        out = self.root / name
+        cmd = [MPIEXEC, "-n", n, TRAIN, "--data", self.data, "--model-config", CONFIG, "--output", out,
+               "--threads", 1, "--lr", "3e-3", "--warmup", 2, "--steps", 6, "--micro-batch", 2, "--device", "cuda",
+               *extra]
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        return out, p.stderr
+
+    def test_sp4_sharing_the_gpu_through_mpi_equals_sp1(self):
+        sp1, _ = self.train(1, "sp1", "--sp", 1)
+        sp4, log = self.train(4, "sp4", "--sp", 4, "--comm", "mpi")
+        self.assertIn("collectives mpi (CUDA tensors staged through host memory)", log)
+        for step, (x, y) in enumerate(zip(losses(sp1), losses(sp4)), 1):
+            self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: SP=1 {x} vs SP=4 {y}")
+
+    def test_nccl_equals_mpi_bit_for_bit_at_one_rank(self):
+        nccl, log = self.train(1, "nccl", "--comm", "nccl")
+        self.assertIn("collectives nccl", log)
+        mpi, _ = self.train(1, "mpi", "--comm", "mpi")
+        self.assertEqual(losses(nccl), losses(mpi))
+
+    def test_bf16_logs_kernel_mfu_and_peak_memory(self):
+        out, log = self.train(1, "bf16", "--precision", "bf16")
+        self.assertIn("precision bf16", log)
+        self.assertIn("attention: flash-attention varlen", log)
+        m = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        self.assertGreater(m["peak_gpu_mib"], 0)
+        self.assertIn("peak GPU", log)
+        if "MFU against" in log:   # a GPU of the peak table (or --peak-tflops) has an MFU
+            self.assertGreater(m["mfu"], 0)
+
+
+if __name__ == "__main__":
+    if not gpu_visible():
+        print("SKIPPED: no CUDA GPU visible to torch; the GPU end-to-end tests need an NVIDIA GPU")
+        sys.exit(77)
+    unittest.main(verbosity=2)
