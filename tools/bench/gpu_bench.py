@@ -1,0 +1,750 @@
+#!/usr/bin/env python3
+"""GPU benchmark of ulysses-train against Hugging Face transformers, measured in the same run on the same GPU.
+
+A Llama-3.2-1B-shaped model (random weights, no download), one GPU, SP=1, bf16 compute with fp32 weights
+and AdamW state, one sequence per step of 16K, 32K and 64K tokens, then doubling until ours no longer
+fits (the longest that fits; transformers runs beside it while it fits). Each side of each length runs
+in a process of its own, so an out-of-memory in one cannot touch the other; it is reported as OOM in the
+table, not as a crash:
+
+  ours          ulysses-train --device cuda --precision bf16 --sp 1 on a dataset packed by ulysses-pack
+                (one document of exactly S tokens per sequence, so both sides do the same attention work)
+  transformers  LlamaForCausalLM from the same config.json: sdpa attention, gradient checkpointing,
+                torch.autocast(bfloat16) over fp32 weights, fused torch.optim.AdamW, grad clipping 1.0
+
+Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 1.3), TFLOPS and MFU of
+both (target for ours >= 45%) and peak GPU memory. MFU is against the GPU's bf16 matmul ceiling measured
+at the start of the same run (8192^3 matmuls, median of timed reps with CUDA events). Both sides count
+FLOPs with the trainer's formula (src/train/report.cpp step_flops): 6*N*T + 12*layers*heads*head_dim*S*T,
+model FLOPs only (the recomputation of gradient checkpointing is not counted). Step times are medians of
+the timed steps after the warmup steps. The whole run ends within --time-limit (default 540 s, so it
+fits one 10-minute job): a run predicted not to finish in the time left is skipped, one still running at
+the limit is ended; both are said so in the table.
+
+examples:
+  # the whole benchmark
+  python3 tools/bench/gpu_bench.py --train build/src/train/ulysses-train --pack build/src/pack/ulysses-pack
+  # one length, more timed steps, results also as JSON
+  python3 tools/bench/gpu_bench.py --lengths 32768 --no-search --steps 5 --json out/gpu-bench.json
+  # the same code path end to end on CPU: the tiny Llama of datasets/sample, fp32, 256/512/1024 tokens
+  python3 tools/bench/gpu_bench.py --smoke
+
+Torch runs only in child processes, under --python (default: this interpreter if it has torch and
+transformers, else $ULYSSES_DEPS/venv/bin/python from tools/bootstrap.sh). Exit code: 0 when the runs
+finished (even with targets missed; --check makes a missed target exit 1), 2 on bad input.
+"""
+import argparse
+import array
+import json
+import os
+import pathlib
+import random
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DEFAULT_LENGTHS = [16384, 32768, 65536]
+SMOKE_LENGTHS = [256, 512]
+RATIO_TARGET = 1.3
+MFU_TARGET = 0.45
+ALIGN = 64   # ulysses-pack's default --align: S must be a multiple of it at --sp 1
+FLOPS_FORMULA = "6*N*T + 12*layers*heads*head_dim*S*T (src/train/report.cpp step_flops; model FLOPs, " \
+                "no recomputation counted), the same for both sides"
+OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|std::bad_alloc", re.I)
+
+
+class BenchError(Exception):
+    """A one-line failure for the user: what went wrong, naming the thing, and a hint."""
+
+    def __init__(self, what, hint):
+        super().__init__(f"{what} — HINT: {hint}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# model shape and FLOPs
+
+
+def llama_1b_config(max_len):
+    """Llama-3.2-1B's shape (hidden 2048, 16 layers, 32 heads / 8 KV of 64, tied embeddings, llama3 RoPE)."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+            "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 64, "hidden_act": "silu", "max_position_embeddings": max(131072, max_len),
+            "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192},
+            "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True, "initializer_range": 0.02,
+            "bos_token_id": 128000, "eos_token_id": 128001}
+
+
+def smoke_config(max_len):
+    cfg = json.loads((REPO / "datasets/sample/tiny-llama/config.json").read_text())
+    cfg["max_position_embeddings"] = max(cfg.get("max_position_embeddings", 0), max_len)
+    return cfg
+
+
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def param_count(cfg):
+    """Parameters of a bias-free Llama, a tied embedding counted once (as the trainer and HF count them)."""
+    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    heads, kv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
+    per_layer = 2 * h * heads * d + 2 * h * kv * d + 3 * h * inter + 2 * h
+    return cfg["num_hidden_layers"] * per_layer + vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h
+
+
+def step_flops(cfg, params, seq_len, tokens):
+    return 6.0 * params * tokens + 12.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) \
+        * seq_len * tokens
+
+
+# ---------------------------------------------------------------------------------------------------------
+# workers: run in child processes (torch is imported only there)
+
+
+def worker_matmul(spec):
+    """The matmul ceiling: bf16 n^3 on the GPU (CUDA events), fp32 on the CPU in --smoke; and the versions."""
+    import torch
+    info = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        info["transformers"] = None
+    n, reps, inner = spec["n"], spec["reps"], spec["inner"]
+    if spec["device"] == "cuda":
+        if not torch.cuda.is_available():
+            raise BenchError("no CUDA GPU visible to torch (torch.cuda.is_available() is False)",
+                             "run it on a GPU machine, or pass --smoke for the CPU end-to-end check")
+        props = torch.cuda.get_device_properties(0)
+        info["device_name"] = torch.cuda.get_device_name(0)
+        info["device_memory_gib"] = props.total_memory / 2**30
+        dtype = torch.bfloat16
+        a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
+        c = torch.empty(n, n, device="cuda", dtype=dtype)
+        start = time.perf_counter()
+        while time.perf_counter() - start < spec["warmup_s"]:   # clocks up, cuBLAS heuristics cached
+            for _ in range(inner):
+                torch.matmul(a, b, out=c)
+            torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(inner):
+                torch.matmul(a, b, out=c)
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3 / inner)
+    else:
+        if spec.get("threads"):
+            torch.set_num_threads(spec["threads"])
+        info["device_name"] = cpu_name()
+        info["device_memory_gib"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        dtype = torch.float32
+        a, b = (torch.randn(n, n, dtype=dtype) for _ in range(2))
+        c = torch.empty(n, n, dtype=dtype)
+        start = time.perf_counter()
+        while time.perf_counter() - start < spec["warmup_s"]:
+            torch.matmul(a, b, out=c)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                torch.matmul(a, b, out=c)
+            times.append((time.perf_counter() - t0) / inner)
+    flops = 2.0 * n**3
+    info.update(matmul_n=n, matmul_dtype=str(dtype).replace("torch.", ""), matmul_reps=reps,
+                ceiling_tflops=flops / statistics.median(times) / 1e12, best_tflops=flops / min(times) / 1e12)
+    return info
+
+
+def cpu_name():
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU ({os.cpu_count()} cores)"
+
+
+def is_oom(exc):
+    import torch
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(exc, oom_type) or bool(OOM_PATTERNS.search(str(exc)))
+
+
+def worker_hf(spec):
+    """transformers' side of one length: the same config, sdpa, gradient checkpointing, autocast bf16 over
+    fp32 weights, fused AdamW, clip 1.0; one sequence of S tokens per step (plain causal LM: positions
+    0..S-1, labels = inputs, which the model shifts)."""
+    import torch
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    device, S = spec["device"], spec["length"]
+    cuda = device == "cuda"
+    bf16 = spec["precision"] == "bf16"
+    cfg = json.loads(pathlib.Path(spec["config"]).read_text())
+    result = {"transformers": transformers.__version__, "torch": torch.__version__}
+    if not cuda and spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
+    if cuda and not torch.cuda.is_available():
+        raise BenchError("no CUDA GPU visible to torch in the transformers worker",
+                         "run it on a GPU machine, or pass --smoke")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    step = "model construction"
+    try:
+        torch.manual_seed(0)
+        config = LlamaConfig(**cfg)
+        config._attn_implementation = "sdpa"
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+        if getattr(model.config, "_attn_implementation", None) != "sdpa" and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("sdpa")
+        result["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+        if result["attn_implementation"] != "sdpa":
+            raise BenchError(f"transformers {transformers.__version__} built the model with attention "
+                             f"{result['attn_implementation']!r}, not sdpa", "check the transformers install")
+        model.float()   # fp32 master weights whatever the library's default dtype
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        rope = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None) or {}
+        result["rope_type"] = (rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else str(rope)) \
+            or "default"
+        result["gradient_checkpointing"] = bool(getattr(model, "is_gradient_checkpointing", True))
+        result["tied_embeddings"] = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        result["params"] = sum(p.numel() for p in model.parameters())
+        result["param_dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+        params = list(model.parameters())
+        opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                                fused=True if cuda else None)
+        if cuda:
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+        times, losses = [], []
+        vocab = cfg["vocab_size"]
+        for k in range(spec["warmup"] + spec["steps"]):
+            step = f"step {k + 1}"
+            ids = torch.randint(0, vocab - 1, (1, S), device=device)
+            sync()
+            t0 = time.perf_counter()
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+    except BenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an OOM is a result, anything else is reported by the parent
+        if not is_oom(e):
+            raise
+        result.update(status="OOM", message=f"{step}: {str(e).splitlines()[0][:300]}")
+        return result
+    result.update(status="ok", step_seconds=times, losses=losses)
+    if cuda:
+        result["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        result["peak_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+    else:
+        result["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def worker_main(kind, spec_path):
+    spec = json.loads(pathlib.Path(spec_path).read_text())
+    try:
+        result = {"matmul": worker_matmul, "hf": worker_hf}[kind](spec)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    pathlib.Path(spec["result"]).write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the parent: data, runs, table
+
+
+def find_tool(path, name, hint):
+    p = pathlib.Path(path)
+    for cand in ([p] if p.is_absolute() else [p, REPO / p]):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand.resolve()
+    raise BenchError(f"{name} not found at {path}", hint)
+
+
+def find_python(explicit):
+    deps = pathlib.Path(os.environ.get("ULYSSES_DEPS", "/opt/ulysses-deps")) / "venv/bin/python"
+    cands = [explicit] if explicit else [sys.executable, str(deps)]
+    for c in cands:
+        if c and (shutil.which(c) or pathlib.Path(c).is_file()):
+            if subprocess.run([c, "-c", "import torch, transformers"], capture_output=True).returncode == 0:
+                return c
+    raise BenchError(f"no Python with torch and transformers (tried {', '.join(map(str, cands))})",
+                     "pass --python PATH of the venv that has them (tools/bootstrap.sh makes one)")
+
+
+def kill_group(p):
+    """Ends the child this script started, with everything it started (its own session)."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+
+
+def tail(path, lines=15):
+    try:
+        text = pathlib.Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def failure_status(rc, log):
+    text = pathlib.Path(log).read_text(errors="replace") if pathlib.Path(log).exists() else ""
+    if OOM_PATTERNS.search(text):
+        return "OOM", next((l.strip() for l in text.splitlines() if OOM_PATTERNS.search(l)), "")[:300]
+    if rc in (-9, 137):
+        return "OOM", "killed by SIGKILL (host out of memory?)"
+    last = next((l.strip() for l in reversed(text.splitlines()) if l.strip()), f"exit code {rc}")
+    return "FAILED", f"exit code {rc}: {last[:300]}"
+
+
+class Runner:
+    def __init__(self, a, work, cfg, cfg_path, params, env):
+        self.a, self.work, self.cfg, self.cfg_path, self.params, self.env = a, work, cfg, cfg_path, params, env
+        self.deadline = a.start + a.time_limit if a.time_limit > 0 else None
+        self.history = {}   # side -> (length, median step s, overhead s): predicts the next run's time
+
+    def remaining(self):
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def predict(self, side, S):
+        if side not in self.history:
+            return None
+        s0, step0, over = self.history[side]
+        scale = step_flops(self.cfg, self.params, S, S) / step_flops(self.cfg, self.params, s0, s0)
+        return over + (self.a.warmup + self.a.steps) * step0 * scale
+
+    def fits_in_time(self, side, S):
+        rem, est = self.remaining(), self.predict(side, S)
+        if rem is not None and rem <= 5:
+            return False, "time limit reached"
+        if rem is not None and est is not None and est > rem:
+            return False, f"would take ~{est:.0f} s, {rem:.0f} s left of --time-limit"
+        return True, ""
+
+    def wait(self, p, done=None):
+        """Waits for a child; done() true ends it early. Returns (rc or None, timed out)."""
+        try:
+            while True:
+                rc = p.poll()
+                if done is not None and done():
+                    kill_group(p)
+                    return 0, False
+                if rc is not None:
+                    return rc, False
+                rem = self.remaining()
+                if rem is not None and rem <= 0:
+                    kill_group(p)
+                    return None, True
+                time.sleep(0.05)
+        finally:
+            kill_group(p)
+
+    def pack(self, S):
+        """One document of exactly S tokens per sequence (S-1 random ids below the vocabulary, then EOS =
+        vocab-1, so the flat reader splits there): identical attention work on both sides."""
+        vocab = self.cfg["vocab_size"]
+        eos = vocab - 1
+        n_seq = self.a.warmup + self.a.steps + 1
+        rng = random.Random(S)
+        ids = array.array("I", rng.randbytes(4 * S * n_seq))
+        ids = array.array("I", (x % eos for x in ids))
+        for k in range(n_seq):
+            ids[(k + 1) * S - 1] = eos
+        src = self.work / f"tokens-{S}.u32"
+        with open(src, "wb") as f:
+            ids.tofile(f)
+        out = self.work / f"packed-{S}"
+        cmd = [str(self.a.pack), "pack", str(src), "--format", "flat", "--flat-dtype", "uint32", "--eos-id", str(eos),
+               "-o", str(out), "--seq-len", str(S), "--sp", "1", "--policy", "pad", "--model-config",
+               str(self.cfg_path), "--overwrite"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        src.unlink()
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+            raise BenchError(f"ulysses-pack failed for S={S}: {last}", f"run it by hand: {' '.join(cmd)}")
+        return out, cmd
+
+    def run_ours(self, S, ceiling):
+        a = self.a
+        total = a.warmup + a.steps
+        data, pack_cmd = self.pack(S)
+        out = self.work / f"ours-{S}"
+        cmd = [str(a.train), "--data", str(data), "--model-config", str(self.cfg_path), "--output", str(out),
+               "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
+               "--save-every", "0"]
+        cmd += ["--device", a.device, "--precision", a.precision, "--peak-tflops", f"{ceiling:.3f}"]
+        if a.device == "cpu":
+            cmd += ["--threads", str(a.threads)]
+        log = self.work / f"ours-{S}.log"
+        metrics = out / "metrics.jsonl"
+
+        def rows():
+            try:
+                text = metrics.read_text()
+            except OSError:
+                return []
+            return [json.loads(l) for l in text[: text.rfind("\n") + 1].splitlines() if l.strip()]
+
+        start = time.monotonic()
+        with open(log, "w") as f:
+            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        # the final checkpoint (fp32 weights + AdamW, ~20 GB at 1B) is not what is measured: once the last
+        # step's metrics line is written, the run is ended instead of waiting for the save
+        rc, timed_out = self.wait(p, done=lambda: len(rows()) >= total)
+        wall = time.monotonic() - start
+        got = rows()
+        res = {"command": cmd, "pack_command": pack_cmd}
+        if timed_out:
+            res.update(status="TIMEOUT", message=f"--time-limit reached after {len(got)} of {total} steps")
+        elif len(got) < total:
+            status, msg = failure_status(rc, log) if rc != 0 else ("FAILED", f"wrote {len(got)} of {total} steps")
+            res.update(status=status, message=msg, log_tail=tail(log))
+        else:
+            timed = got[a.warmup:total]
+            res.update(status="ok", step_seconds=[m["seconds"] for m in got[:total]],
+                       losses=[m["loss"] for m in got[:total]])
+            key = "peak_gpu_mib" if a.device == "cuda" else "peak_rss_mib"
+            peaks = [m[key] for m in got[:total] if key in m]
+            res["peak_mib"] = max(peaks) if peaks else None
+            res["trainer_tflops"] = statistics.median(m["tflops"] for m in timed)
+            res["trainer_step_flops"] = statistics.median(m["tflops"] * 1e12 * m["seconds"] for m in timed)
+            if all("mfu" in m for m in timed):
+                res["trainer_mfu"] = statistics.median(m["mfu"] for m in timed)
+            med = statistics.median(res["step_seconds"][a.warmup:])
+            self.history["ours"] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
+        return res
+
+    def run_hf(self, S):
+        a = self.a
+        spec_path, result_path = self.work / f"hf-{S}.spec.json", self.work / f"hf-{S}.result.json"
+        spec = {"config": str(self.cfg_path), "length": S, "warmup": a.warmup, "steps": a.steps, "device": a.device,
+                "precision": a.precision, "threads": a.threads if a.device == "cpu" else 0,
+                "result": str(result_path)}
+        spec_path.write_text(json.dumps(spec))
+        log = self.work / f"hf-{S}.log"
+        start = time.monotonic()
+        with open(log, "w") as f:
+            p = subprocess.Popen([a.python, str(pathlib.Path(__file__).resolve()), "--worker", "hf", "--spec",
+                                  str(spec_path)], stdout=f, stderr=subprocess.STDOUT, env=self.env,
+                                 start_new_session=True)
+        rc, timed_out = self.wait(p)
+        wall = time.monotonic() - start
+        if timed_out:
+            return {"status": "TIMEOUT", "message": "--time-limit reached"}
+        if rc == 2 and not result_path.exists():
+            raise BenchError(tail(log, 1).removeprefix("error: ").split(" — HINT: ")[0],
+                             (tail(log, 1).split(" — HINT: ") + ["see the log"])[1])
+        if not result_path.exists():
+            status, msg = failure_status(rc, log)
+            return {"status": status, "message": msg, "log_tail": tail(log)}
+        res = json.loads(result_path.read_text())
+        if res["status"] == "ok":
+            med = statistics.median(res["step_seconds"][a.warmup:])
+            self.history["hf"] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+        return res
+
+
+def measure_ceiling(a, work, env):
+    spec_path, result_path = work / "matmul.spec.json", work / "matmul.result.json"
+    n = a.matmul_size or (1024 if a.smoke else 8192)
+    spec = {"device": a.device, "n": n, "reps": 10 if a.smoke else 20, "inner": 3 if a.smoke else 10,
+            "warmup_s": 0.3 if a.smoke else 2.0, "threads": a.threads if a.device == "cpu" else 0,
+            "result": str(result_path)}
+    spec_path.write_text(json.dumps(spec))
+    try:
+        r = subprocess.run([a.python, str(pathlib.Path(__file__).resolve()), "--worker", "matmul", "--spec",
+                            str(spec_path)], capture_output=True, text=True, env=env, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise BenchError("the matmul-ceiling worker did not finish in 300 s", "check the GPU (nvidia-smi)") from None
+    if r.returncode != 0 or not result_path.exists():
+        lines = r.stderr.strip().splitlines() or [f"exit code {r.returncode}"]
+        err = next((l for l in lines if l.startswith("error: ")), None)
+        if err:
+            what, _, hint = err.removeprefix("error: ").partition(" — HINT: ")
+            raise BenchError(what, hint or "see above")
+        raise BenchError(f"the matmul-ceiling worker failed: {lines[-1]}", f"run {a.python} -c 'import torch' there")
+    return json.loads(result_path.read_text())
+
+
+def summarize(res, a, cfg, params, S, ceiling):
+    """Adds tokens/s, TFLOPS and MFU (from the median timed step) to one side's result."""
+    if res.get("status") != "ok":
+        return res
+    med = statistics.median(res["step_seconds"][a.warmup:])
+    tflops = step_flops(cfg, params, S, S) / med / 1e12
+    res.update(median_step_s=med, tokens_per_s=S / med, tflops=tflops, mfu=tflops / ceiling)
+    return res
+
+
+def cell(res, key, fmt):
+    if res.get("status") != "ok":
+        return res.get("status", "—")
+    v = res.get(key)
+    return "n/a" if v is None else fmt.format(v)
+
+
+def print_table(rows, a):
+    unit, div = ("MiB", 1.0) if a.smoke else ("GiB", 1024.0)
+    mem = "peak RSS" if a.device == "cpu" else "peak GPU"
+    head = ["length", "ours tok/s", "HF tok/s", "RATIO ours/HF", "ours TFLOPS", "ours MFU", "HF TFLOPS", "HF MFU",
+            f"ours {mem} {unit}", f"HF {mem} {unit}"]
+    body = []
+    for r in rows:
+        o, h = r["ours"], r["hf"]
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
+        peak = lambda res: {**res, "peak": None if res.get("peak_mib") is None else res["peak_mib"] / div}  # noqa
+        body.append([str(r["length"]), cell(o, "tokens_per_s", "{:,.0f}"), cell(h, "tokens_per_s", "{:,.0f}"), ratio,
+                     cell(o, "tflops", "{:.1f}" if not a.smoke else "{:.3f}"), cell(o, "mfu", "{:.1%}"),
+                     cell(h, "tflops", "{:.1f}" if not a.smoke else "{:.3f}"), cell(h, "mfu", "{:.1%}"),
+                     cell(peak(o), "peak", "{:,.1f}"), cell(peak(h), "peak", "{:,.1f}")])
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    line = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))   # noqa: E731
+    print(line(head))
+    print("  ".join("-" * w for w in widths))
+    for b in body:
+        print(line(b))
+
+
+def judge(rows, a):
+    """Target lines in the house style; returns whether every judged target was met (and one was judged)."""
+    judged, ok = 0, True
+    note = "not judged in --smoke" if a.smoke else None
+    for r in rows:
+        o, h, S = r["ours"], r["hf"], r["length"]
+        if r.get("ratio") is not None:
+            met = r["ratio"] >= RATIO_TARGET
+            verdict = note or ("met" if met else "MISSED")
+            print(f"RATIO tokens/s ours/transformers (S={S}) = {r['ratio']:.2f}  (target >= {RATIO_TARGET}: {verdict})")
+            judged += 1
+            ok &= met or a.smoke
+        elif o.get("status") == "ok" and h.get("status") == "OOM":
+            print(f"RATIO tokens/s ours/transformers (S={S}) = n/a: transformers is out of memory, ours fits")
+        if o.get("status") == "ok":
+            met = o["mfu"] >= MFU_TARGET
+            verdict = note or ("met" if met else "MISSED")
+            print(f"MFU ours (S={S}) = {o['mfu']:.1%} of the measured ceiling  (target >= {MFU_TARGET:.0%}: {verdict})")
+            judged += 1
+            ok &= met or a.smoke
+    return ok and judged > 0
+
+
+def longest(rows, side):
+    fit = [r["length"] for r in rows if r[side].get("status") == "ok"]
+    after = [f"{r['length']}: {r[side]['status']}"
+             + (f" ({r[side]['message']})" if r[side]["status"] in ("skipped", "TIMEOUT") else "") for r in rows
+             if r[side].get("status") not in ("ok", None) and (not fit or r["length"] > max(fit))]
+    return (max(fit) if fit else None), (after[0] if after else None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", default="build/src/train/ulysses-train", help="the ulysses-train binary")
+    ap.add_argument("--pack", default="build/src/pack/ulysses-pack", help="the ulysses-pack binary")
+    ap.add_argument("--lengths", type=int, nargs="+", help="sequence lengths in tokens, multiples of 64 "
+                    "(default 16384 32768 65536; --smoke: 256 512)")
+    ap.add_argument("--no-search", dest="search", action="store_false",
+                    help="do not go on doubling past the last length to find the longest that ours fits "
+                    "(transformers runs beside it while it fits)")
+    ap.add_argument("--max-length", type=int, help="the doubling search stops here (default 1048576; --smoke: 1024)")
+    ap.add_argument("--warmup", type=int, help="untimed steps per run (default 2; --smoke: 1)")
+    ap.add_argument("--steps", type=int, help="timed steps per run, median reported (default 3; --smoke: 2)")
+    ap.add_argument("--time-limit", type=float, default=540, help="seconds for the whole benchmark (0: none); a "
+                    "length predicted not to finish in what is left is skipped (default 540)")
+    ap.add_argument("--matmul-size", type=int, help="n of the n^3 matmuls of the ceiling (default 8192; --smoke 1024)")
+    ap.add_argument("--alloc-conf", default="expandable_segments:True",
+                    help="PYTORCH_CUDA_ALLOC_CONF for both sides unless already set (default %(default)s; '' : none)")
+    ap.add_argument("--python", help="Python with torch and transformers for the workers (default: this one if it "
+                    "has them, else $ULYSSES_DEPS/venv/bin/python)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of both sides in --smoke")
+    ap.add_argument("--json", help="also write the results as JSON to this file")
+    ap.add_argument("--workdir", help="scratch directory (default: a new temporary one, removed at the end)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed (never in --smoke)")
+    ap.add_argument("--smoke", action="store_true", help="the same code path on CPU: tiny Llama "
+                    "(datasets/sample/tiny-llama shape), fp32, lengths 256 512 then 1024, 1 warmup + 2 timed steps; "
+                    "the ceiling is an fp32 CPU matmul and the targets are printed, not judged")
+    ap.add_argument("--worker", choices=["matmul", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    # until ulysses-train has --device/--precision/--peak-tflops: run it without them (CPU, fp32)
+    a = ap.parse_args()
+    if a.worker:
+        return worker_main(a.worker, a.spec)
+    try:
+        return bench(a)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def bench(a):
+    a.start = time.monotonic()   # --time-limit counts from here: the whole benchmark, ceiling and packing included
+    a.device, a.precision = ("cpu", "fp32") if a.smoke else ("cuda", "bf16")
+    a.lengths = sorted(set(a.lengths or (SMOKE_LENGTHS if a.smoke else DEFAULT_LENGTHS)))
+    a.max_length = a.max_length or (1024 if a.smoke else 1048576)
+    a.warmup = (1 if a.smoke else 2) if a.warmup is None else a.warmup
+    a.steps = (2 if a.smoke else 3) if a.steps is None else a.steps
+    for S in a.lengths:
+        if S <= 0 or S % ALIGN:
+            lo = max(ALIGN, S // ALIGN * ALIGN)
+            raise BenchError(f"--lengths {S} is not a positive multiple of {ALIGN} (ulysses-pack's --align)",
+                             f"use {lo} or {lo + ALIGN}")
+    if a.steps < 1 or a.warmup < 0:
+        raise BenchError(f"--steps {a.steps} / --warmup {a.warmup}", "need --steps >= 1 and --warmup >= 0")
+    a.train = find_tool(a.train, "ulysses-train", "build it (bash tools/build.sh) or pass --train PATH")
+    a.pack = find_tool(a.pack, "ulysses-pack", "build it (bash tools/build.sh) or pass --pack PATH")
+    helptext = subprocess.run([str(a.train), "--help"], capture_output=True, text=True).stdout
+    missing = [f for f in ("--device", "--precision", "--peak-tflops") if f not in helptext]
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        raise BenchError(f"{a.train} has no {', '.join(missing)} flag{plural} (built before the CUDA path?)",
+                         "rebuild it from this checkout, or pass --train PATH to a newer build")
+    a.python = find_python(a.python)
+    if a.json:
+        pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+
+    env = dict(os.environ)
+    if a.alloc_conf and "PYTORCH_CUDA_ALLOC_CONF" not in env and a.device == "cuda":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = a.alloc_conf
+    tmp = None
+    if a.workdir:
+        work = pathlib.Path(a.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.mkdtemp(prefix="ulysses-gpu-bench-")
+        work = pathlib.Path(tmp)
+    try:
+        return run_all(a, work, env)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_all(a, work, env):
+    max_len = max(a.lengths + ([a.max_length] if a.search else []))
+    cfg = smoke_config(max_len) if a.smoke else llama_1b_config(max_len)
+    cfg_path = work / "config.json"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    params = param_count(cfg)
+
+    dev = measure_ceiling(a, work, env)
+    ceiling = dev["ceiling_tflops"]
+    name = "tiny Llama (datasets/sample/tiny-llama shape)" if a.smoke else "Llama-3.2-1B shape"
+    tied = "tied" if cfg.get("tie_word_embeddings") else "untied"
+    alloc = env.get("PYTORCH_CUDA_ALLOC_CONF")
+    print(f"device: {dev['device_name']} ({dev['device_memory_gib']:.1f} GiB); torch {dev['torch']}"
+          f"{' (CUDA ' + dev['torch_cuda'] + ')' if dev.get('torch_cuda') else ''}; "
+          f"transformers {dev['transformers']}; ulysses-train {a.train}")
+    print(f"matmul ceiling: {dev['matmul_n']}^3 {dev['matmul_dtype']} matmuls, median of {dev['matmul_reps']} reps: "
+          f"{ceiling:.1f} TFLOPS (best {dev['best_tflops']:.1f}){'  [--smoke: CPU fp32]' if a.smoke else ''}")
+    print(f"model: {name}: hidden {cfg['hidden_size']}, {cfg['num_hidden_layers']} layers, "
+          f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV of {head_dim(cfg)}, intermediate "
+          f"{cfg['intermediate_size']}, vocab {cfg['vocab_size']}, {tied} embeddings; N = {params:,} parameters; "
+          f"random weights")
+    print(f"precision: {'bf16 compute, fp32 weights and AdamW state' if a.precision == 'bf16' else 'fp32'} on both "
+          f"sides; transformers: sdpa, gradient checkpointing, "
+          f"{'autocast(bfloat16), fused ' if a.precision == 'bf16' else ''}AdamW, clip 1.0; ours: --sp 1 "
+          f"--device {a.device} --precision {a.precision}")
+    print(f"FLOPs per step: {FLOPS_FORMULA}")
+    print(f"steps: {a.warmup} warmup + {a.steps} timed per run (median), micro-batch 1, one document of S tokens per "
+          f"sequence; each side of each length in its own process"
+          f"{'; PYTORCH_CUDA_ALLOC_CONF=' + alloc if alloc else ''}")
+    sys.stdout.flush()
+
+    runner = Runner(a, work, cfg, cfg_path, params, env)
+    rows, queue, dead = [], list(a.lengths), {}
+    while queue:
+        S = queue.pop(0)
+        row = {"length": S}
+        for side in ("ours", "hf"):
+            label = "ours" if side == "ours" else "transformers"
+            if side in dead:
+                row[side] = {"status": dead[side][0], "message": f"not run: {dead[side][0]} at {dead[side][1]}"}
+                continue
+            ok, why = runner.fits_in_time(side, S)
+            if not ok:
+                row[side] = {"status": "skipped", "message": why}
+                print(f"[S={S}] {label}: skipped ({why})", flush=True)
+                continue
+            print(f"[S={S}] {label}: running ...", flush=True)
+            res = runner.run_ours(S, ceiling) if side == "ours" else runner.run_hf(S)
+            row[side] = summarize(res, a, cfg, params, S, ceiling)
+            if res["status"] == "ok":
+                unit, div = ("GiB", 1024) if a.device == "cuda" else ("MiB", 1)
+                peak = "n/a" if res.get("peak_mib") is None else f"{res['peak_mib'] / div:,.2f} {unit}"
+                print(f"[S={S}] {label}: median step {res['median_step_s']:.3f} s -> {res['tokens_per_s']:,.0f} tok/s, "
+                      f"{res['tflops']:.3f} TFLOPS, MFU {res['mfu']:.1%}, peak {peak}; first loss "
+                      f"{res['losses'][0]:.3f}", flush=True)
+                want = (cfg.get("rope_scaling") or {}).get("rope_type", "default")
+                if side == "hf" and res.get("rope_type", want) != want:
+                    print(f"  note: transformers built RoPE type {res.get('rope_type')!r}, the config asks for "
+                          f"{want!r}", flush=True)
+                flops = step_flops(cfg, params, S, S)
+                if side == "ours" and abs(res["trainer_step_flops"] / flops - 1) > 0.01:
+                    print(f"  note: the trainer counts {res['trainer_step_flops']:.4g} FLOPs per step, this script "
+                          f"{flops:.4g}: its parameter count differs from N = {params:,}", flush=True)
+            else:
+                print(f"[S={S}] {label}: {res['status']}: {res.get('message', '')}", flush=True)
+                if res["status"] == "FAILED" and res.get("log_tail"):
+                    print("  " + res["log_tail"].replace("\n", "\n  "), flush=True)
+                if res["status"] in ("OOM", "FAILED"):
+                    dead[side] = (res["status"], S)
+        o, h = row["ours"], row["hf"]
+        row["ratio"] = o["tokens_per_s"] / h["tokens_per_s"] if o["status"] == h["status"] == "ok" else None
+        rows.append(row)
+        timed_out = any(row[s]["status"] in ("TIMEOUT", "skipped") for s in ("ours", "hf"))
+        # the search for the longest that fits follows ours; transformers runs beside it while it fits
+        if not queue and a.search and "ours" not in dead and not timed_out and S * 2 <= a.max_length:
+            queue.append(S * 2)
+
+    print()
+    print_table(rows, a)
+    print()
+    met = judge(rows, a)
+    for side, label in (("ours", "ours"), ("hf", "transformers")):
+        fit, nxt = longest(rows, side)
+        print(f"longest that fits, {label}: {fit if fit else 'none'}" + (f" ({nxt})" if nxt else "")
+              + ("" if a.search else " [--no-search]"))
+    if a.json:
+        out = {"smoke": a.smoke, "device": dev, "ceiling_tflops": ceiling, "config": cfg, "params": params,
+               "flops_formula": FLOPS_FORMULA, "precision": a.precision, "warmup_steps": a.warmup,
+               "timed_steps": a.steps, "targets": {"ratio_ours_over_hf": RATIO_TARGET, "mfu_ours": MFU_TARGET},
+               "targets_met": None if a.smoke else met, "env": {"PYTORCH_CUDA_ALLOC_CONF": env.get(
+                   "PYTORCH_CUDA_ALLOC_CONF")}, "rows": rows}
+        pathlib.Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"results: {a.json}")
+    if a.smoke:   # a smoke run checks the script itself: every side of every length must have run
+        return 0 if all(row[side]["status"] == "ok" for row in rows for side in ("ours", "hf")) else 1
+    return 1 if a.check and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
