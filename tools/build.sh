@@ -4,5 +4,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/bootstrap.sh
 BUILD=${BUILD:-build}
-if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" >/dev/null; else meson setup "$BUILD"; fi
+# Where the CUDA toolkit is installed the CUDA build is required, not optional: a CUDA path that stops
+# compiling then fails the build (and CI) instead of quietly dropping to the CPU-only build.
+cuda=auto
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=enabled; fi
+if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" -Dcuda=$cuda >/dev/null
+else meson setup "$BUILD" -Dcuda=$cuda; fi
 ninja -C "$BUILD"

@@ -11,7 +11,27 @@
 
 namespace ulysses::train {
 
-void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& grad_group, double global_count) {
+namespace {
+
+// One all-reduce over the concatenation of `grads`, then each gradient = its part of the sum / count.
+void reduce_bucket(const std::vector<torch::Tensor>& grads, comm::Communicator& grad_group, double global_count) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& g : grads) flat.push_back(g.reshape(-1));
+  torch::Tensor buffer = torch::cat(flat);   // [Σ numel]
+  grad_group.all_reduce_sum(buffer);
+  buffer.div_(global_count);
+  std::int64_t offset = 0;
+  for (const auto& g : grads) {
+    const std::int64_t n = g.numel();
+    g.copy_(buffer.narrow(0, offset, n).view_as(g));
+    offset += n;
+  }
+}
+
+}  // namespace
+
+void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& grad_group, double global_count,
+                      std::int64_t bucket_elements) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
@@ -22,17 +42,18 @@ void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicat
     at::_foreach_div_(grads, global_count);
     return;
   }
-  std::vector<torch::Tensor> flat;
-  for (const auto& g : grads) flat.push_back(g.reshape(-1));
-  torch::Tensor buffer = torch::cat(flat);   // [total params]
-  grad_group.all_reduce_sum(buffer);
-  buffer.div_(global_count);
-  std::int64_t offset = 0;
+  std::vector<torch::Tensor> bucket;
+  std::int64_t elements = 0;
   for (const auto& g : grads) {
-    const std::int64_t n = g.numel();
-    g.copy_(buffer.narrow(0, offset, n).view_as(g));
-    offset += n;
+    if (!bucket.empty() && elements + g.numel() > bucket_elements) {
+      reduce_bucket(bucket, grad_group, global_count);
+      bucket.clear();
+      elements = 0;
+    }
+    bucket.push_back(g);
+    elements += g.numel();
   }
+  if (!bucket.empty()) reduce_bucket(bucket, grad_group, global_count);
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

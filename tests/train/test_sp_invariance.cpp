@@ -23,6 +23,7 @@
 #include "io/shard.hpp"
 #include "model/causal_lm.hpp"
 #include "model/weights.hpp"
+#include "train/grad_sync.hpp"
 #include "train/step.hpp"
 
 namespace fs = std::filesystem;
@@ -214,6 +215,23 @@ TEST(SpTimesDp, EqualsGradAccumOnOneRank) {
     Result got = gradients(cfg, &sp, world, dir, par, step);
     Result want = gradients(cfg, nullptr, self, dir, ref, step);
     expect_same(got, want, fmt::format("SP=2 x DP=2 step {}", step));
+  }
+}
+
+// Gradients travel in buckets (here of 5 elements: some parameters share one, the 12-element one goes
+// alone): every gradient must still be the sum over ranks divided by the count.
+TEST(GradSync, BucketedReductionIsTheSumOverRanks) {
+  comm::MpiCommunicator world(MPI_COMM_WORLD);
+  const int P = world.size(), r = world.rank();
+  std::vector<torch::Tensor> params;
+  for (std::int64_t n : {2, 3, 12, 1, 4}) params.push_back(torch::zeros({n}).requires_grad_(true));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    params[i].mutable_grad() = torch::arange(params[i].numel(), torch::kFloat) + 100.0 * static_cast<double>(i) + r;
+  train::reduce_gradients(params, world, 4.0, 5);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto n = params[i].numel();
+    const torch::Tensor want = (P * (torch::arange(n, torch::kFloat) + 100.0 * static_cast<double>(i)) + P * (P - 1) / 2.0) / 4.0;
+    EXPECT_TRUE(torch::allclose(params[i].grad(), want)) << "parameter " << i << ": " << params[i].grad();
   }
 }
 
