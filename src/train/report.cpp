@@ -39,12 +39,12 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
 }
 
 MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
-                           std::int64_t seq_len, std::int64_t sp) {
+                           std::int64_t seq_len, std::int64_t sp, bool bf16) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   MemoryPlan m;
-  m.weights_gib = 4.0 * static_cast<double>(params) / kGiB;
-  m.grads_gib = m.weights_gib;
-  m.optimizer_gib = 2 * m.weights_gib;
+  m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
+  m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
+  m.optimizer_gib = 2 * m.grads_gib;
   const double tokens = static_cast<double>(micro_batch * seq_len / sp);
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
@@ -55,8 +55,9 @@ MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std
   const double scores = !c.sliding_window ? 0.0
                         : static_cast<double>(micro_batch) * static_cast<double>(c.num_heads / sp) *
                               static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + mask
-  const double logits = tokens * static_cast<double>(c.vocab_size) * 2;
-  m.activations_gib = 4.0 * (static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
+  const double logits = 4.0 * tokens * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
+  const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
+  m.activations_gib = (bytes * static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
   return m;
 }
 

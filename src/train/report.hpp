@@ -27,10 +27,11 @@ struct MemoryPlan {
   double weights_gib = 0, grads_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double total() const { return weights_gib + grads_gib + optimizer_gib + activations_gib; }
 };
-// fp32 weights, grads and two AdamW moments; activations of one micro-batch on one rank (S/P tokens per
-// sequence; plus the [H/P, S, S] scores per layer when a sliding window forces an explicit mask).
+// fp32 weights, grads and two AdamW moments (bf16: plus the bf16 weight copies autocast makes); activations
+// of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32; fp32 logits; plus
+// the [H/P, S, S] scores per layer when a sliding window forces an explicit mask).
 MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
-                           std::int64_t seq_len, std::int64_t sp);
+                           std::int64_t seq_len, std::int64_t sp, bool bf16);
 
 // Model FLOPs of one step over all ranks: 6·N·T + 12·layers·H·D·S·T (T = tokens in the step).
 double step_flops(const model::ModelConfig& c, std::int64_t params, double tokens, std::int64_t seq_len);

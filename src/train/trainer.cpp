@@ -111,7 +111,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const MemoryPlan m = estimate_memory(r.config, r.param_count, r.o.micro_batch, loader.seq_len(), r.o.sp);
+  const MemoryPlan m = estimate_memory(r.config, r.param_count, r.o.micro_batch, loader.seq_len(), r.o.sp,
+                                     r.precision == Precision::kBf16);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", model::architecture_name(r.config.architecture),
            r.param_count, r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
