@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -64,6 +65,23 @@ bool any_rank(bool flag, comm::Communicator& world) {
   torch::Tensor t = torch::tensor({flag ? std::int64_t{1} : std::int64_t{0}});
   if (world.size() > 1) world.all_reduce_sum(t);
   return t.item<std::int64_t>() > 0;
+}
+
+// Runs check on every rank; when it throws BadInput on any rank, the lowest such rank prints its line and
+// every rank learns of it (true): they all exit 2 together instead of aborting or waiting in a collective.
+bool bad_input_on_any_rank(comm::Communicator& world, int rank, const std::function<void()>& check) {
+  std::optional<std::string> why;
+  try {
+    check();
+  } catch (const BadInput& e) {
+    why = one_line(e);
+  }
+  torch::Tensor failed = torch::tensor({why ? std::int64_t{1} : std::int64_t{0}});   // [1]
+  torch::Tensor all = world.size() > 1 ? world.all_gather(failed) : failed;            // [world]
+  const auto first = all.nonzero();                                                    // [failing ranks, 1]
+  if (first.size(0) == 0) return false;
+  if (first[0][0].item<std::int64_t>() == rank) fmt::print(stderr, "[rank {}] error: {}\n", rank, *why);
+  return true;
 }
 
 double max_over_ranks(double value, comm::Communicator& world) {
@@ -175,37 +193,40 @@ void check_output(const TrainOptions& o, int rank) {
 
 int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& world) {
   const RankLayout& layout = groups.layout();
+  const std::vector<RankSelf> selves = gather_rank_selves(world);
   std::optional<Topology> placed;
-  try {   // every rank holds the same table and reaches the same verdict: all exit 2, no MPI_Abort (srun shows 2)
-    placed.emplace(gather_rank_selves(world), o.island_size);
-    check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
-  } catch (const BadInput& e) {
-    if (groups.rank() == 0) fmt::print(stderr, "[rank 0] error: {}\n", one_line(e));
+  std::optional<c10::Device> device;
+  std::optional<comm::Backend> backend;
+  // Layout and device checks end every rank with exit 2 and one line, without MPI_Abort (srun shows 2).
+  if (bad_input_on_any_rank(world, groups.rank(), [&] {
+        placed.emplace(selves, o.island_size);
+        check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
+        device = choose_device(o.device, placed->place(groups.rank()).local_rank);
+        backend = comm::choose_backend(o.comm, *device);
+        precision_from_name(o.precision);
+      }))
     return kExitBadInput;
-  }
   const Topology& topo = *placed;
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
-  const c10::Device device = choose_device(o.device, topo.place(groups.rank()).local_rank);
-  use_device(device);
-  const comm::Backend backend = comm::choose_backend(o.comm, device);
-  Run r{o, layout, topo, groups.rank(), world, device, precision_from_name(o.precision), backend};
+  use_device(*device);
+  Run r{o, layout, topo, groups.rank(), world, *device, precision_from_name(o.precision), *backend};
   r.config_path = model_config_path(o);
   r.config = model::read_model_config(r.config_path);
   const std::chrono::seconds timeout(o.comm_timeout);
-  r.sp_group = comm::make_communicator(backend, groups.sp(), device, timeout);
-  r.grad_group = comm::make_communicator(backend, groups.world(), device, timeout);
-  r.peak_tflops = o.peak_tflops > 0 ? std::optional<double>(o.peak_tflops)
-                  : device.is_cuda()  ? known_peak_tflops(device_name(device))
-                                      : std::nullopt;
+  r.sp_group = comm::make_communicator(r.backend, groups.sp(), r.device, timeout);
+  r.grad_group = comm::make_communicator(r.backend, groups.world(), r.device, timeout);
+  r.peak_tflops = o.peak_tflops > 0   ? std::optional<double>(o.peak_tflops)
+                  : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
+                                       : std::nullopt;
   r.model = model::CausalLm(r.config, r.sp_group.get());   // checks the heads against --sp first
   data::LoaderOptions lo{o.sp, layout.sp_rank(r.rank), layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                          o.grad_accum, o.seed, r.config.vocab_size, "train"};
   data::DataLoader loader(o.data, lo);
   if (o.init_from.empty()) model::init_weights(r.model, o.seed);
   else model::load_hf_weights(r.model, o.init_from);
-  r.model->to(device);   // fp32 master weights on the device; AdamW's state follows them
+  r.model->to(r.device);   // fp32 master weights on the device; AdamW's state follows them
   r.params = named_parameters(r.model);
   for (const auto& [name, p] : r.params) {
     r.param_list.push_back(p);
