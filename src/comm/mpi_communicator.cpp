@@ -5,17 +5,12 @@
 #include <string>
 #include <string_view>
 
+#include "comm/shape.hpp"
 #include "core/error.hpp"
 #include "dist/check_mpi.hpp"
 
 namespace ulysses::comm {
 namespace {
-
-std::string shape(const torch::Tensor& x) {
-  std::string s = "[";
-  for (std::int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
-  return s + "]";
-}
 
 bool exchangeable(torch::ScalarType t) {
   switch (t) {
@@ -30,7 +25,7 @@ bool exchangeable(torch::ScalarType t) {
 void check_tensor(std::string_view op, const torch::Tensor& x) {
   ULY_CHECK(x.defined(), "{}: undefined tensor", op);
   ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op,
-            shape(x));
+            shape_of(x));
   ULY_CHECK(exchangeable(x.scalar_type()), "{}: dtype {} is not supported (float32, float64, "
             "bfloat16, float16, int64, int32, uint8)", op, c10::toString(x.scalar_type()));
 }
@@ -38,7 +33,7 @@ void check_tensor(std::string_view op, const torch::Tensor& x) {
 // MPI counts are ints; larger pieces are refused with the sizes rather than silently truncated.
 int byte_count(std::string_view op, const torch::Tensor& x, std::int64_t bytes) {
   ULY_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank (tensor {} {}) exceed MPI's int count limit {}",
-            op, bytes, c10::toString(x.scalar_type()), shape(x), INT_MAX);
+            op, bytes, c10::toString(x.scalar_type()), shape_of(x), INT_MAX);
   return static_cast<int>(bytes);
 }
 
@@ -90,7 +85,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
 torch::Tensor MpiCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, ...]
   check_tensor("all_to_all", x);
   ULY_CHECK(x.dim() >= 1 && x.size(0) % size_ == 0,
-            "all_to_all: dim 0 of tensor {} must be divisible by the group size {}", shape(x), size_);
+            "all_to_all: dim 0 of tensor {} must be divisible by the group size {}", shape_of(x), size_);
   const int chunk = byte_count("all_to_all", x, static_cast<std::int64_t>(x.nbytes()) / size_);
   const torch::Tensor in = on_host(x);                               // [P*n, ...]
   torch::Tensor out = torch::empty_like(in);                         // [P*n, ...]
@@ -110,7 +105,7 @@ void MpiCommunicator::all_reduce_sum(torch::Tensor& x) {
 
 torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
   check_tensor("all_gather", x);
-  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape(x));
+  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape_of(x));
   const int bytes = byte_count("all_gather", x, static_cast<std::int64_t>(x.nbytes()));
   auto sizes = x.sizes().vec();
   sizes[0] *= size_;
@@ -123,14 +118,14 @@ torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...
 torch::Tensor MpiCommunicator::reduce_scatter_sum(const torch::Tensor& x) {   // [P*n, ...]
   check_tensor("reduce_scatter_sum", x);
   ULY_CHECK(x.dim() >= 1 && x.size(0) % size_ == 0,
-            "reduce_scatter_sum: dim 0 of tensor {} must be divisible by the group size {}", shape(x), size_);
+            "reduce_scatter_sum: dim 0 of tensor {} must be divisible by the group size {}", shape_of(x), size_);
   const auto t = x.scalar_type();
   const bool narrow = t == torch::kBFloat16 || t == torch::kHalf;
   const torch::Tensor in = on_host(x).to(narrow ? torch::kFloat : t).contiguous();   // [P*n, ...]
   const MPI_Datatype type = sum_type(in.scalar_type());
   const std::int64_t count = in.numel() / size_;
   ULY_CHECK(count <= INT_MAX, "reduce_scatter_sum: {} elements per rank (tensor {}) exceed MPI's int count limit {}",
-            count, shape(x), INT_MAX);
+            count, shape_of(x), INT_MAX);
   torch::Tensor out = torch::empty_like(in.chunk(size_)[0]);        // [n, ...]
   CHECK_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), static_cast<int>(count), type, MPI_SUM, comm_));
   return like_device(out.to(t), x);

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 
+#include "comm/shape.hpp"
 #include "core/error.hpp"
 #include "dist/check_mpi.hpp"
 #include "dist/watchdog.hpp"
@@ -26,12 +27,6 @@ namespace {
     const ncclResult_t r_ = (call);                                             \
     if (r_ != ncclSuccess) nccl_failed(r_, (comm), #call, __FILE__, __LINE__);  \
   } while (0)
-
-std::string shape(const torch::Tensor& x) {
-  std::string s = "[";
-  for (std::int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
-  return s + "]";
-}
 
 ncclDataType_t nccl_type(std::string_view op, torch::ScalarType t) {
   switch (t) {
@@ -86,7 +81,7 @@ void NcclCommunicator::watch(const std::string& op, const torch::Tensor& x) {
   done->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)));
   ncclComm_t comm = state_->comm;
   const std::string what = fmt::format("NCCL {} of {} {} ({:.1f} MiB) on a group of {} (rank {})", op,
-                                       c10::toString(x.scalar_type()), shape(x),
+                                       c10::toString(x.scalar_type()), shape_of(x),
                                        static_cast<double>(x.nbytes()) / (1 << 20), size_, rank_);
   state_->watchdog->watch(what, [done, comm]() -> dist::Probe {
     try {
@@ -108,12 +103,12 @@ void check_tensor(std::string_view op, const torch::Tensor& x, int device) {
   ULY_CHECK(x.defined(), "{}: undefined tensor", op);
   ULY_CHECK(x.is_cuda() && x.get_device() == device, "{}: NcclCommunicator takes tensors on cuda:{}, got one on {}",
             op, device, x.device().str());
-  ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op, shape(x));
+  ULY_CHECK(x.is_contiguous(), "{}: tensor of shape {} is not contiguous (call .contiguous())", op, shape_of(x));
 }
 
 void check_divisible(std::string_view op, const torch::Tensor& x, int size) {
   ULY_CHECK(x.dim() >= 1 && x.size(0) % size == 0, "{}: dim 0 of tensor {} must be divisible by the group size {}",
-            op, shape(x), size);
+            op, shape_of(x), size);
 }
 
 cudaStream_t stream_of(int device) {
@@ -159,7 +154,7 @@ void NcclCommunicator::all_reduce_sum(torch::Tensor& x) {
 
 torch::Tensor NcclCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
   check_tensor("all_gather", x, device_);
-  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape(x));
+  ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape_of(x));
   auto sizes = x.sizes().vec();
   sizes[0] *= size_;
   torch::Tensor out = torch::empty(sizes, x.options());   // [P*n, ...]
