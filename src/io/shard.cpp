@@ -11,6 +11,8 @@
 // write). Either way the file's bytes are the same, and with no timestamps the same content gives the
 // same bytes. close() writes the metadata datasets and then the root attributes, so a file without the
 // "format" attribute is an incomplete one.
+// PlannedShardWriter (ulysses-pack's): the same file, written in another order — everything HDF5 writes
+// first (metadata known from the plan), then the rows by pwrite alone, hashed while they are in cache.
 // Reader: checks format, version, sizes, dtypes and the document CSR at open, before trusting the
 // payload (BadInput naming the file and the numbers), keeps the metadata in memory, and reads exactly
 // the requested hyperslab (chunk cache off here too: the +1 token is a small read, not a whole chunk).
@@ -36,6 +38,7 @@
 #include <fmt/ranges.h>
 #include <hdf5.h>
 
+#include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "io/shard_format.hpp"
 
@@ -213,10 +216,11 @@ Dataset create_token_dataset(hid_t file, const char* name, hid_t file_type, hsiz
 // to 512 KiB measure the same.
 constexpr std::size_t kWritePieceBytes = std::size_t{256} << 10;
 
-// The shard opened a second time, write-only, for the token rows: pwrite() on it takes no HDF5 lock.
+// The shard opened a second time for the token rows: pwrite() on it takes no HDF5 lock. Also read by
+// PlannedShardWriter to hash the bytes around the rows.
 class RawFile {
  public:
-  explicit RawFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_WRONLY | O_CLOEXEC)) {
+  explicit RawFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDWR | O_CLOEXEC)) {
     if (fd_ < 0) failed("open for writing");
   }
   RawFile(const RawFile&) = delete;
@@ -236,6 +240,25 @@ class RawFile {
       if (n <= 0) failed(fmt::format("pwrite of {} bytes at byte {}", bytes - done, offset + done));
       done += static_cast<std::size_t>(n);
     }
+  }
+
+  // Feeds bytes [begin, end) of the file to `stream`, or throws std::runtime_error.
+  void hash_range(std::uint64_t begin, std::uint64_t end, Xxh3Stream& stream) const {
+    std::vector<char> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(end - begin, kWritePieceBytes)));
+    for (std::uint64_t at = begin; at < end;) {
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - at));
+      const ssize_t n = ::pread(fd_, chunk.data(), want, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) failed(fmt::format("pread of {} bytes at byte {}", end - at, at));
+      stream.update(chunk.data(), static_cast<std::size_t>(n));
+      at += static_cast<std::uint64_t>(n);
+    }
+  }
+
+  std::uint64_t size() const {
+    const off_t end = ::lseek(fd_, 0, SEEK_END);
+    if (end < 0) failed("lseek");
+    return static_cast<std::uint64_t>(end);
   }
 
   // Closes the descriptor, reporting a deferred write error (some network filesystems report them here).
@@ -337,6 +360,43 @@ void write_string_attr(hid_t file, const char* name, const char* value, const st
   Space space(CHECK_H5(where, H5Screate(H5S_SCALAR)));
   Attr attr(CHECK_H5(where, H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)));
   CHECK_H5(where, H5Awrite(attr.get(), type.get(), &value));
+}
+
+// The contents of the metadata datasets, filled one (checked) sequence at a time.
+struct MetaColumns {
+  std::vector<std::int32_t> lengths;          // seq_lengths [N]
+  std::vector<std::int64_t> doc_offsets{0};   // doc_offsets [N + 1]: CSR into doc_starts
+  std::vector<std::int32_t> doc_starts;       // doc_starts [D]
+
+  void add(const SequenceMeta& m) {
+    lengths.push_back(m.length);
+    doc_starts.insert(doc_starts.end(), m.doc_starts.begin(), m.doc_starts.end());
+    doc_offsets.push_back(static_cast<std::int64_t>(doc_starts.size()));
+  }
+};
+
+// A new, empty shard file (truncating `where`), without timestamps, so equal content gives equal bytes.
+File create_shard_file(const std::string& where) {
+  Plist fapl = file_access(where);
+  // The HDF5 1.10 format: its fixed-array chunk index halves the library's CPU time per chunk.
+  CHECK_H5(where, H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110));
+  Plist fcpl(CHECK_H5(where, H5Pcreate(H5P_FILE_CREATE)));
+  CHECK_H5(where, H5Pset_obj_track_times(fcpl.get(), false));   // the root group's times, as for datasets
+  return File(CHECK_H5(where, H5Fcreate(where.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())));
+}
+
+// The metadata datasets, then the root attributes, "format" last: a file without it is incomplete.
+void write_metadata(hid_t f, const ShardParams& p, const MetaColumns& c, const std::string& where) {
+  write_vector(f, kSeqLengths, H5T_STD_I32LE, H5T_NATIVE_INT32, c.lengths, where);
+  write_vector(f, kDocOffsets, H5T_STD_I64LE, H5T_NATIVE_INT64, c.doc_offsets, where);
+  write_vector(f, kDocStarts, H5T_STD_I32LE, H5T_NATIVE_INT32, c.doc_starts, where);
+  write_int_attr(f, kAttrVersion, kFormatVersion, where);
+  write_int_attr(f, kAttrSeqLen, p.seq_len, where);
+  write_int_attr(f, kAttrSp, p.sp, where);
+  write_int_attr(f, kAttrAlignment, p.alignment, where);
+  write_int_attr(f, kAttrChunkLen, chunk_len_for(p.seq_len, p.sp), where);
+  write_int_attr(f, kAttrPadId, p.pad_id, where);
+  write_string_attr(f, kAttrFormat, kFormatName, where);
 }
 
 // ---- Reading -----------------------------------------------------------------------------------
@@ -491,9 +551,7 @@ struct ShardWriter::Impl {
   std::string where;                           // the file, for messages
   ShardParams params;
   std::int64_t num_sequences = 0, appended = 0;
-  std::vector<std::int32_t> lengths;           // [appended]
-  std::vector<std::int64_t> doc_offsets{0};    // [appended + 1]
-  std::vector<std::int32_t> doc_starts;        // [D so far]
+  MetaColumns columns;                         // of the sequences appended so far
   File file;
   std::optional<RawFile> raw;                  // the same file, for the token rows
   TokenDataset ids, mask;                      // [N, S] each
@@ -508,14 +566,9 @@ ShardWriter::ShardWriter(const std::filesystem::path& path, const ShardParams& p
   ULY_CHECK(num_sequences > 0, "{}: a shard holds at least one sequence (got {})", w.where, num_sequences);
   w.params = params;
   w.num_sequences = num_sequences;
-  w.lengths.reserve(static_cast<std::size_t>(num_sequences));
-  w.doc_offsets.reserve(static_cast<std::size_t>(num_sequences) + 1);
-  Plist fapl = file_access(w.where);
-  // The HDF5 1.10 format: its fixed-array chunk index halves the library's CPU time per chunk.
-  CHECK_H5(w.where, H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110));
-  Plist fcpl(CHECK_H5(w.where, H5Pcreate(H5P_FILE_CREATE)));
-  CHECK_H5(w.where, H5Pset_obj_track_times(fcpl.get(), false));   // the root group's times, as for datasets
-  w.file = File(CHECK_H5(w.where, H5Fcreate(w.where.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())));
+  w.columns.lengths.reserve(static_cast<std::size_t>(num_sequences));
+  w.columns.doc_offsets.reserve(static_cast<std::size_t>(num_sequences) + 1);
+  w.file = create_shard_file(w.where);
   const auto rows = static_cast<hsize_t>(num_sequences);
   w.ids = create_tokens(w.file.get(), kInputIds, H5T_STD_I32LE, H5T_NATIVE_INT32, rows, params, w.where);
   if (params.has_loss_mask)
@@ -548,11 +601,7 @@ void ShardWriter::append(std::span<const std::int32_t> ids, std::span<const std:
   const auto cols = static_cast<hsize_t>(seq_len);
   write_rows(w.ids, *w.raw, row, rows, cols, ids.data(), w.where);
   if (w.params.has_loss_mask) write_rows(w.mask, *w.raw, row, rows, cols, mask.data(), w.where);
-  for (const SequenceMeta& m : metas) {
-    w.lengths.push_back(m.length);
-    w.doc_starts.insert(w.doc_starts.end(), m.doc_starts.begin(), m.doc_starts.end());
-    w.doc_offsets.push_back(static_cast<std::int64_t>(w.doc_starts.size()));
-  }
+  for (const SequenceMeta& m : metas) w.columns.add(m);
   w.appended += n;
 }
 
@@ -563,21 +612,106 @@ void ShardWriter::close() {
   if (w.appended != w.num_sequences)
     throw std::runtime_error(fmt::format("{}: closed after {} of the announced {} sequences", w.where,
                                          w.appended, w.num_sequences));
-  const hid_t f = w.file.get();
-  write_vector(f, kSeqLengths, H5T_STD_I32LE, H5T_NATIVE_INT32, w.lengths, w.where);
-  write_vector(f, kDocOffsets, H5T_STD_I64LE, H5T_NATIVE_INT64, w.doc_offsets, w.where);
-  write_vector(f, kDocStarts, H5T_STD_I32LE, H5T_NATIVE_INT32, w.doc_starts, w.where);
-  write_int_attr(f, kAttrVersion, kFormatVersion, w.where);
-  write_int_attr(f, kAttrSeqLen, w.params.seq_len, w.where);
-  write_int_attr(f, kAttrSp, w.params.sp, w.where);
-  write_int_attr(f, kAttrAlignment, w.params.alignment, w.where);
-  write_int_attr(f, kAttrChunkLen, chunk_len_for(w.params.seq_len, w.params.sp), w.where);
-  write_int_attr(f, kAttrPadId, w.params.pad_id, w.where);
-  write_string_attr(f, kAttrFormat, kFormatName, w.where);
+  write_metadata(w.file.get(), w.params, w.columns, w.where);
   w.raw->close();                        // every append's pwrite has returned
   CHECK_H5(w.where, w.ids.ds.release());
   if (w.mask.ds.valid()) CHECK_H5(w.where, w.mask.ds.release());
   CHECK_H5(w.where, w.file.release());   // flushes everything: a full disk shows up here
+}
+
+// ---- PlannedShardWriter ------------------------------------------------------------------------
+
+struct PlannedShardWriter::Impl {
+  std::string where;
+  ShardParams params;
+  std::int64_t num_sequences = 0, appended = 0;
+  File file;                        // open until close() unless the rows are hashed as they are written
+  TokenDataset ids, mask;
+  std::optional<RawFile> raw;
+  std::optional<Xxh3Stream> stream; // set: the file's bytes before the rows, then each row as appended
+  bool closed = false;
+};
+
+PlannedShardWriter::PlannedShardWriter(const std::filesystem::path& path, const ShardParams& params,
+                                       std::span<const SequenceMeta> metas)
+    : impl_(std::make_unique<Impl>()) {
+  const QuietH5 quiet;
+  Impl& w = *impl_;
+  w.where = path.string();
+  check_params(params, w.where);
+  ULY_CHECK(!metas.empty(), "{}: a shard holds at least one sequence", w.where);
+  w.params = params;
+  w.num_sequences = static_cast<std::int64_t>(metas.size());
+  MetaColumns columns;
+  for (const SequenceMeta& m : metas) {
+    const std::string problem = meta_problem(m, params.seq_len);
+    ULY_CHECK(problem.empty(), "{}: sequence {}: {}", w.where, columns.lengths.size(), problem);
+    columns.add(m);
+  }
+  w.file = create_shard_file(w.where);
+  const auto rows = static_cast<hsize_t>(w.num_sequences);
+  w.ids = create_tokens(w.file.get(), kInputIds, H5T_STD_I32LE, H5T_NATIVE_INT32, rows, params, w.where);
+  if (params.has_loss_mask)
+    w.mask = create_tokens(w.file.get(), kLossMask, H5T_STD_U8LE, H5T_NATIVE_UINT8, rows, params, w.where);
+  write_metadata(w.file.get(), params, columns, w.where);
+  // Rows hashed in order as they are written need one range of rows: input_ids only, placed by us.
+  // Then HDF5 has written everything else and never touches the file again.
+  const bool stream_rows = w.ids.first_byte != HADDR_UNDEF && !params.has_loss_mask;
+  if (stream_rows) {
+    CHECK_H5(w.where, w.ids.ds.release());
+    CHECK_H5(w.where, w.file.release());
+  }
+  w.raw.emplace(w.where);
+  if (stream_rows) {
+    w.stream.emplace();
+    w.raw->hash_range(0, w.ids.first_byte, *w.stream);
+  }
+}
+
+PlannedShardWriter::~PlannedShardWriter() = default;
+
+void PlannedShardWriter::append(std::span<const std::int32_t> ids, std::span<const std::uint8_t> mask) {
+  const QuietH5 quiet;
+  Impl& w = *impl_;
+  const std::int64_t seq_len = w.params.seq_len;
+  ULY_CHECK(!w.closed, "{}: append after close", w.where);
+  ULY_CHECK(static_cast<std::int64_t>(ids.size()) % seq_len == 0, "{}: ids hold {} values, not rows of {}",
+            w.where, ids.size(), seq_len);
+  const auto n = static_cast<std::int64_t>(ids.size()) / seq_len;
+  ULY_CHECK(w.appended + n <= w.num_sequences, "{}: {} + {} rows exceed the {} sequences", w.where, w.appended, n,
+            w.num_sequences);
+  ULY_CHECK(mask.size() == (w.params.has_loss_mask ? ids.size() : 0), "{}: mask holds {} values for {} ids",
+            w.where, mask.size(), ids.size());
+  if (n == 0) return;
+  const auto row = static_cast<hsize_t>(w.appended), rows = static_cast<hsize_t>(n);
+  const auto cols = static_cast<hsize_t>(seq_len);
+  write_rows(w.ids, *w.raw, row, rows, cols, ids.data(), w.where);
+  if (w.params.has_loss_mask) write_rows(w.mask, *w.raw, row, rows, cols, mask.data(), w.where);
+  if (w.stream) w.stream->update(ids.data(), ids.size_bytes());   // still in cache from the pwrite
+  w.appended += n;
+}
+
+std::string PlannedShardWriter::close() {
+  const QuietH5 quiet;
+  Impl& w = *impl_;
+  ULY_CHECK(!w.closed, "{}: closed twice", w.where);
+  w.closed = true;
+  if (w.appended != w.num_sequences)
+    throw std::runtime_error(fmt::format("{}: closed after {} of the {} sequences", w.where, w.appended,
+                                         w.num_sequences));
+  if (w.stream) {   // the bytes after the rows: metadata HDF5 wrote in the constructor
+    const std::uint64_t rows_bytes =
+        static_cast<std::uint64_t>(w.num_sequences) * static_cast<std::uint64_t>(w.params.seq_len) * w.ids.token_bytes;
+    const std::uint64_t rows_end = w.ids.first_byte + rows_bytes;
+    w.raw->hash_range(rows_end, w.raw->size(), *w.stream);
+    w.raw->close();
+    return w.stream->hex();
+  }
+  w.raw->close();                        // every append's pwrite has returned
+  CHECK_H5(w.where, w.ids.ds.release());
+  if (w.mask.ds.valid()) CHECK_H5(w.where, w.mask.ds.release());
+  CHECK_H5(w.where, w.file.release());   // flushes everything: a full disk shows up here
+  return xxh3_file_hex(w.where);
 }
 
 // ---- ShardReader -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace ulysses::shard {
@@ -48,6 +49,37 @@ class ShardWriter {
   // Writes the metadata datasets, then the root attributes (a file without them is incomplete), and
   // closes the file; throws if fewer sequences than announced were appended.
   void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A shard whose metadata is known before its tokens (ulysses-pack computes every sequence's length and
+// document starts from its plan). The constructor writes the whole HDF5 file except the token rows:
+// token datasets (chunks allocated, never filled), metadata datasets, root attributes — and, when the
+// rows of input_ids are one byte range and there is no loss mask, closes HDF5 there and then. append()
+// writes the next rows with pwrite and feeds them to the file's XXH3-64 while they are still in cache,
+// so close() returns the checksum of the finished file without reading it back (only the bytes before
+// and after the rows, read from the file). Otherwise append() writes as ShardWriter does and close()
+// hashes the finished file. The file's format is ShardWriter's; its bytes depend only on its content.
+// Until close() returns the file is incomplete although its attributes are written: write it inside
+// an output directory that is committed only when every shard is closed (core/output_dir.hpp).
+class PlannedShardWriter {
+ public:
+  // metas: every sequence of the shard (>= 1), each valid for params.seq_len (std::logic_error if not).
+  PlannedShardWriter(const std::filesystem::path& path, const ShardParams& params,
+                     std::span<const SequenceMeta> metas);
+  ~PlannedShardWriter();
+  PlannedShardWriter(const PlannedShardWriter&) = delete;
+  PlannedShardWriter& operator=(const PlannedShardWriter&) = delete;
+
+  // The next ids.size() / seq_len rows, in order: ids [n, seq_len], mask [n, seq_len] or empty
+  // (required iff params.has_loss_mask). Appends to different writers may run on different threads.
+  void append(std::span<const std::int32_t> ids, std::span<const std::uint8_t> mask);
+  // Closes the file (throws if fewer rows than sequences were appended) and returns its XXH3-64 as
+  // 16 hex digits, the manifest's checksum.
+  std::string close();
 
  private:
   struct Impl;

@@ -15,6 +15,7 @@
 #include "core/shuffle.hpp"
 #include "io/hf_config.hpp"
 #include "io/manifest.hpp"
+#include "pack/phase_timer.hpp"
 #include "pack/scan.hpp"
 #include "pack/write_shards.hpp"
 
@@ -134,6 +135,7 @@ void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment
 
 PackSummary run_pack(const PackOptions& o) {
   const auto start = std::chrono::steady_clock::now();
+  PhaseTimer phases;
   check_seq_len(o.seq_len, o.sp, o.alignment);
   const int threads = thread_count(o.threads);
   ReaderOptions reader = o.reader;
@@ -144,7 +146,9 @@ PackSummary run_pack(const PackOptions& o) {
   reader.scratch_dir = out.tmp() / ".scratch";
   fs::create_directories(reader.scratch_dir);
 
+  phases.mark("setup");
   Corpus corpus = scan_corpus(paths, reader, threads);
+  phases.mark("scan");
   if (corpus.docs.empty())
     throw BadInput(fmt::format("the corpus is empty: {} input(s) hold no documents with tokens", paths.size()),
                    "check --format, the token key (--tokens-key) and the inputs");
@@ -164,10 +168,12 @@ PackSummary run_pack(const PackOptions& o) {
   std::vector<ShardJob> valid_jobs = make_jobs(all.first(n_valid), per_shard, "valid", "valid");
   jobs.insert(jobs.end(), valid_jobs.begin(), valid_jobs.end());
 
+  phases.mark("plan");
   shard::ShardParams params{o.seq_len, o.sp, o.alignment, o.pad_id, corpus.has_loss_mask};
   shard::Manifest m;
   m.shards = write_shards(jobs, plan, corpus, params, out.tmp(), threads);
   fs::remove_all(reader.scratch_dir);
+  phases.mark("write");
 
   m.seq_len = o.seq_len;
   m.sp = o.sp;
@@ -184,6 +190,7 @@ PackSummary run_pack(const PackOptions& o) {
   m.stats = stats_json(corpus, plan, o.seq_len);
   shard::write_manifest(m, out.tmp() / "manifest.json");
   out.commit();
+  phases.mark("manifest");
 
   PackSummary s;
   s.documents = corpus.totals.documents;

@@ -130,6 +130,70 @@ class PackSample(unittest.TestCase):
         self.assertIn("xxh3", p.stderr)
 
 
+class ShardChecksums(unittest.TestCase):
+    """Pass 2 hashes the token rows while it writes them (input_ids only) or hashes the finished file (with
+    a loss mask): either way the manifest's xxh3 is the file's, as verify recomputes it from the bytes."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = pathlib.Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_flat_tokens_round_trip_verify_and_detect_a_flipped_token(self):
+        rng = np.random.default_rng(3)
+        docs = [list(rng.integers(0, 1000, int(n))) + [1000] for n in rng.integers(1, 900, 300)]
+        path = self.root / "tokens.u32"
+        np.concatenate([np.asarray(d, np.uint32) for d in docs]).tofile(path)
+        outs = []
+        for threads in (1, 2):
+            out = self.root / f"flat{threads}"
+            run("pack", path, "--format", "flat", "--flat-dtype", "uint32", "--eos-id", 1000, "-o", out,
+                "--seq-len", 512, "--shard-tokens", 8192, "--threads", threads)
+            self.assertEqual(run("verify", out).returncode, 0)
+            outs.append(out)
+        m, pieces, _ = read_dataset(outs[0])
+        self.assertGreater(len(m["shards"]), 3)
+        for s in m["shards"]:
+            self.assertEqual((outs[0] / s["file"]).read_bytes(), (outs[1] / s["file"]).read_bytes(), s["file"])
+        whole = Counter(tuple(d) for d in docs if len(d) <= 512)
+        self.assertTrue(whole <= Counter(tuple(int(t) for t in p) for p in pieces))
+        shard = outs[0] / "shard-00001.h5"
+        with h5py.File(shard, "r") as f:   # the byte of token [0, 0], inside the rows pass 2 hashed
+            offset = f["input_ids"].id.get_chunk_info(0).byte_offset
+        data = bytearray(shard.read_bytes())
+        data[offset] ^= 0x01
+        shard.write_bytes(bytes(data))
+        p = run("verify", outs[0], check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("xxh3", p.stderr)
+
+    def test_loss_mask_round_trip_and_verify(self):
+        rng = np.random.default_rng(4)
+        docs = [[int(t) for t in rng.integers(0, 500, int(n))] for n in rng.integers(1, 250, 100)]   # none split
+        masks = [[int(i % 3 != 0) for i in range(len(d))] for d in docs]
+        path = self.root / "sft.jsonl"
+        path.write_text("".join(json.dumps({"input_ids": d, "loss_mask": k}) + "\n" for d, k in zip(docs, masks)))
+        out = self.root / "sft"
+        run("pack", path, "--loss-mask-key", "loss_mask", "-o", out, "--seq-len", 256, "--shard-tokens", 2048,
+            "--threads", 2)
+        self.assertEqual(run("verify", out).returncode, 0)
+        m = json.loads((out / "manifest.json").read_text())
+        self.assertTrue(m["has_loss_mask"])
+        got = Counter()
+        for entry in m["shards"]:
+            with h5py.File(out / entry["file"], "r") as f:
+                ids, mask, lengths = f["input_ids"][()], f["loss_mask"][()], f["seq_lengths"][()]
+                offsets, starts = f["doc_offsets"][()], f["doc_starts"][()]
+                for s in range(ids.shape[0]):
+                    st = list(starts[offsets[s]:offsets[s + 1]]) + [lengths[s]]
+                    for a, b in zip(st[:-1], st[1:]):
+                        got[(tuple(ids[s, a:b].tolist()), tuple(mask[s, a:b].tolist()))] += 1
+                    self.assertFalse(mask[s, lengths[s]:].any())
+        self.assertEqual(got, Counter((tuple(d), tuple(k)) for d, k in zip(docs, masks)))
+
+
 def write_megatron(prefix, docs, magic=b"MMIDIDX\x00\x00", bin_extra=0):
     tokens = np.concatenate([np.asarray(d, np.uint16) for d in docs])
     pathlib.Path(f"{prefix}.bin").write_bytes(tokens.tobytes()[: len(tokens) * 2 + bin_extra])
