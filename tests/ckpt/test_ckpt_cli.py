@@ -35,6 +35,9 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import load_file as np_load, save_file as np_save  # noqa: E402
 from safetensors.torch import load_file as pt_load  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import BadInputCase, one_error_line, small_tmpfs  # noqa: E402
+
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
 
@@ -304,31 +307,18 @@ class ResumeOnAnotherLayout(unittest.TestCase):
                 self.assertLessEqual(abs(x - y), 1e-5 * max(1.0, abs(x)), f"sp {sp} step {step}: {x} vs {y}")
 
 
-class BadInput(unittest.TestCase):
+class BadInput(BadInputCase):
     @classmethod
     def setUpClass(cls):
         cls.env = Env.get()
         cls.good = cls.env.root / "bad-good-hf"
         ckpt("export-hf", cls.env.runs["llama3"], "-o", cls.good, "--dtype", "fp32")
 
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
-        self.out = self.root / "out"
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
     def expect_bad(self, args, *needles):
         p = ckpt(*args, code=2)
-        lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-        self.assertEqual(len(lines), 1, p.stderr)
-        for n in needles:
-            self.assertIn(str(n), lines[0])
-        self.assertIn("HINT", lines[0])
-        self.assertFalse(self.out.exists())
-        self.assertEqual([x for x in self.out.parent.iterdir() if x.name.startswith(".out")], [])
-        return lines[0]
+        line = one_error_line(self, p.stderr, needles, self.out)
+        self.assertIn("HINT", line)
+        return line
 
     def hf_with(self, blob=None, config=None):
         """A copy of a good HF directory whose model.safetensors is `blob` and/or config.json `config`."""
@@ -418,17 +408,11 @@ class BadInput(unittest.TestCase):
                         str(self.root), "tokenizer")
 
     def test_full_output_filesystem(self):
-        small = self.root / "small"
-        small.mkdir()
-        mount = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)]
-        self.assertEqual(subprocess.run(mount).returncode, 0, "cannot mount a tmpfs (needs root)")
-        try:
+        with small_tmpfs(self, self.root / "small") as small:
             self.out = small / "out"
             self.expect_bad(["export-hf", self.env.runs["llama3"], "-o", self.out, "--dtype", "fp32"], "full",
                             str(small))
             self.expect_bad(["merge", self.env.runs["llama3"], "-o", self.out], "full", str(small))
-        finally:
-            subprocess.run(["umount", str(small)])
 
 
 if __name__ == "__main__":

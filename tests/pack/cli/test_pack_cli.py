@@ -17,6 +17,9 @@ from collections import Counter
 import h5py
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))   # tests/: the shared CLI checks
+from cli_checks import BadInputCase, one_error_line, small_tmpfs  # noqa: E402
+
 PACK = sys.argv.pop(1)
 SAMPLE = pathlib.Path(sys.argv.pop(1))
 
@@ -204,25 +207,11 @@ def write_megatron(prefix, docs, magic=b"MMIDIDX\x00\x00", bin_extra=0):
     pathlib.Path(f"{prefix}.idx").write_bytes(idx)
 
 
-class BadInput(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
-        self.out = self.root / "out"
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class BadInput(BadInputCase):
     def expect_bad(self, args, *needles):
         p = run("pack", *args, "-o", self.out, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
-        lines = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-        self.assertEqual(len(lines), 1, p.stderr)
-        for n in needles:
-            self.assertIn(str(n), lines[0])
-        self.assertFalse(self.out.exists())
-        self.assertEqual([x for x in self.root.iterdir() if x.name.startswith(".out")], [])
-        return lines[0]
+        return one_error_line(self, p.stderr, needles, self.out)
 
     def jsonl(self, text, name="in.jsonl"):
         path = self.root / name
@@ -296,19 +285,12 @@ class BadInput(unittest.TestCase):
         self.assertIn(str(blocker), p.stderr)
 
     def test_full_output_filesystem(self):
-        small = self.root / "small"
-        small.mkdir()
-        mount = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)]
-        self.assertEqual(subprocess.run(mount).returncode, 0, "cannot mount a tmpfs (needs root)")
-        try:
+        with small_tmpfs(self, self.root / "small") as small:
             docs = [[(i * 7 + j) % 300 for j in range(500)] for i in range(400)]
             path = self.root / "big"
             write_megatron(path, docs)
             self.out = small / "out"
-            self.root = small
             self.expect_bad([f"{path}.bin", "--seq-len", 1024], "full", str(small))
-        finally:
-            subprocess.run(["umount", str(small)])
 
 
 if __name__ == "__main__":
