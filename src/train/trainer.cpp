@@ -197,13 +197,14 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   std::optional<Topology> placed;
   std::optional<c10::Device> device;
   std::optional<comm::Backend> backend;
+  std::optional<Precision> precision;
   // Layout and device checks end every rank with exit 2 and one line, without MPI_Abort (srun shows 2).
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         placed.emplace(selves, o.island_size);
         check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
         device = choose_device(o.device, placed->place(groups.rank()).local_rank);
         backend = comm::choose_backend(o.comm, *device);
-        precision_from_name(o.precision);
+        precision = precision_from_name(o.precision);
       }))
     return kExitBadInput;
   const Topology& topo = *placed;
@@ -211,7 +212,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
   use_device(*device);
-  Run r{o, layout, topo, groups.rank(), world, *device, precision_from_name(o.precision), *backend};
+  Run r{o, layout, topo, groups.rank(), world, *device, *precision, *backend};
   r.config_path = model_config_path(o);
   r.config = model::read_model_config(r.config_path);
   const std::chrono::seconds timeout(o.comm_timeout);
