@@ -13,7 +13,6 @@
 usage: test_ckpt_cli.py ULYSSES_CKPT ULYSSES_TRAIN ULYSSES_PACK CKPT_LOGITS MPIEXEC REPO_ROOT
 """
 import json
-import os
 import pathlib
 import shutil
 import struct

@@ -5,7 +5,6 @@ usage: test_pack_cli.py ULYSSES_PACK SAMPLE_CORPUS
 """
 import gzip
 import json
-import os
 import pathlib
 import struct
 import subprocess
