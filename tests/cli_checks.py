@@ -3,12 +3,20 @@
 BadInputCase: a test case with a fresh temporary folder per test (self.root) and self.out inside it.
 one_error_line: a failed run printed exactly one "error:" line naming every needle and left nothing behind.
 small_tmpfs: a tiny tmpfs mounted for the duration of a with-block, to test a full output filesystem (root).
+PackedSample: a test class whose runs share the sample corpus packed once for the tiny Llama (trainer tests).
+losses: the per-step losses a training run wrote to metrics.jsonl.
 """
 import contextlib
+import json
 import pathlib
 import subprocess
 import tempfile
 import unittest
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
+TINY_CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
 
 
 class BadInputCase(unittest.TestCase):
@@ -43,3 +51,27 @@ def small_tmpfs(test, path, size="256k"):
         yield path
     finally:
         subprocess.run(["umount", str(path)])
+
+
+class PackedSample(unittest.TestCase):
+    """Packs the sample corpus once per class into cls.data (under cls.root, removed afterwards): SEQ_LEN
+    tokens, SP=4 alignment, checked against the tiny Llama's config, with the subclass's PACK binary."""
+    PACK = None
+    SEQ_LEN = 256
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.root = pathlib.Path(cls.tmp.name)
+        cls.data = cls.root / "packed"
+        subprocess.run(list(map(str, [cls.PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", cls.SEQ_LEN, "--sp", 4,
+                                      "--pad-id", 258, "--model-config", TINY_CONFIG])),
+                       check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+
+def losses(out):
+    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]

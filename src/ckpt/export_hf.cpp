@@ -77,8 +77,8 @@ int run_export_hf(const ExportOptions& o) {
     total += tensors.back().nbytes();
   }
   const auto shards = plan_shards(tensors, o.max_shard_bytes);
-  log_info("{}: step {}, {} ({} tensors{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step, c.spec.architecture,
-           tensors.size(), c.spec.tied ? ", tied embeddings" : "", human_bytes(total), st::dtype_name(dtype),
+  log_info("{}: step {}, {} ({} tensors{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step, c.spec.config.architecture,
+           tensors.size(), c.spec.config.tie_word_embeddings ? ", tied embeddings" : "", human_bytes(total), st::dtype_name(dtype),
            shards.size(), shards.size() > 1 ? "s" : "");
   for (std::size_t i = 0; i < shards.size(); ++i)
     log_info("  {}/{}: {} tensors", o.output.string(), shard_name(i, shards.size()), shards[i].size());

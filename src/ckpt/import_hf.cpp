@@ -6,7 +6,6 @@
 #include "ckpt/commands.hpp"
 #include "ckpt/output.hpp"
 #include "ckpt/source.hpp"
-#include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/output_dir.hpp"
@@ -20,18 +19,19 @@ int run_import_hf(const ImportOptions& o) {
   if (!fs::is_directory(o.input))
     throw BadInput(fmt::format("{} is not a directory", o.input.string()),
                    "pass a Hugging Face model directory (config.json + *.safetensors)");
-  const ModelSpec spec = read_model_spec(o.input / "config.json");
+  const arch::ModelConfigFile spec = arch::read_model_config_file(o.input / "config.json");
   const Weights hf = Weights::hf_dir(o.input);
   check_parameters(hf, spec, /*f32_only=*/false, /*allow_ignorable=*/true);
   std::vector<OutTensor> model, optimizer;
-  for (const TensorSpec& t : expected_tensors(spec)) model.push_back({t.name, t.name, t.shape, st::DType::kF32});
+  const std::vector<arch::ParameterSpec> params = arch::parameters(spec.config);
+  for (const arch::ParameterSpec& t : params) model.push_back({t.name, t.name, t.shape, st::DType::kF32});
   for (const char* prefix : {"exp_avg.", "exp_avg_sq."})
-    for (const TensorSpec& t : expected_tensors(spec)) optimizer.push_back({prefix + t.name, "", t.shape, st::DType::kF32});
+    for (const arch::ParameterSpec& t : params) optimizer.push_back({prefix + t.name, "", t.shape, st::DType::kF32});
   for (const std::string& n : hf.names())
-    if (ignorable_extra(spec, n)) log_info("skipping {} ({})", n, n == "lm_head.weight" ? "tied to the embeddings" : "a buffer");
+    if (ignorable_extra(spec.config, n)) log_info("skipping {} ({})", n, n == "lm_head.weight" ? "tied to the embeddings" : "a buffer");
   const std::uint64_t bytes = safetensors_bytes(model) + safetensors_bytes(optimizer);
   log_info("{}: {} ({} tensors) -> checkpoint {} at step 0 ({}, fp32 + zero AdamW state)", o.input.string(),
-           spec.architecture, model.size(), o.output.string(), human_bytes(bytes));
+           spec.config.architecture, model.size(), o.output.string(), human_bytes(bytes));
   if (o.dry_run) return 0;
 
   OutputDir out(o.output, o.overwrite);
@@ -47,10 +47,10 @@ int run_import_hf(const ImportOptions& o) {
   verify_tensors(out.tmp() / checkpoint::kModel, model, model_sums);
   verify_tensors(out.tmp() / checkpoint::kOptimizer, optimizer, opt_sums);
   checkpoint::Manifest m;
-  m.architecture = spec.architecture;
+  m.architecture = spec.config.architecture;
   m.consolidated = true;
   for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
-    m.files.push_back({f, static_cast<std::int64_t>(fs::file_size(out.tmp() / f)), xxh3_file_hex(out.tmp() / f)});
+    m.files.push_back(checkpoint::file_entry(out.tmp(), f));
   checkpoint::write_manifest(m, out.tmp());
   out.commit();
   log_info("wrote {}; train from it with ulysses-train --resume {} --model-config {}/config.json", o.output.string(),

@@ -13,10 +13,10 @@ namespace fs = std::filesystem;
 namespace ulysses::ckpt {
 namespace {
 
-void print_spec(const ModelSpec& s) {
+void print_spec(const arch::ModelConfig& s) {
   fmt::print("config: {} ({}), hidden {}, {} layers, {} heads ({} kv) x head_dim {}, intermediate {}, vocab {}{}{}{}\n",
-             s.architecture, s.model_type, s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab,
-             s.tied ? ", tied embeddings" : "", s.qkv_bias ? ", qkv bias" : "", s.qk_norm ? ", qk norm" : "");
+             s.architecture, s.model_type, s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim,
+             s.intermediate_size, s.vocab_size, s.tie_word_embeddings ? ", tied embeddings" : "", s.qkv_bias ? ", qkv bias" : "", s.qk_norm ? ", qk norm" : "");
 }
 
 void print_tensors(const std::string& title, const Weights& w, bool list) {
@@ -64,7 +64,7 @@ int inspect_checkpoint(const InspectOptions& o, const fs::path& dir) {
     return 1;
   }
   const Checkpoint c = open_checkpoint(dir, Verify::kNone);
-  print_spec(c.spec);
+  print_spec(c.spec.config);
   fmt::print("trainer state: step {}, {} sequences consumed, {} tokens trained; optimizer steps {}\n", c.state.step,
              c.state.cursor, c.state.tokens_seen, c.optimizer_steps);
   print_tensors("model.safetensors", c.model, o.tensors);
@@ -74,9 +74,9 @@ int inspect_checkpoint(const InspectOptions& o, const fs::path& dir) {
 
 int inspect_hf(const InspectOptions& o, const fs::path& dir) {
   fmt::print("Hugging Face directory {}\n", dir.string());
-  const ModelSpec spec = read_model_spec(dir / "config.json");
-  print_spec(spec);
-  if (spec.config.contains("torch_dtype")) fmt::print("torch_dtype: {}\n", spec.config["torch_dtype"].dump());
+  const arch::ModelConfigFile spec = arch::read_model_config_file(dir / "config.json");
+  print_spec(spec.config);
+  if (spec.json.contains("torch_dtype")) fmt::print("torch_dtype: {}\n", spec.json["torch_dtype"].dump());
   const Weights w = Weights::hf_dir(dir);
   fmt::print("files:\n");
   std::map<fs::path, int> files;

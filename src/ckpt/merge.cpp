@@ -6,7 +6,6 @@
 #include "ckpt/commands.hpp"
 #include "ckpt/output.hpp"
 #include "ckpt/source.hpp"
-#include "core/checksum.hpp"
 #include "core/log.hpp"
 #include "core/output_dir.hpp"
 #include "core/progress.hpp"
@@ -20,10 +19,6 @@ std::vector<OutTensor> same_tensors(const Weights& w) {
   std::vector<OutTensor> out;
   for (const std::string& n : w.names()) out.push_back({n, n, w.info(n).shape, w.info(n).dtype});
   return out;
-}
-
-checkpoint::FileEntry entry(const fs::path& dir, const std::string& file) {
-  return {file, static_cast<std::int64_t>(fs::file_size(dir / file)), xxh3_file_hex(dir / file)};
 }
 
 }  // namespace
@@ -54,7 +49,7 @@ int run_merge(const MergeOptions& o) {
   m.consolidated = true;
   m.files.clear();
   for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
-    m.files.push_back(entry(out.tmp(), f));
+    m.files.push_back(checkpoint::file_entry(out.tmp(), f));
   checkpoint::write_manifest(m, out.tmp());
   out.commit();
   log_info("wrote consolidated checkpoint {} (step {}); resume it at any SP x DP layout with ulysses-train --resume {}",

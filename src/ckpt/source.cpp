@@ -192,10 +192,10 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
                                checkpoint::kOptimizerReplicated),
                    "use the ulysses-ckpt of the ulysses build that wrote the checkpoint");
   check_files(*dir, c.manifest, verify);
-  c.spec = read_model_spec(*dir / checkpoint::kConfig);
-  if (c.spec.architecture != c.manifest.architecture)
+  c.spec = arch::read_model_config_file(*dir / checkpoint::kConfig);
+  if (c.spec.config.architecture != c.manifest.architecture)
     throw BadInput(fmt::format("{}: architecture {} disagrees with {} ({})", (*dir / checkpoint::kManifest).string(),
-                               c.manifest.architecture, c.spec.file.string(), c.spec.architecture), kCorrupt);
+                               c.manifest.architecture, c.spec.path.string(), c.spec.config.architecture), kCorrupt);
   c.model = Weights::file(*dir / checkpoint::kModel);
   check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
   c.optimizer = Weights::file(*dir / checkpoint::kOptimizer);
@@ -204,10 +204,10 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
   return c;
 }
 
-void check_parameters(const Weights& w, const ModelSpec& spec, bool f32_only, bool allow_ignorable) {
+void check_parameters(const Weights& w, const arch::ModelConfigFile& spec, bool f32_only, bool allow_ignorable) {
   std::vector<std::string> problems;
   std::map<std::string, bool> expected;
-  for (const TensorSpec& t : expected_tensors(spec)) {
+  for (const arch::ParameterSpec& t : arch::parameters(spec.config)) {
     expected[t.name] = true;
     if (!w.contains(t.name)) {
       problems.push_back(fmt::format("'{}' missing", t.name));
@@ -222,11 +222,11 @@ void check_parameters(const Weights& w, const ModelSpec& spec, bool f32_only, bo
                                      f32_only ? "F32" : "F32, BF16 or F16"));
   }
   for (const std::string& n : w.names())
-    if (!expected.count(n) && !(allow_ignorable && ignorable_extra(spec, n)))
-      problems.push_back(fmt::format("'{}' is not a parameter of this {}", n, spec.architecture));
+    if (!expected.count(n) && !(allow_ignorable && ignorable_extra(spec.config, n)))
+      problems.push_back(fmt::format("'{}' is not a parameter of this {}", n, spec.config.architecture));
   if (!problems.empty())
-    throw BadInput(fmt::format("{} does not match {} ({}): {}", w.path().string(), spec.file.string(),
-                               spec.architecture, first_few(problems)),
+    throw BadInput(fmt::format("{} does not match {} ({}): {}", w.path().string(), spec.path.string(),
+                               spec.config.architecture, first_few(problems)),
                    "the weights and config.json come from different models");
 }
 

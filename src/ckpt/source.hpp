@@ -21,7 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/model_spec.hpp"
+#include "arch/model_config.hpp"
+#include "ckpt/hf_files.hpp"
 #include "io/checkpoint_format.hpp"
 #include "io/safetensors.hpp"
 
@@ -64,7 +65,7 @@ struct TrainerStateSummary {
 struct Checkpoint {
   std::filesystem::path dir;
   checkpoint::Manifest manifest;
-  ModelSpec spec;
+  arch::ModelConfigFile spec;   // its config.json
   Weights model, optimizer;
   std::int64_t optimizer_steps = 0;
   TrainerStateSummary state;
@@ -85,7 +86,7 @@ Checkpoint open_checkpoint(const std::filesystem::path& path, Verify verify = Ve
 
 // Checks `w` holds exactly the parameters of `spec` (names, shapes; F32 only if `f32_only`), ignoring
 // ignorable_extra() names when `allow_ignorable`. BadInput listing the first differences.
-void check_parameters(const Weights& w, const ModelSpec& spec, bool f32_only, bool allow_ignorable);
+void check_parameters(const Weights& w, const arch::ModelConfigFile& spec, bool f32_only, bool allow_ignorable);
 
 // Hashes the listed files of a checkpoint against its manifest (BadInput naming the first mismatch).
 void verify_checksums(const std::filesystem::path& dir, const checkpoint::Manifest& m,

@@ -10,11 +10,12 @@
 namespace ulysses::data {
 namespace {
 
+// The dataset and the SP degree, for messages: "DIR (packed for --sp 4) with --sp 3".
+std::string source_of(const std::filesystem::path& dir, const shard::Manifest& m, const LoaderOptions& o) {
+  return fmt::format("{} (packed for --sp {}) with --sp {}", dir.string(), m.sp, o.sp.degree());
+}
+
 void check_compatible(const shard::Manifest& m, const LoaderOptions& o, const std::filesystem::path& dir) {
-  if (m.seq_len % o.sp != 0)
-    throw BadInput(fmt::format("{}: seq_len {} is not divisible by --sp {} (the data was packed for sp {})",
-                               dir.string(), m.seq_len, o.sp, m.sp),
-                   fmt::format("train with an --sp that divides {}, or re-pack with ulysses-pack --sp {}", m.seq_len, o.sp));
   if (o.vocab_size > 0 && m.vocab_size > 0 && m.vocab_size != o.vocab_size)
     throw BadInput(fmt::format("{}: packed for a vocabulary of {} tokens, the model has {}", dir.string(),
                                m.vocab_size, o.vocab_size),
@@ -33,8 +34,8 @@ std::int64_t MicroBatch::valid_labels() const {
 
 DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions& options)
     : o_(options), dir_(dataset), manifest_(shard::read_manifest(dataset)) {
-  ULY_CHECK(o_.sp_rank >= 0 && o_.sp_rank < o_.sp && o_.dp_rank >= 0 && o_.dp_rank < o_.dp,
-            "rank {}/{} of sp {}, dp {}", o_.sp_rank, o_.dp_rank, o_.sp, o_.dp);
+  ULY_CHECK(o_.dp_rank >= 0 && o_.dp_rank < o_.dp, "dp rank {} of {}", o_.dp_rank, o_.dp);
+  slice_ = o_.sp.slice(manifest_.seq_len, source_of(dir_, manifest_, o_));   // checks that S splits over P
   check_compatible(manifest_, o_, dir_);
   for (const auto& s : manifest_.shards) {
     if (s.split != o_.split) continue;
@@ -64,7 +65,7 @@ MicroBatch DataLoader::micro_batch(std::int64_t micro) {
   MicroBatch mb;
   mb.batch = o_.micro_batch;
   mb.seq_len = manifest_.seq_len;
-  mb.local_len = mb.seq_len / o_.sp;
+  mb.local_len = slice_.size();
   const auto BL = static_cast<std::size_t>(mb.batch * mb.local_len);
   mb.input_ids.resize(BL);
   mb.positions.resize(BL);
@@ -79,7 +80,7 @@ void DataLoader::read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b) {
   const Location loc = index_[seq];
   const shard::ShardReader& reader = shards_[loc.shard];
   const shard::SequenceMeta& meta = reader.meta(loc.row);
-  const std::int64_t L = mb.local_len, S = mb.seq_len, begin = o_.sp_rank * L;
+  const std::int64_t L = mb.local_len, S = mb.seq_len, begin = slice_.begin;
   const std::int64_t n_read = std::min(L + 1, S - begin);         // the slice, and the next token if any
   std::vector<std::int32_t> ids(static_cast<std::size_t>(L + 1), 0);  // [L + 1]
   std::vector<std::uint8_t> mask(static_cast<std::size_t>(L + 1), 0);

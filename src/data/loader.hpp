@@ -6,10 +6,10 @@
 // So SP=2 × DP=2 sees exactly the tokens of SP=1 × DP=1 with grad_accum 2. The cursor (sequences consumed)
 // is all the state there is: it goes into checkpoints, and restoring it resumes the same order.
 //
-// Reading: SP rank r of P reads tokens [r·S/P, (r+1)·S/P] (the +1 for its last label) of each sequence —
-// never the rest — and derives labels, positions and document ids exactly as for the whole sequence
-// (io/labels.hpp). Document ids are given for the whole sequence (from metadata only), since attention
-// after the all-to-all sees all S positions.
+// Reading: an SP rank reads its slice [begin, end) of each sequence (SequenceParallel::slice) and one more
+// token for its last label — never the rest — and derives labels, positions and document ids exactly as
+// for the whole sequence (io/labels.hpp). Document ids are given for the whole sequence (from metadata
+// only), since attention after the all-to-all sees all S positions.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,14 @@
 #include <memory>
 #include <vector>
 
+#include "core/sequence_parallel.hpp"
 #include "io/manifest.hpp"
 #include "io/shard.hpp"
 
 namespace ulysses::data {
 
 struct LoaderOptions {
-  std::int64_t sp = 1, sp_rank = 0;       // P and this rank's place in its SP group
+  SequenceParallel sp;                    // P and this rank's slice of each sequence
   std::int64_t dp = 1, dp_rank = 0;       // data-parallel replicas and this rank's replica
   std::int64_t micro_batch = 1;           // sequences per micro-batch per DP rank
   std::int64_t grad_accum = 1;            // micro-batches per step
@@ -44,7 +45,7 @@ struct MicroBatch {
 
 class DataLoader {
  public:
-  // Opens the dataset and checks it against the options: S % P == 0, vocabulary, a non-empty split.
+  // Opens the dataset and checks it against the options: S splits over P, vocabulary, a non-empty split.
   DataLoader(const std::filesystem::path& dataset, const LoaderOptions& options);
   ~DataLoader();
 
@@ -70,6 +71,7 @@ class DataLoader {
   void read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b);
 
   LoaderOptions o_;
+  SequenceSlice slice_;   // this rank's tokens of every sequence
   std::filesystem::path dir_;
   shard::Manifest manifest_;
   std::vector<shard::ShardReader> shards_;

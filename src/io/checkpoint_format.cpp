@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/checksum.hpp"
 #include "core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -91,6 +92,10 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
 
 void write_manifest(const Manifest& m, const fs::path& dir) {
   write_text_atomically(dir / kManifest, to_json(m).dump(2) + "\n");
+}
+
+FileEntry file_entry(const std::filesystem::path& dir, const std::string& file) {
+  return {file, static_cast<std::int64_t>(std::filesystem::file_size(dir / file)), xxh3_file_hex(dir / file)};
 }
 
 std::string step_dir_name(std::int64_t step) { return fmt::format("step-{:07d}", step); }

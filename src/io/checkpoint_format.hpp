@@ -39,6 +39,9 @@ struct FileEntry {
   std::string xxh3;
 };
 
+// The entry of `file` (a name inside `dir`): its size and XXH3, read from the disk.
+FileEntry file_entry(const std::filesystem::path& dir, const std::string& file);
+
 // How the optimizer state is stored. Today's trainer keeps AdamW state identical on every rank and
 // writes it once ("replicated": one optimizer.safetensors holding every tensor whole). A trainer that
 // shards it (ZeRO-1 style) would write another value here and per-rank files; readers dispatch on this

@@ -3,15 +3,18 @@
 #include <cmath>
 
 #include "core/error.hpp"
-#include "io/hf_config.hpp"
 #include "model/ulysses.hpp"
 
 namespace ulysses::model {
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, comm::Communicator* sp)
-    : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim),
-      sp_(sp != nullptr && sp->size() > 1 ? sp : nullptr) {
-  if (sp_) check_heads_for_sp(heads_, kv_heads_, sp_->size(), architecture_name(c.architecture));
+AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions&)
+    : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), eps_(c.rms_norm_eps),
+      sp_degree_(sp.degree()), sp_(sp.group()) {
+  if (sp_degree_ > 1) {
+    arch::check_heads_for_sp(c, sp_degree_, c.architecture);
+    ULY_CHECK(sp_ != nullptr && sp_->size() == sp_degree_, "SP degree {} needs its group's communicator (size {})",
+              sp_degree_, sp_ ? sp_->size() : 0);
+  }
   auto linear = [](std::int64_t in, std::int64_t out, bool bias) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
   };
@@ -25,30 +28,43 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, comm::Communicator* sp)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
-  const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
-  auto q = q_proj(x).view({B, s, heads_, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
-  auto k = k_proj(x).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
-  auto v = v_proj(x).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+AttentionWeights AttentionImpl::weights() const {
+  AttentionWeights w{q_proj->weight, k_proj->weight, v_proj->weight, o_proj->weight,
+                     q_proj->bias,   k_proj->bias,   v_proj->bias,   o_proj->bias};
   if (q_norm) {
-    q = q_norm(q);   // [B, S/P, H, D], normalised over D
-    k = k_norm(k);   // [B, S/P, Hkv, D]
+    w.q_norm = q_norm->weight;
+    w.k_norm = k_norm->weight;
+  }
+  return w;
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                     const AttentionWeights& w) const {
+  const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
+  auto q = at::linear(x, w.q, w.q_bias).view({B, s, heads_, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
+  auto k = at::linear(x, w.k, w.k_bias).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+  auto v = at::linear(x, w.v, w.v_bias).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+  if (w.q_norm.defined()) {
+    q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
+    k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]
   }
   // RoPE (and q/k norm) compute in float32 when the projections ran in bf16 (autocast); the result goes back
   // to the projections' dtype, so the all-to-alls and attention stay bf16 (SDPA would cast to it anyway).
   const auto compute = v.scalar_type();
   q = apply_rope(q, rope).to(compute);
   k = apply_rope(k, rope).to(compute);
-  if (!sp_) return o_proj(attend(q, k, v, plan).reshape({B, s, heads_ * head_dim_}));   // P = 1: [B, S, hidden]
+  auto o_proj_of = [&](const torch::Tensor& out) {   // [B, S/P, H, D] -> [B, S/P, H*D] -> [B, S/P, hidden]
+    return at::linear(out.reshape({B, s, heads_ * head_dim_}), w.o, w.o_bias);
+  };
+  if (!sp_) return o_proj_of(attend(q, k, v, plan));   // P = 1: S/P = S
 
-  const std::int64_t P = sp_->size();
+  const std::int64_t P = sp_degree_;
   k = replicate_kv_heads_for_sp(k, P);             // [B, S/P, max(Hkv, P), D]
   v = replicate_kv_heads_for_sp(v, P);             // [B, S/P, max(Hkv, P), D]
   q = scatter_heads_gather_sequence(*sp_, q);      // [B, S, H/P, D]
   k = scatter_heads_gather_sequence(*sp_, k);      // [B, S, max(Hkv, P)/P, D]
   v = scatter_heads_gather_sequence(*sp_, v);      // [B, S, max(Hkv, P)/P, D]
-  auto out = scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan));   // [B, S, H/P, D] -> [B, S/P, H, D]
-  return o_proj(out.reshape({B, s, heads_ * head_dim_}));                  // [B, S/P, H*D] -> [B, S/P, hidden]
+  return o_proj_of(scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan)));   // [B, S, H/P, D] -> [B, S/P, H, D]
 }
 
 // Local attention of h query heads over the whole sequence; each kv head serves h / hkv consecutive

@@ -7,8 +7,8 @@
 //   attention over the whole sequence for H/P heads, causal within each document
 //   all-to-all back: [B, S, H/P, D] -> [B, S/P, H, D] -> o_proj -> [B, S/P, hidden]
 //
-// The communicator is not owned and must outlive the module and every backward pass through it; null or
-// size 1 means no sequence parallelism (no collective is called). The head rules are checked at
+// The SP group comes from the SequenceParallel handle; its communicator is not owned and must outlive
+// the module and every backward pass through it. P = 1 calls no collective. The head rules are checked at
 // construction (BadInput with both numbers). Attention itself runs per document (document_attention.hpp):
 // fused causal SDPA calls, no S×S mask except for a sliding window.
 #pragma once
@@ -18,17 +18,31 @@
 #include <torch/nn/pimpl.h>
 
 #include "comm/communicator.hpp"
-#include "model/config.hpp"
+#include "core/sequence_parallel.hpp"
 #include "model/document_attention.hpp"
 #include "model/layers.hpp"
 
 namespace ulysses::model {
 
-struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& c, comm::Communicator* sp);
+// The tensors attention computes with; an undefined tensor is an absent bias or norm.
+struct AttentionWeights {
+  torch::Tensor q, k, v;                     // [H*D, hidden], [Hkv*D, hidden], [Hkv*D, hidden]
+  torch::Tensor o;                           // [hidden, H*D]
+  torch::Tensor q_bias, k_bias, v_bias;      // [H*D], [Hkv*D], [Hkv*D] (Qwen2; Llama with attention_bias)
+  torch::Tensor o_bias;                      // [hidden]
+  torch::Tensor q_norm, k_norm;              // [D] (Qwen3)
+};
 
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
+
+  AttentionWeights weights() const;   // its own parameters
   // x [B, S/P, hidden], rope tables of this rank's tokens, the whole sequence's documents -> [B, S/P, hidden]
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
+    return forward(x, rope, plan, weights());
+  }
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                        const AttentionWeights& w) const;
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};   // Qwen3 only
@@ -38,7 +52,9 @@ struct AttentionImpl : torch::nn::Module {
                        const AttentionPlan& plan) const;
 
   std::int64_t heads_, kv_heads_, head_dim_;
-  comm::Communicator* sp_;   // non-null only when P > 1
+  double eps_;                // of the q/k norms
+  std::int64_t sp_degree_;    // P
+  comm::Communicator* sp_;    // non-null only when P > 1
 };
 TORCH_MODULE(Attention);
 

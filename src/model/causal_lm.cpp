@@ -4,29 +4,34 @@
 #include <fmt/ostream.h>
 
 #include "core/error.hpp"
-#include "model/ulysses.hpp"
 
 namespace ulysses::model {
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp) {
-  self_attn = register_module("self_attn", Attention(c, sp));
-  mlp = register_module("mlp", Mlp(c));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options) {
+  self_attn = register_module("self_attn", Attention(c, sp, options));
+  mlp = register_module("mlp", Mlp(c, options));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
-  auto h = x + self_attn(input_layernorm(x), rope, plan);   // [B, S/P, hidden]
-  return h + mlp(post_attention_layernorm(h));              // [B, S/P, hidden]
+DecoderLayerWeights DecoderLayerImpl::weights() const {
+  return {input_layernorm->weight, self_attn->weights(), post_attention_layernorm->weight, mlp->weights()};
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c, comm::Communicator* sp)
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                        const DecoderLayerWeights& w) {
+  const double eps = input_layernorm->eps;
+  auto h = x + self_attn->forward(rms_norm(x, w.input_norm, eps), rope, plan, w.attention);   // [B, S/P, hidden]
+  return h + model::mlp(rms_norm(h, w.post_attention_norm, eps), w.mlp);                    // [B, S/P, hidden]
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
     : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c, sp));
+  for (std::int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c, sp, options));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
@@ -39,9 +44,9 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::
   return norm(h);                                                          // [B, S/P, hidden]
 }
 
-CausalLmImpl::CausalLmImpl(const ModelConfig& c, comm::Communicator* sp)
-    : config_(c), sp_size_(sp != nullptr ? sp->size() : 1) {
-  model = register_module("model", Decoder(c, sp));
+CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
+    : config_(c), options_(options), sp_degree_(sp.degree()) {
+  model = register_module("model", Decoder(c, sp, options));
   if (!c.tie_word_embeddings)
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size)
                                                                .bias(false)));
@@ -50,7 +55,7 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& c, comm::Communicator* sp)
 namespace {
 
 void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids,
-                  const torch::Tensor& labels, std::int64_t sp_size) {
+                  const torch::Tensor& labels, std::int64_t sp_degree) {
   for (const auto* t : {&input_ids, &position_ids, &doc_ids, &labels})
     ULY_CHECK(t->dim() == 2 && t->scalar_type() == torch::kLong, "model inputs must be [B, S] int64 (got {} {})",
               fmt::streamed(t->sizes()), fmt::streamed(t->scalar_type()));
@@ -58,19 +63,18 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
             "input_ids {}, position_ids {} and labels {} must have one shape",
             fmt::streamed(input_ids.sizes()), fmt::streamed(position_ids.sizes()), fmt::streamed(labels.sizes()));
   const std::int64_t S = doc_ids.size(1);
-  if (S % sp_size != 0)
-    throw BadInput(fmt::format("sequence length ({}) is not divisible by the SP degree ({})", S, sp_size),
-                   "choose --sp among the divisors of the packed sequence length");
-  ULY_CHECK(doc_ids.size(0) == input_ids.size(0) && S / sp_size == input_ids.size(1),
+  check_sequence_split(S, sp_degree, "the model's input (doc_ids)");
+  ULY_CHECK(doc_ids.size(0) == input_ids.size(0) && S / sp_degree == input_ids.size(1),
             "doc_ids {} must be [B, S] for input_ids {} = [B, S/P] with P = {}",
-            fmt::streamed(doc_ids.sizes()), fmt::streamed(input_ids.sizes()), sp_size);
+            fmt::streamed(doc_ids.sizes()), fmt::streamed(input_ids.sizes()), sp_degree);
 }
 
 }  // namespace
 
 CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                      const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
-  check_inputs(input_ids, position_ids, doc_ids, labels, sp_size_);
+  check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_);
+  const AutocastScope autocast(options_.precision(), input_ids.device());   // the forward; backward follows its dtypes
   auto h = model(input_ids, position_ids, doc_ids);                                      // [B, S/P, hidden]
   auto logits = lm_head ? lm_head(h) : at::linear(h, model->embed_tokens->weight);       // [B, S/P, V]
   auto flat_labels = labels.reshape({-1});                                               // [B*S/P]

@@ -21,20 +21,33 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "comm/communicator.hpp"
+#include "core/sequence_parallel.hpp"
+#include "io/shard_format.hpp"
 #include "model/attention.hpp"
-#include "model/config.hpp"
 #include "model/layers.hpp"
+#include "model/options.hpp"
 
 namespace ulysses::model {
 
-inline constexpr std::int64_t kIgnoreLabel = -100;
+inline constexpr std::int64_t kIgnoreLabel = shard::kIgnoreIndex;   // the label of no loss, as in the shards
+
+struct DecoderLayerWeights {
+  torch::Tensor input_norm;            // [hidden]
+  AttentionWeights attention;
+  torch::Tensor post_attention_norm;   // [hidden]
+  MlpWeights mlp;
+};
 
 // x + attn(norm(x)), then h + mlp(norm(h)).
 struct DecoderLayerImpl : torch::nn::Module {
-  DecoderLayerImpl(const ModelConfig& c, comm::Communicator* sp);
+  DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
+  DecoderLayerWeights weights() const;   // its own parameters
   // x [B, S/P, hidden], the whole sequence's documents -> [B, S/P, hidden]
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan);
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
+    return forward(x, rope, plan, weights());
+  }
+  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                        const DecoderLayerWeights& w);
 
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
@@ -44,7 +57,7 @@ TORCH_MODULE(DecoderLayer);
 
 // transformers' LlamaModel ("model."): embeddings, the layers, the final norm.
 struct DecoderImpl : torch::nn::Module {
-  DecoderImpl(const ModelConfig& c, comm::Communicator* sp);
+  DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
   // input_ids, position_ids [B, S/P], doc_ids [B, S] -> hidden states [B, S/P, hidden] after the final norm
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& doc_ids);
@@ -66,25 +79,27 @@ struct CausalLmOutput {
 };
 
 struct CausalLmImpl : torch::nn::Module {
-  // sp: this rank's sequence-parallel group, not owned (see attention.hpp); null or size 1 = no SP.
-  // BadInput when the heads do not split over sp->size() ranks. Parameters get LibTorch's default init:
+  // sp: this rank's sequence-parallel group (its communicator not owned, see attention.hpp); the default
+  // is no SP. BadInput when the heads do not split over P ranks. Parameters get LibTorch's default init:
   // call init_weights or load_hf_weights (weights.hpp) next.
-  explicit CausalLmImpl(const ModelConfig& c, comm::Communicator* sp = nullptr);
+  explicit CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp = {}, const ModelOptions& options = {});
 
   // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
   // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.
-  // BadInput when S is not a multiple of P.
+  // BadInput when S is not a multiple of P. Runs under the autocast scope of options().precision().
   CausalLmOutput forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                          const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits = false);
 
   const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
 
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};   // null when the embeddings are tied
 
  private:
   ModelConfig config_;
-  std::int64_t sp_size_;
+  ModelOptions options_;
+  std::int64_t sp_degree_;
 };
 TORCH_MODULE(CausalLm);
 

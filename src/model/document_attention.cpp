@@ -8,7 +8,6 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <fmt/format.h>
 
-#include "model/ulysses.hpp"
 
 namespace ulysses::model {
 namespace {
@@ -112,6 +111,16 @@ torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k,
     rows.push_back(at::cat(docs, 1));   // [1, S, h, D]
   }
   return at::cat(rows, 0);   // [B, S, h, D]
+}
+
+torch::Tensor document_causal_mask(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window) {
+  const std::int64_t S = doc_ids.size(1);
+  auto i = at::arange(S, doc_ids.options()).unsqueeze(1);   // [S, 1] query index
+  auto j = at::arange(S, doc_ids.options()).unsqueeze(0);   // [1, S] key index
+  auto mask = (j <= i)                                      // [S, S]
+                  .logical_and(doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1));   // [B, S, S]
+  if (sliding_window) mask = mask.logical_and(i - j < *sliding_window);        // [B, S, S]
+  return mask.unsqueeze(1);                                 // [B, 1, S, S]
 }
 
 }  // namespace ulysses::model

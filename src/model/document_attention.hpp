@@ -39,6 +39,10 @@ AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::in
 std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads,
                              std::int64_t kv_heads, std::int64_t head_dim, bool sliding_window);
 
+// Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and
+// i - j < sliding_window when given. doc_ids [B, S] → mask [B, 1, S, S] bool (true = attend).
+torch::Tensor document_causal_mask(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window);
+
 // q [B, S, h, D], k, v [B, S, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)) → [B, S, h, D]
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const AttentionPlan& plan, double scale);

@@ -8,28 +8,31 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto x32 = x.to(torch::kFloat);                                        // [..., dim] fp32
   auto inv_rms = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c) {
+MlpImpl::MlpImpl(const ModelConfig& c, const ModelOptions&) {
   auto linear = [](std::int64_t in, std::int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
   gate_proj = register_module("gate_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));
   up_proj = register_module("up_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));
   down_proj = register_module("down_proj", torch::nn::Linear(linear(c.intermediate_size, c.hidden_size)));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));   // [B, S/P, inter] -> [B, S/P, hidden]
+MlpWeights MlpImpl::weights() const { return {gate_proj->weight, up_proj->weight, down_proj->weight}; }
+
+torch::Tensor mlp(const torch::Tensor& x, const MlpWeights& w) {
+  auto gated = at::silu(at::linear(x, w.gate)) * at::linear(x, w.up);   // [B, S/P, I]
+  return at::linear(gated, w.down);                                     // [B, S/P, hidden]
 }
 
 namespace {
 
 // Llama 3.1: wavelengths above original_len / low_freq_factor are divided by `factor`, those below
 // original_len / high_freq_factor kept, those between blended linearly in original_len / wavelength.
-torch::Tensor llama3_scaled(const torch::Tensor& inv_freq, const Llama3RopeScaling& s) {
+torch::Tensor llama3_scaled(const torch::Tensor& inv_freq, const arch::Llama3RopeScaling& s) {
   const double low_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
   const double high_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
   auto wavelen = inv_freq.reciprocal() * (2 * std::numbers::pi);                          // [D/2]

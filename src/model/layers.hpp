@@ -2,8 +2,13 @@
 // (RoPE). Each computes exactly what transformers 4.57 computes (LlamaRMSNorm, LlamaMLP,
 // LlamaRotaryEmbedding + apply_rotary_pos_emb), including where it switches to fp32.
 //
+// Each module's forward is a function of its input and a struct of weight tensors (rms_norm, mlp): the
+// module passes its own parameters, and code that holds the weights elsewhere (a buffer of gathered
+// shards) calls the same function with views into that buffer.
+//
 // Shape letters (used in every model file): B batch, S global sequence length, P sequence-parallel degree
-// (this rank holds S/P tokens), H query heads, Hkv key/value heads, D head dim, V vocabulary.
+// (this rank holds S/P tokens), H query heads, Hkv key/value heads, D head dim, V vocabulary, I
+// intermediate size.
 #pragma once
 
 #include <cstdint>
@@ -12,24 +17,37 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "model/config.hpp"
+#include "arch/model_config.hpp"
+#include "model/options.hpp"
 
 namespace ulysses::model {
 
+using arch::ModelConfig;
+
 // y = weight * (x / sqrt(mean(x^2) + eps)), the normalisation in fp32 and the product in x's dtype.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);   // [..., dim], [dim]
+
 struct RMSNormImpl : torch::nn::Module {
   RMSNormImpl(std::int64_t dim, double eps);
-  torch::Tensor forward(const torch::Tensor& x);   // [..., dim] -> [..., dim]
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }   // [..., dim] -> same
 
   torch::Tensor weight;   // [dim]
   double eps;
 };
 TORCH_MODULE(RMSNorm);
 
-// down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+struct MlpWeights {
+  torch::Tensor gate, up;   // [I, hidden]
+  torch::Tensor down;       // [hidden, I]
+};
+
+// down(silu(gate x) * up x), no biases: [B, S/P, hidden] -> [B, S/P, hidden].
+torch::Tensor mlp(const torch::Tensor& x, const MlpWeights& w);
+
 struct MlpImpl : torch::nn::Module {
-  explicit MlpImpl(const ModelConfig& c);
-  torch::Tensor forward(const torch::Tensor& x);   // [B, S/P, hidden] -> [B, S/P, hidden]
+  MlpImpl(const ModelConfig& c, const ModelOptions& options);
+  MlpWeights weights() const;   // its own parameters
+  torch::Tensor forward(const torch::Tensor& x) { return mlp(x, weights()); }
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };

@@ -34,14 +34,4 @@ torch::Tensor replicate_kv_heads_for_sp(const torch::Tensor& kv, std::int64_t sp
   return kv.repeat_interleave(sp / kv_heads, /*dim=*/2);  // [B, S/P, Hkv, D] -> [B, S/P, P, D]
 }
 
-torch::Tensor document_causal_mask(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window) {
-  const std::int64_t S = doc_ids.size(1);
-  auto i = at::arange(S, doc_ids.options()).unsqueeze(1);   // [S, 1] query index
-  auto j = at::arange(S, doc_ids.options()).unsqueeze(0);   // [1, S] key index
-  auto mask = (j <= i)                                      // [S, S]
-                  .logical_and(doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1));   // [B, S, S]
-  if (sliding_window) mask = mask.logical_and(i - j < *sliding_window);        // [B, S, S]
-  return mask.unsqueeze(1);                                 // [B, 1, S, S]
-}
-
 }  // namespace ulysses::model

@@ -1,15 +1,15 @@
-// Ulysses sequence parallelism: the reshapes around the all-to-all, and the attention mask.
+// Ulysses sequence parallelism: the reshapes around the all-to-all.
 //
 // Before attention each rank of an SP group of P ranks holds S/P consecutive tokens of every head; the
 // exchange gives it every token of H/P heads, attention runs locally, and the inverse exchange restores
-// the token sharding. Rank r holds tokens [r*S/P, (r+1)*S/P) and heads [r*h/P, (r+1)*h/P). The exchange
-// itself is comm::all_to_all_autograd (its own adjoint); everything here is a reshape around it.
+// the token sharding. Rank r holds its slice of the tokens (SequenceParallel::slice, contiguous) and
+// heads [r*h/P, (r+1)*h/P). The exchange itself is comm::all_to_all_autograd (its own adjoint);
+// everything here is a reshape around it.
 // Shape letters: see layers.hpp. Here h is the number of heads of the tensor (H for queries, Hkv or P
 // for keys and values).
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 #include <torch/types.h>
 
@@ -26,9 +26,5 @@ torch::Tensor scatter_sequence_gather_heads(comm::Communicator& sp, const torch:
 // Hkv < P: each kv head repeated P / Hkv times, so that every rank receives the kv head its query heads
 // use: [B, S/P, Hkv, D] → [B, S/P, P, D]. Identity when Hkv >= P.
 torch::Tensor replicate_kv_heads_for_sp(const torch::Tensor& kv, std::int64_t sp);
-
-// Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and
-// i - j < sliding_window when given. doc_ids [B, S] → mask [B, 1, S, S] bool (true = attend).
-torch::Tensor document_causal_mask(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window);
 
 }  // namespace ulysses::model

@@ -9,11 +9,12 @@
 #include <cmath>
 #include <thread>
 
+#include "arch/model_config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/output_dir.hpp"
+#include "core/sequence_parallel.hpp"
 #include "core/shuffle.hpp"
-#include "io/hf_config.hpp"
 #include "io/manifest.hpp"
 #include "pack/phase_timer.hpp"
 #include "pack/scan.hpp"
@@ -41,8 +42,8 @@ int thread_count(int requested) {
 std::int64_t check_model(const PackOptions& o) {
   std::int64_t vocab = o.vocab_size;
   if (!o.model_config.empty()) {
-    HfConfigSummary cfg = read_hf_config_summary(o.model_config);
-    check_heads_for_sp(cfg.num_attention_heads, cfg.num_key_value_heads, o.sp, o.model_config.string());
+    const arch::ModelConfig cfg = arch::read_model_config(o.model_config);
+    arch::check_heads_for_sp(cfg, o.sp, o.model_config.string());
     if (vocab > 0 && vocab != cfg.vocab_size)
       throw BadInput(fmt::format("--vocab-size ({}) disagrees with {} (vocab_size {})", vocab,
                                  o.model_config.string(), cfg.vocab_size), "give one of the two");
@@ -119,16 +120,8 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t se
 }  // namespace
 
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment) {
-  if (sp < 1 || alignment < 1)
-    throw BadInput(fmt::format("--sp ({}) and --align ({}) must be positive", sp, alignment));
-  const std::int64_t unit = sp * alignment;
-  if (seq_len < 1 || seq_len % unit != 0) {
-    const std::int64_t below = std::max<std::int64_t>(unit, seq_len / unit * unit);
-    const std::int64_t above = (std::max<std::int64_t>(seq_len, 0) / unit + 1) * unit;
-    throw BadInput(fmt::format("--seq-len {} is not a multiple of --sp {} × --align {} = {}", seq_len, sp,
-                               alignment, unit),
-                   fmt::format("the nearest valid lengths are {} and {}", below, above));
-  }
+  check_sequence_split(seq_len, sp, fmt::format("--seq-len {} with --sp {} and --align {}", seq_len, sp, alignment),
+                       alignment);
   if (seq_len > (std::int64_t{1} << 31) - 1)
     throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len));
 }

@@ -5,7 +5,6 @@
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "core/checksum.hpp"
 #include "core/error.hpp"
 #include <fmt/ranges.h>
 #include "core/output_dir.hpp"
@@ -46,10 +45,6 @@ void read_tensors(const fs::path& path, const NamedTensors& targets) {
   }
 }
 
-checkpoint::FileEntry entry(const fs::path& dir, const std::string& file) {
-  return {file, static_cast<std::int64_t>(fs::file_size(dir / file)), xxh3_file_hex(dir / file)};
-}
-
 }  // namespace
 
 fs::path save_checkpoint(const fs::path& root, const NamedTensors& weights, const AdamW& optimizer,
@@ -71,7 +66,7 @@ fs::path save_checkpoint(const fs::path& root, const NamedTensors& weights, cons
   m.dp = layout.dp();
   m.architecture = architecture;
   for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
-    m.files.push_back(entry(out.tmp(), f));
+    m.files.push_back(checkpoint::file_entry(out.tmp(), f));
   checkpoint::write_manifest(m, out.tmp());
   out.commit();
   checkpoint::set_latest(root, name);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "comm/mpi_communicator.hpp"
+#include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "dist/mpi_world.hpp"
@@ -93,14 +94,7 @@ int main(int argc, char** argv) {
   ut::TrainOptions o;
   bool print_config = false;
   set_up(app, o, print_config);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {   // --help
-    return world.rank() == 0 ? app.exit(e) : 0;
-  } catch (const CLI::ParseError& e) {
-    if (world.rank() == 0) fmt::print(stderr, "error: {} — HINT: run '{} --help'\n", e.what(), argv[0]);
-    return ulysses::kExitBadInput;
-  }
+  if (auto code = ulysses::parse_command_line(app, argc, argv, /*speak=*/world.rank() == 0)) return *code;
   if (print_config) {
     if (world.rank() == 0) fmt::print("{}", app.config_to_str(true, false));
     return 0;

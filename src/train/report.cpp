@@ -38,14 +38,15 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
                      inside ? "inside islands" : "CROSS islands (--allow-sp-across-islands)");
 }
 
-MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
-                           std::int64_t seq_len, std::int64_t sp, bool bf16) {
+MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
+                           const SequenceParallel& sp, bool bf16) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
+  const std::int64_t params = arch::parameter_count(c);
   MemoryPlan m;
   m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
   m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
   m.optimizer_gib = 2 * m.grads_gib;
-  const double tokens = static_cast<double>(micro_batch * seq_len / sp);
+  const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "--seq-len").size());
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
   // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj, MLP gate/up/act
@@ -53,7 +54,7 @@ MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std
   // Attention runs per document through fused SDPA (no [S, S] scores), except with a sliding window, which
   // needs the [B, 1, S, S] bool mask and the scores of H/P heads.
   const double scores = !c.sliding_window ? 0.0
-                        : static_cast<double>(micro_batch) * static_cast<double>(c.num_heads / sp) *
+                        : static_cast<double>(micro_batch) * static_cast<double>(arch::ulysses_heads(c, sp.degree()).q) *
                               static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + mask
   const double logits = 4.0 * tokens * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
   const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
@@ -61,8 +62,8 @@ MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std
   return m;
 }
 
-double step_flops(const model::ModelConfig& c, std::int64_t params, double tokens, std::int64_t seq_len) {
-  return 6.0 * static_cast<double>(params) * tokens +
+double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len) {
+  return 6.0 * static_cast<double>(arch::parameter_count(c)) * tokens +
          12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
 }
 

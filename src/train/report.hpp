@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "arch/model_config.hpp"
 #include "core/rank_layout.hpp"
+#include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
-#include "model/config.hpp"
 
 namespace ulysses::train {
 
@@ -30,11 +31,11 @@ struct MemoryPlan {
 // fp32 weights, grads and two AdamW moments (bf16: plus the bf16 weight copies autocast makes); activations
 // of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32; fp32 logits; plus
 // the [H/P, S, S] scores per layer when a sliding window forces an explicit mask).
-MemoryPlan estimate_memory(const model::ModelConfig& c, std::int64_t params, std::int64_t micro_batch,
-                           std::int64_t seq_len, std::int64_t sp, bool bf16);
+MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
+                           const SequenceParallel& sp, bool bf16);
 
-// Model FLOPs of one step over all ranks: 6·N·T + 12·layers·H·D·S·T (T = tokens in the step).
-double step_flops(const model::ModelConfig& c, std::int64_t params, double tokens, std::int64_t seq_len);
+// Model FLOPs of one step over all ranks: 6·N·T + 12·layers·H·D·S·T (N parameters, T tokens in the step).
+double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len);
 
 double peak_rss_mib();   // this process, from getrusage
 

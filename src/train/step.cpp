@@ -17,17 +17,14 @@ torch::Tensor as_tensor(const std::vector<std::int64_t>& v, std::int64_t rows, s
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              const std::vector<torch::Tensor>& params, comm::Communicator& world,
-                             const c10::Device& device, Precision precision) {
+                             const c10::Device& device) {
   double local_sum = 0, local_count = 0;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
     data::MicroBatch mb = loader.micro_batch(micro);
     const std::int64_t B = mb.batch, L = mb.local_len, S = mb.seq_len;
-    model::CausalLmOutput out;
-    {
-      const AutocastScope autocast(precision, device);   // the forward only; backward follows its dtypes
-      out = model->forward(as_tensor(mb.input_ids, B, L).to(device), as_tensor(mb.positions, B, L).to(device),
-                           as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device));
-    }
+    const model::CausalLmOutput out =
+        model->forward(as_tensor(mb.input_ids, B, L).to(device), as_tensor(mb.positions, B, L).to(device),
+                       as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device));
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
     local_sum += out.loss_sum.item<double>();
     local_count += static_cast<double>(out.valid_count.item<std::int64_t>());

@@ -13,7 +13,6 @@
 #include "comm/communicator.hpp"
 #include "data/loader.hpp"
 #include "model/causal_lm.hpp"
-#include "train/precision.hpp"
 
 namespace ulysses::train {
 
@@ -23,9 +22,9 @@ struct LossTotals {
 };
 
 // The model and params live on `device`; the inputs are moved there (document ids stay on the host, where
-// the attention plan is made), and the forward runs under autocast for bf16 (precision.hpp).
+// the attention plan is made). The model runs in its own precision (ModelOptions).
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              const std::vector<torch::Tensor>& params, comm::Communicator& world,
-                             const c10::Device& device, Precision precision);
+                             const c10::Device& device);
 
 }  // namespace ulysses::train

@@ -16,17 +16,19 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
 #include "data/loader.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
+#include "model/options.hpp"
+#include "model/precision.hpp"
 #include "model/weights.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/device.hpp"
 #include "train/grad_sync.hpp"
-#include "train/precision.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
@@ -110,16 +112,16 @@ struct Run {
   int rank;
   comm::Communicator& world;   // control messages over MPI: CPU tensors (flags, maxima, the rank table)
   c10::Device device;
-  Precision precision;
+  model::Precision precision;
   comm::Backend backend;
   std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
+  SequenceParallel sp;                                        // this rank's SP group (sp_group inside)
   std::optional<double> peak_tflops;                          // per device, for MFU
-  model::ModelConfig config;
+  arch::ModelConfig config;
   fs::path config_path;
   model::CausalLm model{nullptr};
   NamedTensors params;
   std::vector<torch::Tensor> param_list;
-  std::int64_t param_count = 0;
 };
 
 void print_plan(const Run& r, const data::DataLoader& loader) {
@@ -129,18 +131,18 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const MemoryPlan m = estimate_memory(r.config, r.param_count, r.o.micro_batch, loader.seq_len(), r.o.sp,
-                                     r.precision == Precision::kBf16);
-  log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", model::architecture_name(r.config.architecture),
-           r.param_count, r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
+  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp,
+                                     r.precision == model::Precision::kBf16);
+  log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
+           arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
            r.o.data.string(), loader.num_sequences(), loader.seq_len(), loader.sequences_per_step(), r.layout.dp(),
            r.o.micro_batch, r.o.grad_accum);
   log_info("device {}; precision {}; collectives {}{}", device_line(r.device), r.o.precision,
            comm::backend_name(r.backend),
            r.backend == comm::Backend::kMpi && r.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
-  log_info("attention: {}", model::attention_kernel(r.device, compute_dtype(r.precision), r.config.num_heads / r.o.sp,
-                                                    std::max<std::int64_t>(r.config.num_kv_heads, r.o.sp) / r.o.sp,
+  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
+  log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
                                                     r.config.head_dim, r.config.sliding_window.has_value()));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
@@ -154,8 +156,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
 // One optimizer step; returns the report (loss over all ranks).
 StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, *r.grad_group, r.device,
-                                              r.precision);
+  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, *r.grad_group, r.device);
   StepReport rep;
   rep.grad_norm = clip_grad_norm(r.param_list, r.o.clip);
   rep.lr = schedule.lr_at(step);
@@ -170,7 +171,7 @@ StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedu
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
   rep.tokens_per_s = tokens / rep.seconds;
-  rep.tflops = step_flops(r.config, r.param_count, tokens, loader.seq_len()) / rep.seconds / 1e12;
+  rep.tflops = step_flops(r.config, tokens, loader.seq_len()) / rep.seconds / 1e12;
   rep.tflops_per_device = rep.tflops / r.layout.world();
   if (r.peak_tflops) rep.mfu = rep.tflops_per_device / *r.peak_tflops;
   rep.peak_mib = max_over_ranks(peak_rss_mib(), r.world);
@@ -197,14 +198,14 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   std::optional<Topology> placed;
   std::optional<c10::Device> device;
   std::optional<comm::Backend> backend;
-  std::optional<Precision> precision;
+  std::optional<model::Precision> precision;
   // Layout and device checks end every rank with exit 2 and one line, without MPI_Abort (srun shows 2).
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         placed.emplace(selves, o.island_size);
         check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
         device = choose_device(o.device, placed->place(groups.rank()).local_rank);
         backend = comm::choose_backend(o.comm, *device);
-        precision = precision_from_name(o.precision);
+        precision = model::precision_from_name(o.precision);
       }))
     return kExitBadInput;
   const Topology& topo = *placed;
@@ -214,25 +215,23 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   use_device(*device);
   Run r{o, layout, topo, groups.rank(), world, *device, *precision, *backend};
   r.config_path = model_config_path(o);
-  r.config = model::read_model_config(r.config_path);
+  r.config = arch::read_model_config(r.config_path);
   const std::chrono::seconds timeout(o.comm_timeout);
   r.sp_group = comm::make_communicator(r.backend, groups.sp(), r.device, timeout);
   r.grad_group = comm::make_communicator(r.backend, groups.world(), r.device, timeout);
   r.peak_tflops = o.peak_tflops > 0   ? std::optional<double>(o.peak_tflops)
                   : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
                                        : std::nullopt;
-  r.model = model::CausalLm(r.config, r.sp_group.get());   // checks the heads against --sp first
-  data::LoaderOptions lo{o.sp, layout.sp_rank(r.rank), layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
-                         o.grad_accum, o.seed, r.config.vocab_size, "train"};
+  r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
+  r.model = model::CausalLm(r.config, r.sp, model::ModelOptions().precision(r.precision));   // checks the heads first
+  data::LoaderOptions lo{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch, o.grad_accum, o.seed,
+                         r.config.vocab_size, "train"};
   data::DataLoader loader(o.data, lo);
   if (o.init_from.empty()) model::init_weights(r.model, o.seed);
   else model::load_hf_weights(r.model, o.init_from);
   r.model->to(r.device);   // fp32 master weights on the device; AdamW's state follows them
   r.params = named_parameters(r.model);
-  for (const auto& [name, p] : r.params) {
-    r.param_list.push_back(p);
-    r.param_count += p.numel();
-  }
+  for (const auto& [name, p] : r.params) r.param_list.push_back(p);
   AdamW opt(r.params, {o.beta1, o.beta2, o.eps, o.weight_decay});
   Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
   check_output(o, r.rank);
@@ -267,7 +266,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   auto save = [&] {
     if (r.rank == 0) {
       fs::path dir = save_checkpoint(ckpts, r.params, opt, state, layout, r.config_path,
-                                     model::architecture_name(r.config.architecture), o.keep_last);
+                                     r.config.architecture, o.keep_last);
       log_info("saved {}", dir.string());
     }
     world.barrier();

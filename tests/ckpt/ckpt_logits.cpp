@@ -12,7 +12,7 @@
 
 #include "io/safetensors.hpp"
 #include "model/causal_lm.hpp"
-#include "model/config.hpp"
+#include "arch/model_config.hpp"
 #include "model/weights.hpp"
 
 namespace fs = std::filesystem;
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   torch::Tensor labels = torch::full({1, s}, model::kIgnoreLabel, torch::kLong);       // no loss needed
   for (int i = 2; i < argc; i += 2) {
     const fs::path dir = argv[i];
-    model::CausalLm lm(model::read_model_config(dir / "config.json"));
+    model::CausalLm lm(arch::read_model_config(dir / "config.json"));
     model::load_hf_weights(lm, dir);
     lm->eval();
     torch::Tensor logits = lm->forward(input, positions, docs, labels, /*keep_logits=*/true).logits;   // [1, S, V]

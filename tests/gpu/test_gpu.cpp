@@ -19,7 +19,8 @@
 #include "model/weights.hpp"
 #include "train/adamw.hpp"
 #include "train/grad_sync.hpp"
-#include "train/precision.hpp"
+#include "core/sequence_parallel.hpp"
+#include "model/precision.hpp"
 
 namespace ulysses {
 namespace {
@@ -31,8 +32,8 @@ double rel(const torch::Tensor& got, const torch::Tensor& want) {
   return (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-12);
 }
 
-model::ModelConfig small_llama() {   // GQA, 2 layers; head_dim 64 so the flash kernels apply in bf16
-  model::ModelConfig c;
+arch::ModelConfig small_llama() {   // GQA, 2 layers; head_dim 64 so the flash kernels apply in bf16
+  arch::ModelConfig c;
   c.vocab_size = 512;
   c.hidden_size = 256;
   c.intermediate_size = 512;
@@ -68,8 +69,8 @@ struct StepResult {
 };
 
 // One optimizer step of a freshly initialised model on `device` (weights made on the CPU, then moved).
-StepResult one_step(const c10::Device& device, train::Precision precision) {
-  model::CausalLm m(small_llama());
+StepResult one_step(const c10::Device& device, model::Precision precision) {
+  model::CausalLm m(small_llama(), SequenceParallel(), model::ModelOptions().precision(precision));
   model::init_weights(m, 5);
   m->to(device);
   train::NamedTensors named;
@@ -80,11 +81,7 @@ StepResult one_step(const c10::Device& device, train::Precision precision) {
   }
   train::AdamW opt(named, {});
   const Batch b = packed_batch(512, 256);
-  model::CausalLmOutput out;
-  {
-    const train::AutocastScope autocast(precision, device);
-    out = m->forward(b.ids.to(device), b.positions.to(device), b.docs, b.labels.to(device));
-  }
+  const model::CausalLmOutput out = m->forward(b.ids.to(device), b.positions.to(device), b.docs, b.labels.to(device));
   const double count = static_cast<double>(out.valid_count.item<std::int64_t>());
   (out.loss_sum / count).backward();
   StepResult r;
@@ -106,14 +103,14 @@ void expect_close(const StepResult& got, const StepResult& want, double loss_tol
 }
 
 TEST(GpuStep, Fp32EqualsTheCpuStep) {
-  const StepResult cpu = one_step(torch::kCPU, train::Precision::kFp32);
-  const StepResult gpu = one_step(kGpu, train::Precision::kFp32);
+  const StepResult cpu = one_step(torch::kCPU, model::Precision::kFp32);
+  const StepResult gpu = one_step(kGpu, model::Precision::kFp32);
   expect_close(gpu, cpu, 1e-5, 1e-4, "fp32 GPU vs CPU");
 }
 
 TEST(GpuStep, Bf16IsWithinBf16ToleranceOfTheFp32Step) {
-  const StepResult cpu = one_step(torch::kCPU, train::Precision::kFp32);
-  const StepResult gpu = one_step(kGpu, train::Precision::kBf16);
+  const StepResult cpu = one_step(torch::kCPU, model::Precision::kFp32);
+  const StepResult gpu = one_step(kGpu, model::Precision::kBf16);
   expect_close(gpu, cpu, 1e-2, 5e-2, "bf16 GPU vs fp32 CPU");
   EXPECT_NE(gpu.loss, cpu.loss) << "bf16 gave the fp32 loss bit for bit: autocast did not take effect";
 }

@@ -3,20 +3,19 @@ SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP
 over NCCL equals one rank over MPI bit for bit; a bf16 run logs the varlen flash kernel, MFU and peak GPU
 memory.
 
-usage: test_gpu_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC REPO_ROOT
+usage: test_gpu_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
 import json
 import pathlib
 import subprocess
 import sys
-import tempfile
 import unittest
 
-TRAIN, PACK, MPIEXEC, ROOT = sys.argv[1:5]
-del sys.argv[1:5]
-ROOT = pathlib.Path(ROOT)
-SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
-CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import TINY_CONFIG as CONFIG, PackedSample, losses  # noqa: E402
+
+TRAIN, PACK, MPIEXEC = sys.argv[1:4]
+del sys.argv[1:4]
 
 
 def gpu_visible():
@@ -27,22 +26,9 @@ def gpu_visible():
     return torch.cuda.is_available()
 
 
-def losses(out):
-    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-class GpuTrain(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.root = pathlib.Path(cls.tmp.name)
-        cls.data = cls.root / "packed"
-        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", 1024, "--sp", 4,
-                                      "--pad-id", 258, "--model-config", CONFIG])), check=True, capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class GpuTrain(PackedSample):
+    PACK = PACK
+    SEQ_LEN = 1024
 
     def train(self, n, name, *extra):
         out = self.root / name

@@ -15,8 +15,12 @@
 #include <torch/types.h>
 
 #include "comm/communicator.hpp"
+#include "core/sequence_parallel.hpp"
 
 namespace ulysses::model::testing {
+
+// The SequenceParallel handle of rank c.rank() in a group of c.size() ranks (one SP group, no DP).
+inline SequenceParallel sp_of(comm::Communicator& c) { return SequenceParallel(RankLayout(c.size(), c.size()), c.rank(), &c); }
 
 class SoloCommunicator : public comm::Communicator {
  public:

@@ -17,7 +17,7 @@
 
 #include "io/safetensors.hpp"
 #include "model/causal_lm.hpp"
-#include "model/config.hpp"
+#include "arch/model_config.hpp"
 #include "model/weights.hpp"
 
 namespace ulysses::model {
@@ -82,7 +82,7 @@ class HfParity : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfParity, LogitsLossAndGradients) {
   const std::string arch = GetParam();
-  CausalLm model(read_model_config(g_reference_dir / arch / "config.json"));
+  CausalLm model(arch::read_model_config(g_reference_dir / arch / "config.json"));
   load_hf_weights(model, g_reference_dir / arch);
   check_case(model, arch, "plain");
   check_case(model, arch, "packed");

@@ -1,4 +1,4 @@
-// Unit tests of the model library that need no Python: config.json validation, the Ulysses reshapes
+// Unit tests of the model library that need no Python: the Ulysses reshapes
 // (P = 1 through a solo communicator; P = 2 and 4 through threads standing in for ranks, against the
 // same model at P = 1), from-scratch init, and strict weight loading.
 #include <filesystem>
@@ -18,8 +18,8 @@
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "local_communicators.hpp"
+#include "arch/model_config.hpp"
 #include "model/causal_lm.hpp"
-#include "model/config.hpp"
 #include "model/document_attention.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
@@ -28,7 +28,6 @@ namespace ulysses::model {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 // A fresh directory under the system's temporary folder, removed with its contents at scope exit.
 struct TempDir {
@@ -42,100 +41,6 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const fs::path path;
 };
-
-json llama_json() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 64},
-          {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 2},
-          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},
-          {"hidden_act", "silu"}, {"tie_word_embeddings", false}};
-}
-
-ModelConfig config_of(const json& j) {
-  TempDir dir("config");
-  std::ofstream(dir.path / "config.json") << j.dump();
-  return read_model_config(dir.path / "config.json");
-}
-
-// ---- config.json -------------------------------------------------------------------------------
-
-TEST(ModelConfig, ReadsLlamaWithDerivedHeadDim) {
-  auto c = config_of(llama_json());
-  EXPECT_EQ(c.architecture, Architecture::kLlama);
-  EXPECT_EQ(c.num_heads, 4);
-  EXPECT_EQ(c.num_kv_heads, 2);
-  EXPECT_EQ(c.head_dim, 8);
-  EXPECT_EQ(c.rope_theta, 10000.0);
-  EXPECT_FALSE(c.llama3_rope || c.sliding_window || c.pad_token_id || c.qkv_bias || c.qk_norm);
-}
-
-TEST(ModelConfig, ReadsTheFeaturesOfEachArchitecture) {
-  auto j = llama_json();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
-  j["attention_bias"] = true;
-  auto llama = config_of(j);
-  ASSERT_TRUE(llama.llama3_rope);
-  EXPECT_EQ(llama.llama3_rope->original_max_position_embeddings, 8192);
-  EXPECT_TRUE(llama.qkv_bias && llama.o_bias);
-
-  j = llama_json();
-  j["model_type"] = "qwen2";
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  auto qwen2 = config_of(j);
-  EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias);
-
-  j["model_type"] = "qwen3";
-  j["architectures"] = {"Qwen3ForCausalLM"};
-  j["head_dim"] = 12;
-  auto qwen3 = config_of(j);
-  EXPECT_TRUE(qwen3.qk_norm);
-  EXPECT_EQ(qwen3.head_dim, 12);
-
-  j = llama_json();
-  j["model_type"] = "mistral";
-  j["architectures"] = {"MistralForCausalLM"};
-  j["sliding_window"] = nullptr;
-  EXPECT_FALSE(config_of(j).sliding_window);
-  j["sliding_window"] = 4096;
-  EXPECT_EQ(config_of(j).sliding_window, 4096);
-}
-
-struct BadConfig {
-  const char* what;
-  json patch;              // merged into llama_json(); a null value removes the key
-  const char* expect;      // in the message
-};
-
-TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
-  const std::vector<BadConfig> cases = {
-      {"missing field", {{"hidden_size", nullptr}}, "\"hidden_size\" is required"},
-      {"unknown type", {{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}}, "\"gpt2\" is not supported"},
-      {"another head", {{"architectures", {"LlamaForSequenceClassification"}}}, "architectures"},
-      {"activation", {{"hidden_act", "gelu"}}, "hidden_act"},
-      {"rope type", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "\"yarn\""},
-      {"llama3 field", {{"rope_scaling", {{"type", "llama3"}, {"factor", 8.0}}}}, "low_freq_factor"},
-      {"kv heads", {{"num_key_value_heads", 3}}, "must divide num_attention_heads (4)"},
-      {"mlp bias", {{"mlp_bias", true}}, "mlp_bias"},
-      {"dropout", {{"attention_dropout", 0.1}}, "attention_dropout"},
-      {"partial rotary", {{"partial_rotary_factor", 0.5}}, "partial_rotary_factor"},
-      {"pad id", {{"pad_token_id", 64}}, "pad_token_id"},
-      {"qwen3 head_dim", {{"model_type", "qwen3"}, {"architectures", {"Qwen3ForCausalLM"}}}, "\"head_dim\""},
-      {"qwen window", {{"model_type", "qwen2"}, {"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
-       "use_sliding_window"},
-      {"mistral window", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}, "sliding_window"},
-  };
-  for (const auto& c : cases) {
-    auto j = llama_json();
-    j.merge_patch(c.patch);
-    try {
-      config_of(j);
-      ADD_FAILURE() << c.what << ": accepted";
-    } catch (const BadInput& e) {
-      EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << c.what << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.what << ": " << e.what();
-    }
-  }
-}
 
 // ---- Ulysses reshapes --------------------------------------------------------------------------
 
@@ -246,7 +151,7 @@ void expect_sp_matches_single_rank(int P, std::int64_t kv_heads, std::optional<s
   std::vector<CausalLm> ranks;
   std::vector<CausalLmOutput> outs(P);
   for (int r = 0; r < P; ++r) {
-    ranks.emplace_back(config, &group.rank(r));
+    ranks.emplace_back(config, testing::sp_of(group.rank(r)));
     copy_parameters(reference, ranks.back());
   }
   std::vector<std::thread> threads;
@@ -282,7 +187,7 @@ TEST(UlyssesSp, FourRanksMatchOneWithOneKvHead) { expect_sp_matches_single_rank(
 TEST(UlyssesSp, RejectsHeadsThatDoNotSplit) {
   testing::ThreadGroup three(3);
   try {
-    CausalLm m(tiny_config(2, std::nullopt), &three.rank(0));
+    CausalLm m(tiny_config(2, std::nullopt), testing::sp_of(three.rank(0)));
     ADD_FAILURE() << "4 heads accepted at SP 3";
   } catch (const BadInput& e) {
     EXPECT_NE(std::string(e.what()).find("attention heads (4) are not divisible by --sp (3)"), std::string::npos)
@@ -292,7 +197,7 @@ TEST(UlyssesSp, RejectsHeadsThatDoNotSplit) {
 
 TEST(UlyssesSp, RejectsASequenceThatDoesNotSplit) {
   testing::ThreadGroup two(2);
-  CausalLm m(tiny_config(2, std::nullopt), &two.rank(0));
+  CausalLm m(tiny_config(2, std::nullopt), testing::sp_of(two.rank(0)));
   auto x = torch::zeros({1, 7}, torch::kLong);   // S/P = 7 would need S = 14; doc_ids says 15
   try {
     m->forward(x, x, torch::zeros({1, 15}, torch::kLong), x);
@@ -325,6 +230,52 @@ TEST(Weights, InitIsSeededAndHfStyle) {
     }
   }
   EXPECT_TRUE(pa["model.embed_tokens.weight"][5].eq(0).all().item<bool>());
+}
+
+// ---- the model against its description ---------------------------------------------------------
+
+TEST(ModelDescription, ParametersAreExactlyThoseOfArchParameters) {
+  auto plain = tiny_config(4, std::nullopt);
+  plain.qk_norm = plain.qkv_bias = false;
+  plain.tie_word_embeddings = true;
+  auto with_o_bias = tiny_config(2, std::nullopt);
+  with_o_bias.o_bias = true;
+  for (const ModelConfig& c : {tiny_config(2, std::nullopt), plain, with_o_bias}) {
+    CausalLm m(c);
+    const auto params = m->named_parameters();
+    const std::vector<arch::ParameterSpec> expected = arch::parameters(c);
+    ASSERT_EQ(params.size(), expected.size());
+    std::int64_t count = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(params[i].key(), expected[i].name);   // same names, same order
+      EXPECT_EQ(params[i].value().sizes().vec(), expected[i].shape) << expected[i].name;
+      count += params[i].value().numel();
+    }
+    EXPECT_EQ(count, arch::parameter_count(c));
+  }
+}
+
+// A layer computes the same from weights it does not own (copies in another buffer) as from its own.
+TEST(ModelDescription, LayerForwardTakesWeightsFromElsewhere) {
+  CausalLm m(tiny_config(2, std::nullopt));
+  init_weights(m, 5);
+  auto& layer = *m->model->layers->ptr<DecoderLayerImpl>(0);
+  const auto batch = packed_batch(64);
+  auto x = torch::randn({2, 16, 32});                                          // [B, S, hidden]
+  const auto rope = rope_tables(rope_inv_freq(tiny_config(2, std::nullopt)), batch.positions, torch::kFloat);
+  const AttentionPlan plan = plan_attention(batch.docs, std::nullopt, torch::kCPU);
+  torch::NoGradGuard no_grad;
+  const DecoderLayerWeights own = layer.weights();
+  DecoderLayerWeights copy = own;   // every tensor replaced by a clone: storage the layer does not own
+  for (torch::Tensor* t : {&copy.input_norm, &copy.post_attention_norm, &copy.attention.q, &copy.attention.k,
+                           &copy.attention.v, &copy.attention.o, &copy.attention.q_bias, &copy.attention.k_bias,
+                           &copy.attention.v_bias, &copy.attention.q_norm, &copy.attention.k_norm, &copy.mlp.gate,
+                           &copy.mlp.up, &copy.mlp.down})
+    *t = t->clone();
+  const auto expected = layer.forward(x, rope, plan);
+  EXPECT_TRUE(layer.forward(x, rope, plan, copy).equal(expected));
+  copy.mlp.down.mul_(2);   // and the weights given are the ones used
+  EXPECT_FALSE(layer.forward(x, rope, plan, copy).equal(expected));
 }
 
 // Writes `params` (renamed/reshaped by the caller) as dir/model.safetensors.

@@ -9,7 +9,7 @@
 #include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "train/device.hpp"
-#include "train/precision.hpp"
+#include "model/precision.hpp"
 
 namespace ulysses::train {
 namespace {
@@ -66,19 +66,19 @@ TEST(Backend, ChoosesNcclOnlyForCudaInACudaBuild) {
 }
 
 TEST(Precision, NamesAndDtypes) {
-  EXPECT_EQ(compute_dtype(precision_from_name("fp32")), torch::kFloat);
-  EXPECT_EQ(compute_dtype(precision_from_name("bf16")), torch::kBFloat16);
-  EXPECT_EQ(bad_input_of([] { precision_from_name("fp8"); }), "--precision fp8: unknown precision — HINT: use fp32 or bf16");
+  EXPECT_EQ(model::compute_dtype(model::precision_from_name("fp32")), torch::kFloat);
+  EXPECT_EQ(model::compute_dtype(model::precision_from_name("bf16")), torch::kBFloat16);
+  EXPECT_EQ(bad_input_of([] { model::precision_from_name("fp8"); }), "--precision fp8: unknown precision — HINT: use fp32 or bf16");
 }
 
 TEST(Precision, Bf16AutocastAppliesInsideItsScopeOnly) {
   const torch::Tensor a = torch::ones({4, 4}), b = torch::ones({4, 4});   // [4, 4] float32
   {
-    const AutocastScope fp32(Precision::kFp32, torch::kCPU);
+    const model::AutocastScope fp32(model::Precision::kFp32, torch::kCPU);
     EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kFloat);
   }
   {
-    const AutocastScope bf16(Precision::kBf16, torch::kCPU);
+    const model::AutocastScope bf16(model::Precision::kBf16, torch::kCPU);
     EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
     EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kBFloat16);
   }

@@ -21,6 +21,8 @@
 #include "dist/process_groups.hpp"
 #include "io/manifest.hpp"
 #include "io/shard.hpp"
+#include "arch/model_config.hpp"
+#include "core/sequence_parallel.hpp"
 #include "model/causal_lm.hpp"
 #include "model/weights.hpp"
 #include "train/grad_sync.hpp"
@@ -134,17 +136,18 @@ struct Result {
   std::vector<std::pair<std::string, torch::Tensor>> grads;
 };
 
-Result gradients(const model::ModelConfig& cfg, comm::Communicator* sp, comm::Communicator& world,
-                 const fs::path& data, data::LoaderOptions lo, std::int64_t steps_skipped,
-                 train::Precision precision = train::Precision::kFp32) {
-  model::CausalLm m(cfg, sp);
+// The model runs over lo.sp, the same SP handle as the loader's.
+Result gradients(const arch::ModelConfig& cfg, comm::Communicator& world, const fs::path& data,
+                 data::LoaderOptions lo, std::int64_t steps_skipped,
+                 model::Precision precision = model::Precision::kFp32) {
+  model::CausalLm m(cfg, lo.sp, model::ModelOptions().precision(precision));
   model::init_weights(m, 7);
   std::vector<torch::Tensor> params;
   for (auto& p : m->parameters()) params.push_back(p);
   data::DataLoader loader(data, lo);
   for (std::int64_t i = 0; i < steps_skipped; ++i) loader.advance_step();
   Result r;
-  r.loss = train::compute_gradients(m, loader, lo.grad_accum, params, world, torch::kCPU, precision).mean();
+  r.loss = train::compute_gradients(m, loader, lo.grad_accum, params, world, torch::kCPU).mean();
   for (const auto& item : m->named_parameters()) r.grads.emplace_back(item.key(), item.value().grad().clone());
   return r;
 }
@@ -176,15 +179,15 @@ TEST_P(SpInvariance, LossAndGradientsEqualSpOne) {
   const std::int64_t S = 16 * P;
   const fs::path dir = shared_dir(fmt::format("{}{}{}-{}", v.type, v.heads, v.kv, P));
   write_dataset(dir, S, P);
-  const model::ModelConfig cfg = model::read_model_config(write_config(dir, v.type, v.heads, v.kv));
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, v.type, v.heads, v.kv));
 
   dist::ProcessGroups groups(RankLayout(P, P));
   comm::MpiCommunicator sp(groups.sp()), world(groups.world()), self(MPI_COMM_SELF);
   for (std::int64_t seq = 0; seq < 4; ++seq) {   // every sequence shape of metas_for
-    data::LoaderOptions par{P, groups.layout().sp_rank(groups.rank()), 1, 0, 1, 1, 5, kVocab, "train"};
-    data::LoaderOptions ref{1, 0, 1, 0, 1, 1, 5, kVocab, "train"};
-    Result got = gradients(cfg, &sp, world, dir, par, seq);
-    Result want = gradients(cfg, nullptr, self, dir, ref, seq);
+    data::LoaderOptions par{SequenceParallel(groups.layout(), groups.rank(), &sp), 1, 0, 1, 1, 5, kVocab, "train"};
+    data::LoaderOptions ref{SequenceParallel(), 1, 0, 1, 1, 5, kVocab, "train"};
+    Result got = gradients(cfg, world, dir, par, seq);
+    Result want = gradients(cfg, self, dir, ref, seq);
     expect_same(got, want, fmt::format("{} H={} Hkv={} P={} step {}", v.type, v.heads, v.kv, P, seq));
   }
 }
@@ -205,15 +208,15 @@ TEST(SpTimesDp, EqualsGradAccumOnOneRank) {
   const std::int64_t S = 32;
   const fs::path dir = shared_dir("spdp");
   write_dataset(dir, S, 2);
-  const model::ModelConfig cfg = model::read_model_config(write_config(dir, "llama", 4, 2));
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2));
   dist::ProcessGroups groups(RankLayout(4, 2));
   comm::MpiCommunicator sp(groups.sp()), world(groups.world()), self(MPI_COMM_SELF);
   const auto& l = groups.layout();
   for (std::int64_t step = 0; step < 2; ++step) {
-    data::LoaderOptions par{2, l.sp_rank(groups.rank()), 2, l.dp_rank(groups.rank()), 1, 1, 9, kVocab, "train"};
-    data::LoaderOptions ref{1, 0, 1, 0, 1, 2, 9, kVocab, "train"};
-    Result got = gradients(cfg, &sp, world, dir, par, step);
-    Result want = gradients(cfg, nullptr, self, dir, ref, step);
+    data::LoaderOptions par{SequenceParallel(l, groups.rank(), &sp), 2, l.dp_rank(groups.rank()), 1, 1, 9, kVocab, "train"};
+    data::LoaderOptions ref{SequenceParallel(), 1, 0, 1, 2, 9, kVocab, "train"};
+    Result got = gradients(cfg, world, dir, par, step);
+    Result want = gradients(cfg, self, dir, ref, step);
     expect_same(got, want, fmt::format("SP=2 x DP=2 step {}", step));
   }
 }
@@ -243,16 +246,16 @@ TEST(Bf16, SpEqualsSpOneAndTracksFp32) {
   const std::int64_t S = 16 * P;
   const fs::path dir = shared_dir(fmt::format("bf16-{}", P));
   write_dataset(dir, S, P);
-  const model::ModelConfig cfg = model::read_model_config(write_config(dir, "llama", 8, 4));
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 8, 4));
   dist::ProcessGroups groups(RankLayout(P, P));
   comm::MpiCommunicator sp(groups.sp()), world(groups.world()), self(MPI_COMM_SELF);
-  data::LoaderOptions par{P, groups.layout().sp_rank(groups.rank()), 1, 0, 1, 1, 5, kVocab, "train"};
-  data::LoaderOptions ref{1, 0, 1, 0, 1, 1, 5, kVocab, "train"};
+  data::LoaderOptions par{SequenceParallel(groups.layout(), groups.rank(), &sp), 1, 0, 1, 1, 5, kVocab, "train"};
+  data::LoaderOptions ref{SequenceParallel(), 1, 0, 1, 1, 5, kVocab, "train"};
   for (std::int64_t seq : {0, 1}) {
-    const auto bf16 = train::Precision::kBf16;
-    Result got = gradients(cfg, &sp, world, dir, par, seq, bf16);
-    Result want = gradients(cfg, nullptr, self, dir, ref, seq, bf16);
-    Result fp32 = gradients(cfg, nullptr, self, dir, ref, seq);
+    const auto bf16 = model::Precision::kBf16;
+    Result got = gradients(cfg, world, dir, par, seq, bf16);
+    Result want = gradients(cfg, self, dir, ref, seq, bf16);
+    Result fp32 = gradients(cfg, self, dir, ref, seq);
     expect_same(got, want, fmt::format("bf16 SP={} vs SP=1, sequence {}", P, seq), 2e-2);
     expect_same(want, fp32, fmt::format("bf16 vs fp32, sequence {}", seq), 5e-2);
     EXPECT_NE(want.loss, fp32.loss) << "bf16 gave the fp32 loss bit for bit: autocast did not take effect";

@@ -3,7 +3,7 @@ SP=4 tracks SP=1 for 20 steps, a SIGUSR1 mid-run saves and exits 3 and the resum
 uninterrupted losses exactly, one killed rank ends all ranks, bf16 mixed precision at SP=2 tracks fp32 and
 logs MFU, and every bad input exits 2 with its reason.
 
-usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC REPO_ROOT
+usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
 import json
 import os
@@ -11,15 +11,14 @@ import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-TRAIN, PACK, MPIEXEC, ROOT = sys.argv[1:5]
-del sys.argv[1:5]
-ROOT = pathlib.Path(ROOT)
-SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
-CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses  # noqa: E402
+
+TRAIN, PACK, MPIEXEC = sys.argv[1:4]
+del sys.argv[1:4]
 
 
 def train_cmd(n, data, out, *extra):
@@ -48,22 +47,8 @@ def stop(p, out):
         os.kill(pid, signal.SIGKILL)
 
 
-def losses(out):
-    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-class Train(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.root = pathlib.Path(cls.tmp.name)
-        cls.data = cls.root / "packed"
-        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", cls.data, "--seq-len", 256, "--sp", 4,
-                                      "--pad-id", 258, "--model-config", CONFIG])), check=True, capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class Train(PackedSample):
+    PACK = PACK
 
     def run_ok(self, cmd, code=0, **kw):
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, **kw)

@@ -14,6 +14,8 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "dist/mpi_world.hpp"
+#include "arch/model_config.hpp"
+#include "core/sequence_parallel.hpp"
 #include "model/causal_lm.hpp"
 #include "model/weights.hpp"
 
@@ -50,11 +52,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: mpiexec -n P %s CONFIG.json SEQ_LEN\n", argv[0]);
     return 2;
   }
-  const auto cfg = ulysses::model::read_model_config(argv[1]);
+  const auto cfg = ulysses::arch::read_model_config(argv[1]);
   const std::int64_t S = std::atoll(argv[2]), P = world.size(), L = S / P;
   ulysses::comm::MpiCommunicator mpi(MPI_COMM_WORLD);
   CountingCommunicator counting(mpi);
-  ulysses::model::CausalLm model(cfg, &counting);
+  ulysses::model::CausalLm model(
+      cfg, ulysses::SequenceParallel(ulysses::RankLayout(world.size(), world.size()), world.rank(), &counting));
   ulysses::model::init_weights(model, 1);
   auto ids = torch::randint(cfg.vocab_size, {1, L}, torch::kInt64);                  // [1, S/P]
   auto pos = torch::arange(world.rank() * L, (world.rank() + 1) * L).view({1, L});  // [1, S/P]

@@ -1,16 +1,17 @@
-#include "model/config.hpp"
+#include "arch/model_config.hpp"
 
 #include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
-namespace ulysses::model {
+namespace ulysses::arch {
 namespace {
 
-using nlohmann::json;
+using nlohmann::ordered_json;
+using json = ordered_json;
 
 constexpr const char* kHint = "pass the config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 model";
 
@@ -50,22 +51,19 @@ bool bool_or(const json& j, const std::string& file, const char* key, bool fallb
   return v->get<bool>();
 }
 
-Architecture architecture_of(const json& j, const std::string& file) {
+void read_architecture(const json& j, const std::string& file, ModelConfig& c) {
   const json* type = field(j, "model_type");
   if (!type || !type->is_string()) bad_field(file, "model_type", "is required but missing");
   const std::string t = type->get<std::string>();
-  Architecture a;
-  if (t == "llama") a = Architecture::kLlama;
-  else if (t == "mistral") a = Architecture::kMistral;
-  else if (t == "qwen2") a = Architecture::kQwen2;
-  else if (t == "qwen3") a = Architecture::kQwen3;
-  else bad_field(file, "model_type", fmt::format("\"{}\" is not supported (llama, mistral, qwen2, qwen3)", t));
+  c.rules = find_architecture(t);
+  if (!c.rules) bad_field(file, "model_type", fmt::format("\"{}\" is not supported ({})", t, supported_model_types()));
+  c.model_type = c.rules->model_type;
+  c.architecture = c.rules->class_name;
   // A head other than the causal-LM one (e.g. ...ForSequenceClassification) has other weights.
   const json* archs = field(j, "architectures");
-  if (archs && (!archs->is_array() || archs->empty() || (*archs)[0] != architecture_name(a)))
-    bad_field(file, "architectures", fmt::format("must be [\"{}\"] for model_type \"{}\" (got {})",
-                                                 architecture_name(a), t, archs->dump()));
-  return a;
+  if (archs && (!archs->is_array() || archs->empty() || (*archs)[0] != c.architecture))
+    bad_field(file, "architectures", fmt::format("must be [\"{}\"] for model_type \"{}\" (got {})", c.architecture,
+                                                 t, archs->dump()));
 }
 
 std::optional<Llama3RopeScaling> rope_scaling_of(const json& j, const std::string& file) {
@@ -94,12 +92,11 @@ std::optional<Llama3RopeScaling> rope_scaling_of(const json& j, const std::strin
   return s;
 }
 
-// H and Hkv. A null num_key_value_heads means H everywhere; an absent one means H only for Llama
-// (Mistral and Qwen default to another number, so we ask for it).
+// H and Hkv. A null num_key_value_heads means H everywhere; an absent one means H only where the row
+// says so (Mistral and Qwen default to another number, so we ask for it).
 void read_heads(const json& j, const std::string& file, ModelConfig& c) {
   c.num_heads = required_int(j, file, "num_attention_heads");
-  const bool absent = !j.contains("num_key_value_heads");
-  if (absent && c.architecture != Architecture::kLlama)
+  if (!j.contains("num_key_value_heads") && !c.rules->kv_heads_default_to_heads)
     bad_field(file, "num_key_value_heads", "is required but missing");
   const json* kv = field(j, "num_key_value_heads");
   c.num_kv_heads = kv ? positive_int(*kv, file, "num_key_value_heads") : c.num_heads;
@@ -108,12 +105,11 @@ void read_heads(const json& j, const std::string& file, ModelConfig& c) {
                                                        c.num_kv_heads, c.num_heads));
 }
 
-// D: explicit for Qwen3 (its class default differs), else head_dim when set, else hidden / H.
 void read_head_dim(const json& j, const std::string& file, ModelConfig& c) {
   const json* hd = field(j, "head_dim");
-  if (hd && !(c.architecture == Architecture::kMistral && *hd == 0)) {
+  if (hd && !(c.rules->head_dim == HeadDimRule::kOptionalZeroNull && *hd == 0)) {
     c.head_dim = positive_int(*hd, file, "head_dim");
-  } else if (c.architecture == Architecture::kQwen3) {
+  } else if (c.rules->head_dim == HeadDimRule::kRequired) {
     bad_field(file, "head_dim", "is required but missing");
   } else {
     if (c.hidden_size % c.num_heads != 0)
@@ -124,28 +120,21 @@ void read_head_dim(const json& j, const std::string& file, ModelConfig& c) {
   if (c.head_dim % 2 != 0) bad_field(file, "head_dim", fmt::format("({}) must be even for RoPE", c.head_dim));
 }
 
-// Bias flags as each transformers class builds its projections.
 void read_biases(const json& j, const std::string& file, ModelConfig& c) {
-  switch (c.architecture) {
-    case Architecture::kLlama:
-    case Architecture::kQwen3:
-      c.qkv_bias = c.o_bias = bool_or(j, file, "attention_bias", false);
-      break;
-    case Architecture::kQwen2:
-      c.qkv_bias = true;
-      break;
-    case Architecture::kMistral:
-      break;
+  switch (c.rules->bias) {
+    case BiasRule::kAttentionBiasFlag: c.qkv_bias = c.o_bias = bool_or(j, file, "attention_bias", false); break;
+    case BiasRule::kQkvAlways: c.qkv_bias = true; break;
+    case BiasRule::kNoBias: break;
   }
   if (bool_or(j, file, "mlp_bias", false)) bad_field(file, "mlp_bias", "is true; MLP biases are not supported");
 }
 
 void read_attention_window(const json& j, const std::string& file, ModelConfig& c) {
-  if (c.architecture == Architecture::kMistral) {
+  if (c.rules->window == WindowRule::kSlidingWindow) {
     if (!j.contains("sliding_window")) bad_field(file, "sliding_window", "is required (null for none) but missing");
     if (const json* w = field(j, "sliding_window")) c.sliding_window = positive_int(*w, file, "sliding_window");
   } else if (bool_or(j, file, "use_sliding_window", false)) {
-    bad_field(file, "use_sliding_window", "is true; sliding-window layers are supported for Mistral only");
+    bad_field(file, "use_sliding_window", "is true; sliding-window layers are not supported for this architecture");
   }
 }
 
@@ -161,7 +150,7 @@ void check_unsupported(const json& j, const std::string& file) {
 
 ModelConfig parse(const json& j, const std::string& file) {
   ModelConfig c;
-  c.architecture = architecture_of(j, file);
+  read_architecture(j, file, c);
   check_unsupported(j, file);
   c.vocab_size = required_int(j, file, "vocab_size");
   c.hidden_size = required_int(j, file, "hidden_size");
@@ -171,7 +160,7 @@ ModelConfig parse(const json& j, const std::string& file) {
   read_head_dim(j, file, c);
   read_biases(j, file, c);
   read_attention_window(j, file, c);
-  c.qk_norm = c.architecture == Architecture::kQwen3;
+  c.qk_norm = c.rules->qk_norm;
   c.rms_norm_eps = number_or(j, file, "rms_norm_eps", 1e-6);
   c.rope_theta = number_or(j, file, "rope_theta", 10000.0);
   c.llama3_rope = rope_scaling_of(j, file);
@@ -187,28 +176,86 @@ ModelConfig parse(const json& j, const std::string& file) {
 
 }  // namespace
 
-const char* architecture_name(Architecture a) {
-  switch (a) {
-    case Architecture::kLlama: return "LlamaForCausalLM";
-    case Architecture::kMistral: return "MistralForCausalLM";
-    case Architecture::kQwen2: return "Qwen2ForCausalLM";
-    case Architecture::kQwen3: return "Qwen3ForCausalLM";
-  }
-  return "?";
-}
-
-ModelConfig read_model_config(const std::filesystem::path& config_json) {
+ModelConfigFile read_model_config_file(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
   std::ifstream in(config_json);
   if (!in) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
-  json j;
+  ModelConfigFile out{config_json, {}, {}};
   try {
-    j = json::parse(in);
+    out.json = json::parse(in);
   } catch (const json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", file, e.byte, e.what()), kHint);
   }
-  if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
-  return parse(j, file);
+  if (!out.json.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
+  out.config = parse(out.json, file);
+  return out;
 }
 
-}  // namespace ulysses::model
+ModelConfig read_model_config(const std::filesystem::path& config_json) {
+  return read_model_config_file(config_json).config;
+}
+
+void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source) {
+  const std::int64_t heads = c.num_heads, kv = c.num_kv_heads;
+  auto ok = [&](std::int64_t p) { return heads % p == 0 && (kv % p == 0 || p % kv == 0); };
+  if (ok(sp)) return;
+  std::vector<std::string> valid;
+  for (std::int64_t p = 1; p <= heads; ++p)
+    if (ok(p)) valid.push_back(std::to_string(p));
+  std::string why = heads % sp != 0
+      ? fmt::format("attention heads ({}) are not divisible by --sp ({})", heads, sp)
+      : fmt::format("key/value heads ({}) and --sp ({}) divide neither way", kv, sp);
+  throw BadInput(fmt::format("{}: {}", source, why), fmt::format("use --sp {}", fmt::join(valid, ", ")));
+}
+
+UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp) {
+  return {c.num_heads / sp, std::max(c.num_kv_heads, sp) / sp};
+}
+
+std::int64_t ParameterSpec::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParameterSpec> parameters(const ModelConfig& c) {
+  const std::int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  std::vector<ParameterSpec> out{{"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}}};
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    auto add = [&](const std::string& name, std::vector<std::int64_t> shape) { out.push_back({p + name, shape, i}); };
+    for (auto [proj, rows] : {std::pair{"q_proj", q}, std::pair{"k_proj", kv}, std::pair{"v_proj", kv}}) {
+      add(fmt::format("self_attn.{}.weight", proj), {rows, c.hidden_size});   // [H*D or Hkv*D, hidden]
+      if (c.qkv_bias) add(fmt::format("self_attn.{}.bias", proj), {rows});
+    }
+    add("self_attn.o_proj.weight", {c.hidden_size, q});                       // [hidden, H*D]
+    if (c.o_bias) add("self_attn.o_proj.bias", {c.hidden_size});
+    if (c.qk_norm) {
+      add("self_attn.q_norm.weight", {c.head_dim});
+      add("self_attn.k_norm.weight", {c.head_dim});
+    }
+    add("mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size});       // [I, hidden]
+    add("mlp.up_proj.weight", {c.intermediate_size, c.hidden_size});         // [I, hidden]
+    add("mlp.down_proj.weight", {c.hidden_size, c.intermediate_size});       // [hidden, I]
+    add("input_layernorm.weight", {c.hidden_size});
+    add("post_attention_layernorm.weight", {c.hidden_size});
+  }
+  out.push_back({"model.norm.weight", {c.hidden_size}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
+  return out;
+}
+
+std::int64_t parameter_count(const ModelConfig& c) {
+  std::int64_t n = 0;
+  for (const ParameterSpec& p : parameters(c)) n += p.numel();
+  return n;
+}
+
+std::int64_t layer_parameter_count(const ModelConfig& c) {
+  std::int64_t n = 0;
+  for (const ParameterSpec& p : parameters(c))
+    if (p.layer == 0) n += p.numel();
+  return n;
+}
+
+}  // namespace ulysses::arch

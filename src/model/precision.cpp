@@ -1,10 +1,10 @@
-#include "train/precision.hpp"
+#include "model/precision.hpp"
 
 #include <ATen/autocast_mode.h>
 
 #include "core/error.hpp"
 
-namespace ulysses::train {
+namespace ulysses::model {
 
 Precision precision_from_name(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
@@ -31,4 +31,4 @@ AutocastScope::~AutocastScope() {
   at::autocast::set_autocast_dtype(type_, was_dtype_);
 }
 
-}  // namespace ulysses::train
+}  // namespace ulysses::model

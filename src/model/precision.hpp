@@ -9,7 +9,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-namespace ulysses::train {
+namespace ulysses::model {
 
 enum class Precision { kFp32, kBf16 };
 
@@ -32,4 +32,4 @@ class AutocastScope {
   c10::ScalarType was_dtype_ = c10::kFloat;
 };
 
-}  // namespace ulysses::train
+}  // namespace ulysses::model

@@ -1,0 +1,98 @@
+// ModelConfig: the one description of a Llama-family decoder, read from a Hugging Face config.json.
+// Torch-free: the model (ulysses-train), ulysses-ckpt and ulysses-pack --model-config all read configs
+// here, and the questions asked before building a model (parameter names, shapes and counts, heads per
+// SP rank) are answered here.
+//
+// Supported: the rows of architectures.cpp — Llama 2/3/3.1/3.2 (with or without "llama3" RoPE scaling),
+// Mistral (sliding window), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim). Every
+// field means exactly what transformers 4.57 makes of it; anything the model would compute differently
+// (another activation, another RoPE type, partial rotary, MLP bias, Qwen sliding-window layers, attention
+// dropout) is a BadInput naming the file and the field, never silently ignored.
+//
+// Shape letters: H query heads, Hkv key/value heads, D head dim, V vocabulary, I intermediate size.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "arch/architectures.hpp"
+
+namespace ulysses::arch {
+
+// rope_scaling {"rope_type": "llama3", ...} (Llama 3.1 / 3.2): long wavelengths divided by `factor`,
+// short ones kept, a smooth blend between (modeling_rope_utils._compute_llama3_parameters).
+struct Llama3RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 0;
+  double high_freq_factor = 0;
+  std::int64_t original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  const ArchitectureRules* rules = nullptr;   // the row of architectures.cpp
+  std::string model_type;              // "llama", ...
+  std::string architecture;            // the transformers class: "LlamaForCausalLM", ...
+  std::int64_t vocab_size = 0;         // V
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;  // I
+  std::int64_t num_layers = 0;         // num_hidden_layers
+  std::int64_t num_heads = 0;          // H
+  std::int64_t num_kv_heads = 0;       // Hkv; H % Hkv == 0
+  std::int64_t head_dim = 0;           // D; even
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<Llama3RopeScaling> llama3_rope;
+  bool qkv_bias = false;               // bias on q_proj, k_proj, v_proj
+  bool o_bias = false;                 // bias on o_proj
+  bool qk_norm = false;                // RMSNorm over D of every query and key head, before RoPE
+  bool tie_word_embeddings = false;    // lm_head reuses model.embed_tokens.weight (no lm_head.weight)
+  std::optional<std::int64_t> sliding_window;   // query i sees keys j with i - j < window
+  std::optional<std::int64_t> pad_token_id;     // embedding row that never receives a gradient (HF padding_idx)
+  double initializer_range = 0.02;     // std of the from-scratch normal init
+};
+
+// Reads and validates config.json. BadInput (naming the file and the field) on a missing required field,
+// a wrong type or value, an unsupported architecture or feature.
+ModelConfig read_model_config(const std::filesystem::path& config_json);
+
+// The same, keeping the file as read (key order kept) for tools that rewrite it (the export).
+struct ModelConfigFile {
+  std::filesystem::path path;
+  nlohmann::ordered_json json;
+  ModelConfig config;
+};
+ModelConfigFile read_model_config_file(const std::filesystem::path& config_json);
+
+// ---- Sequence parallelism ----------------------------------------------------------------------
+
+// Ulysses splits heads over the SP degree P: H % P == 0 and (Hkv % P == 0 or P % Hkv == 0). BadInput
+// naming `source`, with both numbers and the valid degrees as a hint.
+void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source);
+
+// The heads one SP rank attends with after the all-to-all: H/P query heads and max(Hkv, P)/P key/value
+// heads (key/value heads are replicated up to P when Hkv < P).
+struct UlyssesHeads {
+  std::int64_t q = 0, kv = 0;
+};
+UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp);
+
+// ---- Parameters: names and shapes as transformers builds them --------------------------------------
+
+struct ParameterSpec {
+  std::string name;                  // "model.layers.0.self_attn.q_proj.weight"
+  std::vector<std::int64_t> shape;   // [H*D, hidden]
+  std::int64_t layer = -1;           // decoder layer index; -1 for embeddings, final norm and head
+  std::int64_t numel() const;
+};
+
+// Every parameter in transformers' named_parameters() order; no lm_head.weight when tied.
+std::vector<ParameterSpec> parameters(const ModelConfig& c);
+std::int64_t parameter_count(const ModelConfig& c);         // all parameters
+std::int64_t layer_parameter_count(const ModelConfig& c);   // one decoder layer's
+
+}  // namespace ulysses::arch

@@ -1,0 +1,20 @@
+// ModelOptions: how a model runs, beside what it is (arch::ModelConfig). Passed to every layer at
+// construction, PyTorch C++ frontend style (TORCH_ARG: `ModelOptions().precision(Precision::kBf16)`).
+//
+// The model owns its autocast scope: CausalLm::forward enters it from `precision`, so code that runs a
+// layer again (recomputation in backward) re-enters the same scope from the same options. The memory
+// features (sharded model states, activation checkpointing and offload, tiled MLP and loss) put their
+// switches here, so the trainer, the planner and the tests pass one struct.
+#pragma once
+
+#include <torch/arg.h>
+
+#include "model/precision.hpp"
+
+namespace ulysses::model {
+
+struct ModelOptions {
+  TORCH_ARG(Precision, precision) = Precision::kFp32;   // fp32, or bf16 autocast (fp32 master weights)
+};
+
+}  // namespace ulysses::model
