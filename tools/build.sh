@@ -8,6 +8,9 @@ BUILD=${BUILD:-build}
 # compiling then fails the build (and CI) instead of quietly dropping to the CPU-only build.
 cuda=auto
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=enabled; fi
-if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" -Dcuda=$cuda >/dev/null
-else meson setup "$BUILD" -Dcuda=$cuda; fi
+# LibTorch and the whole test suite are required here (bootstrap installed them): a missing piece fails the
+# setup instead of silently dropping the trainer's tests from CI.
+opts=(-Dcuda=$cuda -Dtorch=enabled -Dtests=enabled)
+if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" "${opts[@]}" >/dev/null
+else meson setup "$BUILD" "${opts[@]}"; fi
 ninja -C "$BUILD"
