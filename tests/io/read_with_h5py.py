@@ -5,7 +5,8 @@ both datasets (masked: with loss_mask; plain: without), the manifest, every attr
 the labels / position ids / document ids derived per the doc, for the whole sequence and for what each
 SP rank reads. The expected content is rebuilt here document by document from the rules that
 write_example_shard.cpp states (not from the doc's formulas), so the two derivations are independent.
-Fails when h5py or numpy is missing (tools/bootstrap.sh installs them).
+Fails when h5py, numpy or xxhash is missing (tools/bootstrap.sh installs them). read_dataset, the
+content-free part, also reads every dataset ulysses-pack writes in tests/pack/cli/test_pack_cli.py.
 """
 import json
 import os
@@ -16,8 +17,9 @@ import tempfile
 try:
     import h5py
     import numpy as np
+    import xxhash
 except ImportError as e:
-    sys.exit(f"cannot import h5py/numpy ({e}): run tools/bootstrap.sh, or pass -Dtorch_python=PY")
+    sys.exit(f"cannot import h5py/numpy/xxhash ({e}): run tools/bootstrap.sh, or pass -Dtorch_python=PY")
 
 # ---- The known content (restated from write_example_shard.cpp) ------------------------------------
 S, P, ALIGNMENT, PAD_ID = 512, 4, 32, 9
@@ -71,48 +73,53 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def check_dataset(root, has_mask):
+def read_dataset(root, expect=None):
+    """Walks a packed dataset as docs/data-format.md describes it: the manifest, each shard's size and XXH3,
+    attributes, dtypes, chunking and CSR metadata; for every sequence the labels, position ids and document
+    ids derived from the whole sequence, and from what each SP rank reads (its slice and the token after
+    it), which must agree. `expect(path, n, ids, mask, derived)` checks the content when it is known.
+    Returns the manifest and the number of SP slices checked."""
     manifest = json.load(open(os.path.join(root, "manifest.json")))
     check(manifest["format"] == "ulysses-packed" and manifest["format_version"] == 1, "manifest format")
-    check((manifest["seq_len"], manifest["sp"], manifest["alignment"], manifest["pad_id"])
-          == (S, P, ALIGNMENT, PAD_ID), "manifest sizes")
-    check(manifest["has_loss_mask"] == has_mask, "manifest has_loss_mask")
     for key in ("vocab_size", "max_token_id", "policy", "seed", "command", "created_by", "inputs", "stats"):
         check(key in manifest, f"manifest field {key}")
-    check([s["file"] for s in manifest["shards"]] == list(SPLITS), "shard list")
+    S, P = manifest["seq_len"], manifest["sp"]
+    sizes = (S, P, manifest["alignment"], manifest["pad_id"])
     checked = 0
     for shard in manifest["shards"]:
-        split, base, table = SPLITS[shard["file"]]
         path = os.path.join(root, shard["file"])
-        check(shard["split"] == split and shard["num_sequences"] == len(table), f"{path}: manifest entry")
-        check(shard["bytes"] == os.path.getsize(path) and len(shard["xxh3"]) == 16, f"{path}: bytes/xxh3")
+        check(shard["bytes"] == os.path.getsize(path), f"{path}: bytes")
+        with open(path, "rb") as f:   # XXH3-64 of the whole file, by the reference implementation's bindings
+            check(shard["xxh3"] == xxhash.xxh3_64_hexdigest(f.read()), f"{path}: xxh3")
         with h5py.File(path, "r") as f:
             a = f.attrs
             check(a["format"] == "ulysses-packed" and a["format_version"] == 1, f"{path}: format")
-            check((a["seq_len"], a["sp"], a["alignment"], a["pad_id"]) == (S, P, ALIGNMENT, PAD_ID), "attrs")
+            check((a["seq_len"], a["sp"], a["alignment"], a["pad_id"]) == sizes, f"{path}: attrs")
             chunk_len = int(a["chunk_len"])
-            check((S // P) % chunk_len == 0 and S % (P * ALIGNMENT) == 0, f"{path}: chunk_len {chunk_len}")
+            check((S // P) % chunk_len == 0 and S % (P * a["alignment"]) == 0, f"{path}: chunk_len {chunk_len}")
             x = f["input_ids"]
-            check(x.dtype == np.int32 and x.shape == (len(table), S) and x.chunks == (1, chunk_len), "input_ids")
-            check(("loss_mask" in f) == has_mask, f"{path}: loss_mask presence")
+            check(x.dtype == np.int32 and x.shape == (shard["num_sequences"], S) and x.chunks == (1, chunk_len),
+                  f"{path}: input_ids")
+            has_mask = "loss_mask" in f
+            check(has_mask == manifest["has_loss_mask"], f"{path}: loss_mask presence")
             if has_mask:
                 m = f["loss_mask"]
                 check(m.dtype == np.uint8 and m.shape == x.shape and m.chunks == (1, chunk_len), "loss_mask")
             lengths, offsets, starts_all = f["seq_lengths"][:], f["doc_offsets"][:], f["doc_starts"][:]
             check(lengths.dtype == np.int32 and offsets.dtype == np.int64 and starts_all.dtype == np.int32,
                   f"{path}: metadata dtypes")
-            check(len(lengths) == len(table) and len(offsets) == len(table) + 1
+            check(len(lengths) == x.shape[0] and len(offsets) == x.shape[0] + 1
                   and offsets[0] == 0 and offsets[-1] == len(starts_all), f"{path}: CSR sizes")
-            for n, (length, doc_starts) in enumerate(table):
+            for n in range(x.shape[0]):
                 starts = starts_all[offsets[n]:offsets[n + 1]]
-                check(lengths[n] == length and list(starts) == doc_starts, f"{path}[{n}]: metadata")
-                ids, mask, labels, positions, docs = expected_sequence(base, n, length, doc_starts, has_mask)
+                check(len(starts) > 0 and starts[0] == 0 and (np.diff(starts) > 0).all()
+                      and starts[-1] < max(lengths[n], 1) and lengths[n] <= S, f"{path}[{n}]: document starts")
                 whole_ids = x[n, :]
                 whole_mask = f["loss_mask"][n, :] if has_mask else np.ones(S, np.uint8)
-                check(np.array_equal(whole_ids, ids) and np.array_equal(whole_mask, mask), f"{path}[{n}]: tokens")
-                got = derive(np.append(whole_ids, 0), np.append(whole_mask, 1), 0, lengths[n], starts)
-                for name, g, e in zip(("labels", "positions", "doc ids"), got, (labels, positions, docs)):
-                    check(np.array_equal(g, e), f"{path}[{n}]: whole-sequence {name}")
+                check((whole_ids[lengths[n]:] == a["pad_id"]).all(), f"{path}[{n}]: padding")
+                whole = derive(np.append(whole_ids, 0), np.append(whole_mask, 1), 0, lengths[n], starts)
+                if expect:
+                    expect(path, n, lengths[n], list(starts), whole_ids, whole_mask, whole)
                 for r in range(P):   # what SP rank r reads: its slice and the token after it
                     lo, hi = r * S // P, (r + 1) * S // P
                     end = min(hi + 1, S)
@@ -121,9 +128,30 @@ def check_dataset(root, has_mask):
                     if end == hi:    # the last rank has no next token; its slot is never used
                         s_ids, s_mask = np.append(s_ids, 0), np.append(s_mask, 1)
                     got = derive(s_ids, s_mask, lo, lengths[n], starts)
-                    for name, g, e in zip(("labels", "positions", "doc ids"), got, (labels, positions, docs)):
+                    for name, g, e in zip(("labels", "positions", "doc ids"), got, whole):
                         check(np.array_equal(g, e[lo:hi]), f"{path}[{n}] rank {r}: {name}")
                     checked += 1
+    return manifest, checked
+
+
+def check_example(root, has_mask):
+    """The example dataset: read_dataset, and its content against the rules restated above."""
+    def expect(path, n, length, starts, whole_ids, whole_mask, whole):
+        split, base, table = SPLITS[os.path.basename(path)]
+        check((length, starts) == table[n], f"{path}[{n}]: metadata")
+        ids, mask, labels, positions, docs = expected_sequence(base, n, length, starts, has_mask)
+        check(np.array_equal(whole_ids, ids) and np.array_equal(whole_mask, mask), f"{path}[{n}]: tokens")
+        for name, g, e in zip(("labels", "positions", "doc ids"), whole, (labels, positions, docs)):
+            check(np.array_equal(g, e), f"{path}[{n}]: whole-sequence {name}")
+
+    manifest, checked = read_dataset(root, expect)
+    check((manifest["seq_len"], manifest["sp"], manifest["alignment"], manifest["pad_id"])
+          == (S, P, ALIGNMENT, PAD_ID), "manifest sizes")
+    check(manifest["has_loss_mask"] == has_mask, "manifest has_loss_mask")
+    check([s["file"] for s in manifest["shards"]] == list(SPLITS), "shard list")
+    for shard in manifest["shards"]:
+        split, _, table = SPLITS[shard["file"]]
+        check(shard["split"] == split and shard["num_sequences"] == len(table), f"{shard['file']}: manifest entry")
     return checked
 
 
@@ -133,7 +161,7 @@ def main():
         print("+", writer, tmp, flush=True)
         subprocess.run([writer, tmp], check=True)
         for name, has_mask in (("masked", True), ("plain", False)):
-            slices = check_dataset(os.path.join(tmp, name), has_mask)
+            slices = check_example(os.path.join(tmp, name), has_mask)
             check(slices == 7 * P, f"{name}: {slices} slices checked")
             print(f"{name}: manifest, attributes, datasets, {slices} SP slices: OK")
 
