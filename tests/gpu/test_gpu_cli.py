@@ -43,13 +43,16 @@ class GpuTrain(PackedSample):
         sp1, _ = self.train(1, "sp1", "--sp", 1)
         sp4, log = self.train(4, "sp4", "--sp", 4, "--comm", "mpi")
         self.assertIn("collectives mpi (CUDA tensors staged through host memory)", log)
-        for step, (x, y) in enumerate(zip(losses(sp1), losses(sp4)), 1):
+        a, b = losses(sp1), losses(sp4)
+        self.assertEqual((len(a), len(b)), (6, 6), "both runs log every step")
+        for step, (x, y) in enumerate(zip(a, b), 1):
             self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: SP=1 {x} vs SP=4 {y}")
 
     def test_nccl_equals_mpi_bit_for_bit_at_one_rank(self):
         nccl, log = self.train(1, "nccl", "--comm", "nccl")
         self.assertIn("collectives nccl", log)
         mpi, _ = self.train(1, "mpi", "--comm", "mpi")
+        self.assertEqual(len(losses(nccl)), 6)
         self.assertEqual(losses(nccl), losses(mpi))
 
     def test_bf16_logs_kernel_mfu_and_peak_memory(self):

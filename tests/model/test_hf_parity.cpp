@@ -26,7 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path g_reference_dir;
-constexpr double kTolerance = 1e-4;
+// Relative differences ||ours - theirs|| / ||theirs||, per tensor. Observed on x86 CPUs (torch 2.11, fp32):
+// logits ≤ 5e-7, loss ≤ 2e-7, gradients ≤ 2e-6 — the rounding of the same fp32 math summed in another order
+// (fused SDPA per document against transformers' masked SDPA, at::linear against nn.Linear). The bound is
+// about 10x that: a real error (a wrong mask, scale or RoPE, a 0.1% gradient error) is far above it.
+constexpr double kTolerance = 2e-5;
 
 std::map<std::string, torch::Tensor> read_all(const fs::path& file) {
   st::Reader reader(file);
@@ -41,9 +45,10 @@ std::map<std::string, torch::Tensor> read_all(const fs::path& file) {
   return out;
 }
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a - b).abs().max().item<double>();
+double rel_diff(const torch::Tensor& ours, const torch::Tensor& theirs) {
+  EXPECT_EQ(ours.sizes(), theirs.sizes());
+  const auto a = ours.to(torch::kDouble), b = theirs.to(torch::kDouble);
+  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
 }
 
 void check_case(CausalLm& model, const std::string& arch, const std::string& which) {
@@ -54,8 +59,8 @@ void check_case(CausalLm& model, const std::string& arch, const std::string& whi
   auto loss = out.loss_sum / out.valid_count;
   loss.backward();
 
-  const double logits = max_abs_diff(out.logits.detach(), ref["logits"]);
-  const double loss_diff = std::abs(loss.item<double>() - ref["loss"].item<double>());
+  const double logits = rel_diff(out.logits.detach(), ref["logits"]);
+  const double loss_diff = rel_diff(loss.detach(), ref["loss"]);
   double grad = 0;
   std::string worst;
   std::size_t grads_in_reference = 0;
@@ -68,10 +73,10 @@ void check_case(CausalLm& model, const std::string& arch, const std::string& whi
       ADD_FAILURE() << item.key() << " is not a parameter of the transformers model";
       continue;
     }
-    const double d = max_abs_diff(item.value().grad(), it->second);
+    const double d = rel_diff(item.value().grad(), it->second);
     if (d >= grad) grad = d, worst = item.key();
   }
-  std::printf("%-10s %-6s  loss %.4f  max |diff|: logits %.2e  loss %.2e  grad %.2e (%s)\n", arch.c_str(),
+  std::printf("%-10s %-6s  loss %.4f  relative diff: logits %.2e  loss %.2e  worst grad %.2e (%s)\n", arch.c_str(),
               which.c_str(), ref["loss"].item<double>(), logits, loss_diff, grad, worst.c_str());
   EXPECT_LT(logits, kTolerance);
   EXPECT_LT(loss_diff, kTolerance);
