@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses  # noqa: E402
+from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs  # noqa: E402
 
 TRAIN, PACK, MPIEXEC = sys.argv[1:4]
 del sys.argv[1:4]
@@ -68,7 +68,7 @@ class Train(PackedSample):
 
     def test_signal_saves_and_resume_is_exact(self):
         full, cut = self.root / "full", self.root / "cut"
-        args = ("--sp", 2, "--steps", 10, "--micro-batch", 2)
+        args = ("--sp", 2, "--steps", 30, "--micro-batch", 2)   # long enough for the signal to land mid-run
         self.run_ok(train_cmd(2, self.data, full, *args))
         p = start(train_cmd(2, self.data, cut, *args, "--save-every", 100))
         try:
@@ -84,10 +84,13 @@ class Train(PackedSample):
         finally:
             stop(p, cut)
         stopped_at = len(losses(cut))
-        self.assertLess(stopped_at, 10)
+        self.assertLess(stopped_at, 30)
         self.assertTrue((cut / "checkpoints" / f"step-{stopped_at:07d}").is_dir())
         self.run_ok(train_cmd(2, self.data, cut, *args, "--resume", "auto"))
         self.assertEqual(losses(cut), losses(full))   # bit for bit
+        for f in ("model.safetensors", "optimizer.safetensors"):   # and so are the final weights and AdamW state
+            self.assertEqual((cut / "checkpoints/step-0000030" / f).read_bytes(),
+                             (full / "checkpoints/step-0000030" / f).read_bytes(), f)
 
     def test_sigterm_saves_and_exits_3(self):
         """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1."""
@@ -125,6 +128,28 @@ class Train(PackedSample):
             self.assertEqual(rank_pids(out), [])
         finally:
             stop(p, out)
+
+    def test_failure_on_one_rank_ends_all_ranks(self):
+        """The trainer's own failure path: rank 0 cannot write its checkpoint (the output filesystem is full)
+        while the other ranks wait for it in a collective. Every rank must end, with an error, within 30 s,
+        and no checkpoint may look complete. (A trainer that left its peers waiting would hang here.)"""
+        with small_tmpfs(self, self.root / "full") as small:
+            out = small / "run"
+            p = start(train_cmd(4, self.data, out, "--sp", 2, "--steps", 100000, "--save-every", 2))
+            try:
+                _, err = p.communicate(timeout=300)
+                self.assertNotEqual(p.returncode, 0, err[-3000:])
+                failed_at = (out / "metrics.jsonl").stat().st_mtime   # the last step logged before the save
+                self.assertLess(time.time() - failed_at, 30, "ranks lingered after the failure")
+                self.assertIn("error:", err)
+                self.assertIn("No space left on device", err)
+                self.assertEqual(len(losses(out)), 2)
+                self.assertFalse((out / "checkpoints/latest").exists())
+                self.assertEqual(list((out / "checkpoints").glob("step-*")), [])
+                time.sleep(1)
+                self.assertEqual(rank_pids(out), [])
+            finally:
+                stop(p, out)
 
     def test_bf16_at_sp2_tracks_fp32_and_logs_mfu(self):
         fp32, bf16 = self.root / "fp32", self.root / "bf16"
