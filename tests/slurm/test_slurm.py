@@ -9,6 +9,8 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
      resumes → finishes; its losses equal test 1's uninterrupted run exactly.
   4. slurm/export.sbatch on test 1's run: ulysses-ckpt merge + export-hf give a Hugging Face directory.
   5. slurm/pack.sbatch as a job array of 2: each task packs its half of the inputs into its own dataset.
+  6. one rank of the production launch (srun from the sbatch file) killed with SIGKILL: every other rank
+     ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
 
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
@@ -17,6 +19,7 @@ usage: test_slurm.py ULYSSES_TRAIN ULYSSES_PACK REPO_ROOT ULYSSES_CKPT
 """
 import gzip
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -174,6 +177,29 @@ class Sbatch(unittest.TestCase):
             self.assertIn(f"2 of 4 inputs -> {out}/part-00{task}", log)
             manifest = json.loads((out / f"part-00{task}/manifest.json").read_text())
             self.assertEqual(manifest["seq_len"], 256, manifest)
+
+
+class SrunFailure(unittest.TestCase):
+    def test_6_killed_rank_ends_the_job(self):
+        out = work / "killed"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH],
+                             env=job_env(out, SP=4, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
+        metrics = out / "metrics.jsonl"
+        deadline = time.time() + 180
+        while time.time() < deadline and not metrics.exists():
+            time.sleep(0.05)
+        self.assertTrue(metrics.exists(), cluster.job(job))
+        ranks = subprocess.run(["pgrep", "-f", f"^{TRAIN} .*{out}"], capture_output=True, text=True).stdout.split()
+        self.assertEqual(len(ranks), 4, ranks)
+        os.kill(int(ranks[2]), signal.SIGKILL)
+        killed_at = time.time()
+        info = cluster.wait(job, timeout=120)
+        self.assertLess(time.time() - killed_at, 30, "the other ranks outlived the killed one")
+        self.assertNotEqual(info["ExitCode"], "0:0", log_of(info)[-4000:])
+        self.assertEqual(info["Restarts"], "0", "a crash is not a preemption: no requeue")
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-f", f"^{TRAIN} .*{out}"], capture_output=True, text=True).stdout.split()
+        self.assertEqual(left, [])
 
 
 def main():
