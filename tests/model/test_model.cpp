@@ -12,13 +12,12 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/utils.h>
 
 #include "core/error.hpp"
-#include "io/safetensors.hpp"
-#include "local_communicators.hpp"
+#include "../torch_tensors.hpp"
 #include "arch/model_config.hpp"
+#include "local_communicators.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
 #include "model/ulysses.hpp"
@@ -278,15 +277,6 @@ TEST(ModelDescription, LayerForwardTakesWeightsFromElsewhere) {
   EXPECT_FALSE(layer.forward(x, rope, plan, copy).equal(expected));
 }
 
-// Writes `params` (renamed/reshaped by the caller) as dir/model.safetensors.
-void write_weights(const fs::path& dir, const std::map<std::string, torch::Tensor>& params) {
-  std::vector<st::Writer::Decl> decls;
-  for (const auto& [n, t] : params) decls.push_back({n, st::DType::kF32, t.sizes().vec()});
-  st::Writer w(dir / "model.safetensors", decls);
-  for (const auto& [n, t] : params) w.write_next(t.contiguous().data_ptr(), t.nbytes());
-  w.finish();
-}
-
 std::map<std::string, torch::Tensor> parameters_of(CausalLm& m) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& item : m->named_parameters()) out[item.key()] = item.value().detach();
@@ -299,7 +289,7 @@ TEST(Weights, LoadsWhatItSavedAndToleratesRotaryBuffers) {
   auto params = parameters_of(source);
   params["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
   TempDir dir("roundtrip");
-  write_weights(dir.path, params);
+  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
   load_hf_weights(target, dir.path);
   for (const auto& item : target->named_parameters())
     EXPECT_TRUE(item.value().equal(params[item.key()])) << item.key();
@@ -312,7 +302,7 @@ TEST(Weights, RejectsMissingUnexpectedAndMisshapenTensors) {
   params["lm_head.bias"] = torch::zeros({64});
   params["model.layers.1.mlp.up_proj.weight"] = torch::zeros({48, 33});
   TempDir dir("bad");
-  write_weights(dir.path, params);
+  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
   try {
     load_hf_weights(model, dir.path);
     ADD_FAILURE() << "accepted";
