@@ -283,6 +283,38 @@ class Export(unittest.TestCase):
         return d
 
 
+class StartFromHuggingFace(unittest.TestCase):
+    """A Hugging Face directory (our fp32 export of a trained run) as the start of training, two ways:
+    `ulysses-train --init-from HF` and `ulysses-ckpt import-hf HF -o CKPT` then `--resume CKPT`."""
+
+    def start(self, out, how, lr):
+        env = Env.get()
+        run(MPIEXEC, "-n", 2, TRAIN, "--data", env.data, "--output", out, "--threads", 1, "--sp", 2, "--steps", 3,
+            "--lr", lr, "--weight-decay", 0, "--warmup", 0, *how)
+        return out / "checkpoints/step-0000003"
+
+    def test_init_from_and_import_then_resume_start_from_the_weights(self):
+        env = Env.get()
+        root = env.root / "from-hf"
+        hf, imported = root / "hf", root / "imported"
+        trained = step_dir(env.runs["qwen2"])
+        ckpt("export-hf", env.runs["qwen2"], "-o", hf, "--dtype", "fp32")
+        ckpt("import-hf", hf, "-o", imported)
+        # at lr 0 both runs end with exactly the weights they started from: the trained run's
+        init = self.start(root / "init0", ["--init-from", hf], 0)
+        resumed = self.start(root / "resume0", ["--resume", imported, "--model-config", imported / "config.json"], 0)
+        want = tensors(trained / "model.safetensors")
+        self.assertEqual(tensors(init / "model.safetensors"), want)
+        self.assertEqual(tensors(resumed / "model.safetensors"), want)
+        # training from there: both routes take the same steps, bit for bit (zero AdamW state, step 0, cursor 0)
+        a = self.start(root / "init", ["--init-from", hf], 3e-3)
+        b = self.start(root / "resume", ["--resume", imported, "--model-config", imported / "config.json"], 3e-3)
+        self.assertEqual(losses(root / "init"), losses(root / "resume"))
+        self.assertEqual(len(losses(root / "init")), 3)
+        self.assertEqual(tensors(a / "model.safetensors"), tensors(b / "model.safetensors"))
+        self.assertNotEqual(tensors(a / "model.safetensors"), want)
+
+
 class ResumeOnAnotherLayout(unittest.TestCase):
     def test_sp2dp2_to_sp4dp1_and_sp1dp4(self):
         env = Env.get()

@@ -170,6 +170,34 @@ class Train(PackedSample):
         self.assertAlmostEqual(m["tflops_per_device"], m["tflops"] / 2, places=9)
         self.assertNotIn("peak_gpu_mib", m)
 
+    def test_grad_accum_equals_a_larger_micro_batch(self):
+        """--grad-accum 2 × --micro-batch 1 sees the sequences of --micro-batch 2 (same order, same global mean)."""
+        big, accum = self.root / "micro2", self.root / "accum2"
+        self.run_ok(train_cmd(1, self.data, big, "--steps", 4, "--micro-batch", 2))
+        self.run_ok(train_cmd(1, self.data, accum, "--steps", 4, "--micro-batch", 1, "--grad-accum", 2))
+        a, b = losses(big), losses(accum)
+        self.assertEqual((len(a), len(b)), (4, 4))
+        for step, (x, y) in enumerate(zip(a, b), 1):
+            self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: micro 2 {x} vs accum 2 {y}")
+        tokens = [json.loads(l)["tokens"] for l in (accum / "metrics.jsonl").read_text().splitlines()]
+        self.assertEqual(tokens, [json.loads(l)["tokens"] for l in (big / "metrics.jsonl").read_text().splitlines()])
+
+    def test_keep_last_and_lr_decay(self):
+        out = self.root / "keep"
+        self.run_ok(train_cmd(1, self.data, out, "--steps", 5, "--save-every", 1, "--keep-last", 2,
+                              "--lr-decay", "linear", "--min-lr-ratio", 0))   # train_cmd: --lr 3e-3 --warmup 2
+        ckpts = out / "checkpoints"
+        self.assertEqual(sorted(p.name for p in ckpts.glob("step-*")), ["step-0000004", "step-0000005"])
+        self.assertEqual((ckpts / "latest").read_text().strip(), "step-0000005")
+        lrs = [json.loads(l)["lr"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+        self.assertEqual(len(lrs), 5)
+        for got, want in zip(lrs, [1.5e-3, 3e-3, 2e-3, 1e-3, 0.0]):   # warmup to step 2, then linear to 0 at 5
+            self.assertAlmostEqual(got, want, delta=1e-12)
+        out = self.root / "constant"
+        self.run_ok(train_cmd(1, self.data, out, "--steps", 4, "--lr-decay", "constant"))
+        lrs = [json.loads(l)["lr"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+        self.assertEqual(lrs, [1.5e-3, 3e-3, 3e-3, 3e-3])
+
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
         for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
