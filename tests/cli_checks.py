@@ -5,10 +5,15 @@ one_error_line: a failed run printed exactly one "error:" line naming every need
 small_tmpfs: a tiny tmpfs mounted for the duration of a with-block, to test a full output filesystem (root).
 PackedSample: a test class whose runs share the sample corpus packed once for the tiny Llama (trainer tests).
 losses: the per-step losses a training run wrote to metrics.jsonl.
+kill_mid_write: SIGKILL a command while its temporary output is being written (crash-safety tests).
 """
 import contextlib
+import glob
 import json
+import os
 import pathlib
+import signal
+import time
 import subprocess
 import tempfile
 import unittest
@@ -75,3 +80,23 @@ class PackedSample(unittest.TestCase):
 
 def losses(out):
     return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def kill_mid_write(cmd, watch, attempts=3):
+    """Runs cmd in a new session; the moment a path matching the glob `watch` (a file inside its temporary
+    output) exists, freezes the whole session (SIGSTOP) and kills it (SIGKILL). True when it was caught while
+    still running; a run that finished first is retried, up to `attempts` times, then False."""
+    for _ in range(attempts):
+        p = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+        while p.poll() is None and not glob.glob(str(watch)):
+            time.sleep(0.0005)
+        caught = False
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGSTOP)
+            caught = p.poll() is None
+            os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        if caught:
+            return True
+    return False

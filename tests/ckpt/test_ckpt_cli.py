@@ -35,7 +35,7 @@ from safetensors.numpy import load_file as np_load, save_file as np_save  # noqa
 from safetensors.torch import load_file as pt_load  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import BadInputCase, one_error_line, small_tmpfs  # noqa: E402
+from cli_checks import BadInputCase, kill_mid_write, one_error_line, small_tmpfs  # noqa: E402
 
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
@@ -313,6 +313,44 @@ class StartFromHuggingFace(unittest.TestCase):
         self.assertEqual(len(losses(root / "init")), 3)
         self.assertEqual(tensors(a / "model.safetensors"), tensors(b / "model.safetensors"))
         self.assertNotEqual(tensors(a / "model.safetensors"), want)
+
+
+class CrashSafety(unittest.TestCase):
+    """kill -9 while a checkpoint (the trainer) or an export (export-hf) is being written: the previous one
+    stays complete and usable, and nothing under a final name looks complete. A model of ~45M parameters
+    makes each write long enough to be caught in the middle."""
+
+    def test_killed_save_and_export_leave_the_previous_ones(self):
+        env = Env.get()
+        root = env.root / "crash"
+        root.mkdir()
+        cfg = root / "big.json"
+        cfg.write_text(json.dumps({**BASE, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
+                                   "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64}))
+        out = root / "run"
+        cmd = [MPIEXEC, "-n", 1, TRAIN, "--data", env.data, "--model-config", cfg, "--output", out, "--threads", 2,
+               "--save-every", 1, "--resume", "auto"]
+        run(*cmd, "--steps", 1)
+        ckpts = out / "checkpoints"
+        self.assertTrue(kill_mid_write([*cmd, "--steps", 2], ckpts / ".step-0000002.tmp-*" / "*.safetensors"),
+                        "the save finished before it could be killed")
+        subprocess.run(["pkill", "-9", "-f", f"^{TRAIN} .*{out}"])   # a rank outside the launcher's session
+        self.assertEqual((ckpts / "latest").read_text().strip(), "step-0000001")
+        self.assertEqual(sorted(p.name for p in ckpts.glob("step-*")), ["step-0000001"])
+        self.assertIn("step 1", ckpt("inspect", out).stdout)   # complete: manifest, sizes and checksums agree
+        p = run(*cmd, "--steps", 2)
+        self.assertIn("resumed from", p.stderr)
+        self.assertEqual((ckpts / "latest").read_text().strip(), "step-0000002")
+
+        hf = root / "hf"
+        ckpt("export-hf", out, "-o", hf)   # bf16
+        before = tensors(hf / "model.safetensors")
+        self.assertTrue(kill_mid_write([CKPT, "export-hf", out, "-o", hf, "--dtype", "fp32", "--overwrite"],
+                                       root / ".hf.tmp-*" / "*.safetensors"), "the export finished first")
+        self.assertEqual(json.loads((hf / "config.json").read_text())["torch_dtype"], "bfloat16")
+        self.assertEqual(tensors(hf / "model.safetensors"), before)
+        ckpt("inspect", hf)
+        self.assertEqual(sorted(x.name for x in root.iterdir() if not x.name.startswith(".")), ["big.json", "hf", "run"])
 
 
 class ResumeOnAnotherLayout(unittest.TestCase):

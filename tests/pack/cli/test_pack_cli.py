@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))   # tests/: the shared CLI checks
-from cli_checks import BadInputCase, one_error_line, small_tmpfs  # noqa: E402
+from cli_checks import BadInputCase, kill_mid_write, one_error_line, small_tmpfs  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "io"))   # the spec-following h5py reader
 import read_with_h5py  # noqa: E402
 
@@ -102,6 +102,26 @@ class PackSample(unittest.TestCase):
         m, pieces, seqs = read_dataset(out)
         self.assertEqual(seqs, sum(len(d) <= 512 for d in docs))
         self.assertEqual(Counter(pieces), Counter(tuple(d) for d in docs if len(d) <= 512))
+
+    def test_killed_pack_leaves_the_previous_dataset(self):
+        """kill -9 while the shards of an --overwrite run are being written: the dataset already there is
+        untouched and verifies; no partial dataset appears under the output's name; a rerun succeeds."""
+        flat = self.root / "flat.bin"   # 256 MiB of uint32 tokens, documents ending at EOS 299
+        tokens = (np.arange(64 << 20, dtype=np.uint64) * 2654435761 % 299).astype(np.uint32)
+        tokens[996::997] = 299
+        tokens.tofile(flat)
+        out = self.root / "crash"
+        args = ["pack", flat, "--format", "flat", "--flat-dtype", "uint32", "--eos-id", 299, "-o", out]
+        run(*args, "--seq-len", 4096)
+        before = (out / "manifest.json").read_text()
+        caught = kill_mid_write([PACK, *args, "--seq-len", 8192, "--overwrite"], self.root / ".crash.tmp-*" / "shard-*.h5")
+        self.assertTrue(caught, "pack finished before it could be killed mid-write")
+        self.assertEqual((out / "manifest.json").read_text(), before)
+        self.assertEqual(run("verify", out).returncode, 0)
+        self.assertEqual(sorted(x.name for x in self.root.iterdir() if x.name.startswith("crash")), ["crash"])
+        run(*args, "--seq-len", 8192, "--overwrite")
+        self.assertEqual(json.loads((out / "manifest.json").read_text())["seq_len"], 8192)
+        flat.unlink()
 
     def test_deterministic_across_threads_and_valid_split(self):
         outs = []
