@@ -79,7 +79,8 @@ def read_dataset(root, expect=None):
     ids derived from the whole sequence, and from what each SP rank reads (its slice and the token after
     it), which must agree. `expect(path, n, ids, mask, derived)` checks the content when it is known.
     Returns the manifest and the number of SP slices checked."""
-    manifest = json.load(open(os.path.join(root, "manifest.json")))
+    with open(os.path.join(root, "manifest.json")) as f:
+        manifest = json.load(f)
     check(manifest["format"] == "ulysses-packed" and manifest["format_version"] == 1, "manifest format")
     for key in ("vocab_size", "max_token_id", "policy", "seed", "command", "created_by", "inputs", "stats"):
         check(key in manifest, f"manifest field {key}")

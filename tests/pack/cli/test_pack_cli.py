@@ -6,7 +6,6 @@ usage: test_pack_cli.py ULYSSES_PACK SAMPLE_CORPUS
 import gzip
 import json
 import pathlib
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))   # tests/:
 from cli_checks import BadInputCase, kill_mid_write, one_error_line, small_tmpfs  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "io"))   # the spec-following h5py reader
 import read_with_h5py  # noqa: E402
+from reference_writers import MegatronBuilder, write_datafile  # noqa: E402
 
 PACK = sys.argv.pop(1)
 SAMPLE = pathlib.Path(sys.argv.pop(1))
@@ -223,14 +223,55 @@ class ShardChecksums(unittest.TestCase):
         self.assertEqual(got, Counter((tuple(d), tuple(k)) for d, k in zip(docs, masks)))
 
 
-def write_megatron(prefix, docs, magic=b"MMIDIDX\x00\x00", bin_extra=0):
-    tokens = np.concatenate([np.asarray(d, np.uint16) for d in docs])
-    pathlib.Path(f"{prefix}.bin").write_bytes(tokens.tobytes()[: len(tokens) * 2 + bin_extra])
-    lengths = np.array([len(d) for d in docs], np.int32)
-    pointers = np.concatenate([[0], np.cumsum(lengths[:-1]) * 2]).astype(np.int64)
-    idx = magic + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1)
-    idx += lengths.tobytes() + pointers.tobytes() + np.arange(len(docs) + 1, dtype=np.int64).tobytes()
-    pathlib.Path(f"{prefix}.idx").write_bytes(idx)
+def write_megatron(prefix, docs, dtype=np.uint16):
+    """docs as Megatron's IndexedDatasetBuilder writes them: each document as sentences of up to 5 tokens."""
+    builder = MegatronBuilder(f"{prefix}.bin", dtype)
+    for d in docs:
+        builder.add_document(d, [len(d[i:i + 5]) for i in range(0, len(d), 5)])
+    builder.finalize(f"{prefix}.idx")
+
+
+class ProducersOwnFiles(unittest.TestCase):
+    """Megatron and llm.c inputs written by their projects' own writer logic (reference_writers.py) pack into
+    exactly the documents that went in, in order."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = pathlib.Path(self.tmp.name)
+        self.docs = [[(i * 31 + j * 7) % 250 for j in range(3 + (i * 13) % 40)] for i in range(60)]
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def expect_docs(self, out, docs):
+        _, pieces, _ = read_dataset(out)
+        self.assertEqual(Counter(pieces), Counter(tuple(d) for d in docs))
+
+    def test_megatron_builder_every_dtype_and_sentences(self):
+        for dtype in (np.uint16, np.int32, np.int64, np.uint8):
+            prefix = self.root / f"corpus_{np.dtype(dtype).name}"
+            write_megatron(prefix, self.docs, dtype)
+            out = self.root / f"m-{np.dtype(dtype).name}"
+            run("pack", f"{prefix}.bin", "-o", out, "--seq-len", 64)
+            self.expect_docs(out, self.docs)
+        prefix = self.root / "items"   # add_item per sentence, end_document per document
+        builder = MegatronBuilder(f"{prefix}.bin", np.int32)
+        for d in self.docs:
+            builder.add_item(d[:2])
+            builder.add_item(d[2:])
+            builder.end_document()
+        builder.finalize(f"{prefix}.idx")
+        run("pack", f"{prefix}.idx", "-o", self.root / "m-items", "--seq-len", 64)
+        self.expect_docs(self.root / "m-items", self.docs)
+
+    def test_llmc_datafiles_with_the_eot_before_each_document(self):
+        for desc, eot in (("gpt-2", 50256), ("llama-3", 128000)):
+            toks = [t for d in self.docs for t in [eot] + d]   # fineweb.py: tokens = [eot] + encode(doc)
+            path = self.root / f"fineweb_{desc}_000000.bin"
+            write_datafile(path, toks, desc)
+            out = self.root / f"l-{desc}"
+            run("pack", path, "-o", out, "--seq-len", 64)
+            self.expect_docs(out, [[eot] + d for d in self.docs])
 
 
 class BadInput(BadInputCase):
@@ -270,9 +311,13 @@ class BadInput(BadInputCase):
 
     def test_megatron_bad_magic_and_size(self):
         docs = [[1, 2, 3], [4, 5]]
-        write_megatron(self.root / "bad", docs, magic=b"NOTMAGIC\x00")
+        write_megatron(self.root / "bad", docs)
+        idx = self.root / "bad.idx"
+        idx.write_bytes(b"NOTMAGIC\x00" + idx.read_bytes()[9:])
         self.expect_bad([self.root / "bad.bin", "--seq-len", 64], "bad.idx")
-        write_megatron(self.root / "short", docs, bin_extra=-4)
+        write_megatron(self.root / "short", docs)
+        data = self.root / "short.bin"
+        data.write_bytes(data.read_bytes()[:-4])
         self.expect_bad([self.root / "short.bin", "--seq-len", 64], "short")
 
     def test_truncated_llmc(self):
