@@ -65,7 +65,7 @@ Batch packed_batch(std::int64_t vocab, std::int64_t S) {   // B = 2; row 0: docu
 
 struct StepResult {
   double loss = 0;
-  train::NamedTensors grads, params;   // after the step, on the CPU
+  train::NamedTensors grads, updates;   // gradients, and parameter after - before the step, on the CPU
 };
 
 // One optimizer step of a freshly initialised model on `device` (weights made on the CPU, then moved).
@@ -87,31 +87,40 @@ StepResult one_step(const c10::Device& device, model::Precision precision) {
   StepResult r;
   r.loss = out.loss_sum.item<double>() / count;
   for (const auto& [name, p] : named) r.grads.emplace_back(name, p.grad().cpu());
+  train::NamedTensors before;
+  for (const auto& [name, p] : named) before.emplace_back(name, p.detach().cpu().clone());
   train::clip_grad_norm(params, 1.0);
   opt.step(1e-3);
-  for (const auto& [name, p] : named) r.params.emplace_back(name, p.detach().cpu());
+  for (std::size_t i = 0; i < named.size(); ++i)
+    r.updates.emplace_back(named[i].first, named[i].second.detach().cpu() - before[i].second);
   return r;
 }
 
-void expect_close(const StepResult& got, const StepResult& want, double loss_tol, double tol, const char* what) {
+// The update (not the updated weights: after one step at lr 1e-3 they differ from the start by ~2%, so any
+// update would pass a 5% check on them) is compared per parameter, relative to the reference update.
+void expect_close(const StepResult& got, const StepResult& want, double loss_tol, double grad_tol, double update_tol,
+                  const char* what) {
   EXPECT_NEAR(got.loss, want.loss, loss_tol * std::abs(want.loss)) << what;
   for (std::size_t i = 0; i < want.grads.size(); ++i) {
-    EXPECT_LE(rel(got.grads[i].second, want.grads[i].second), tol) << what << " gradient " << want.grads[i].first;
+    EXPECT_LE(rel(got.grads[i].second, want.grads[i].second), grad_tol) << what << " gradient " << want.grads[i].first;
     EXPECT_EQ(got.grads[i].second.scalar_type(), torch::kFloat) << what << " " << want.grads[i].first;
-    EXPECT_LE(rel(got.params[i].second, want.params[i].second), tol) << what << " updated " << want.params[i].first;
+    EXPECT_LE(rel(got.updates[i].second, want.updates[i].second), update_tol) << what << " update " << want.updates[i].first;
   }
 }
 
 TEST(GpuStep, Fp32EqualsTheCpuStep) {
   const StepResult cpu = one_step(torch::kCPU, model::Precision::kFp32);
   const StepResult gpu = one_step(kGpu, model::Precision::kFp32);
-  expect_close(gpu, cpu, 1e-5, 1e-4, "fp32 GPU vs CPU");
+  expect_close(gpu, cpu, 1e-5, 1e-4, 1e-3, "fp32 GPU vs CPU");
 }
 
 TEST(GpuStep, Bf16IsWithinBf16ToleranceOfTheFp32Step) {
   const StepResult cpu = one_step(torch::kCPU, model::Precision::kFp32);
   const StepResult gpu = one_step(kGpu, model::Precision::kBf16);
-  expect_close(gpu, cpu, 1e-2, 5e-2, "bf16 GPU vs fp32 CPU");
+  // AdamW's first update is ~lr·sign(g): bf16 moves it only where a small gradient flips sign. On this shape
+  // bf16 autocast against fp32 (transformers on CPU) gave gradients within 1.7e-2 and updates within 0.17
+  // (the norm weights, whose gradients are smallest); a different update (twice or none, flipped) is >= 1.
+  expect_close(gpu, cpu, 1e-2, 5e-2, 0.35, "bf16 GPU vs fp32 CPU");
   EXPECT_NE(gpu.loss, cpu.loss) << "bf16 gave the fp32 loss bit for bit: autocast did not take effect";
 }
 
