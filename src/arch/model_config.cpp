@@ -251,6 +251,13 @@ std::int64_t parameter_count(const ModelConfig& c) {
   return n;
 }
 
+std::int64_t matmul_parameter_count(const ModelConfig& c) {
+  std::int64_t n = 0;
+  for (const ParameterSpec& p : parameters(c))
+    if (p.shape.size() == 2 && (c.tie_word_embeddings || p.name != "model.embed_tokens.weight")) n += p.numel();
+  return n;
+}
+
 std::int64_t layer_parameter_count(const ModelConfig& c) {
   std::int64_t n = 0;
   for (const ParameterSpec& p : parameters(c))

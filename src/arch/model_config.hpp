@@ -94,5 +94,8 @@ struct ParameterSpec {
 std::vector<ParameterSpec> parameters(const ModelConfig& c);
 std::int64_t parameter_count(const ModelConfig& c);         // all parameters
 std::int64_t layer_parameter_count(const ModelConfig& c);   // one decoder layer's
+// The weights of matrix products: every 2-d parameter except an untied embedding table (a lookup, no
+// FLOPs); a tied table counts once, as the head. A step's model FLOPs are 6 × this × tokens + attention.
+std::int64_t matmul_parameter_count(const ModelConfig& c);
 
 }  // namespace ulysses::arch

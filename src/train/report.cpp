@@ -63,7 +63,7 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
 }
 
 double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len) {
-  return 6.0 * static_cast<double>(arch::parameter_count(c)) * tokens +
+  return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
          12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
 }
 

@@ -34,7 +34,8 @@ struct MemoryPlan {
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
                            const SequenceParallel& sp, bool bf16);
 
-// Model FLOPs of one step over all ranks: 6·N·T + 12·layers·H·D·S·T (N parameters, T tokens in the step).
+// Model FLOPs of one step over all ranks: 6·M·T + 12·layers·H·D·S·T (M = arch::matmul_parameter_count, T
+// tokens in the step; attention counted dense, as FLOP counters count it; recomputation not counted).
 double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len);
 
 double peak_rss_mib();   // this process, from getrusage

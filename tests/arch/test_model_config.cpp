@@ -149,6 +149,8 @@ TEST(Parameters, NamesShapesAndCountsAsTransformersBuildsThem) {
   // embeddings 2048, final norm 32, head 2048
   EXPECT_EQ(layer_parameter_count(c), 7744);
   EXPECT_EQ(parameter_count(c), 2048 + 2 * 7744 + 32 + 2048);
+  // matrices only (no norms), the untied embedding table being a lookup: 2 × (3072 + 4608) + 2048 (head)
+  EXPECT_EQ(matmul_parameter_count(c), 2 * (3072 + 4608) + 2048);
 }
 
 TEST(Parameters, FollowTheFeaturesOfEachArchitecture) {

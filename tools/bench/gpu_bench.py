@@ -15,7 +15,8 @@ table, not as a crash:
 Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 1.3), TFLOPS and MFU of
 both (target for ours >= 45%) and peak GPU memory. MFU is against the GPU's bf16 matmul ceiling measured
 at the start of the same run (8192^3 matmuls, median of timed reps with CUDA events). Both sides count
-FLOPs with the trainer's formula (src/train/report.cpp step_flops): 6*N*T + 12*layers*heads*head_dim*S*T,
+FLOPs with the trainer's formula (src/train/report.cpp step_flops): 6*M*T + 12*layers*heads*head_dim*S*T
+(M the weights of matrix products: every matrix but an untied embedding table),
 model FLOPs only (the recomputation of gradient checkpointing is not counted). Step times are medians of
 the timed steps after the warmup steps. The whole run ends within --time-limit (default 540 s, so it
 fits one 10-minute job): a run predicted not to finish in the time left is skipped, one still running at
@@ -55,7 +56,7 @@ SMOKE_LENGTHS = [256, 512]
 RATIO_TARGET = 1.3
 MFU_TARGET = 0.45
 ALIGN = 64   # ulysses-pack's default --align: S must be a multiple of it at --sp 1
-FLOPS_FORMULA = "6*N*T + 12*layers*heads*head_dim*S*T (src/train/report.cpp step_flops; model FLOPs, " \
+FLOPS_FORMULA = "6*M*T + 12*layers*heads*head_dim*S*T (src/train/report.cpp step_flops, M = matrix weights; model FLOPs, " \
                 "no recomputation counted), the same for both sides"
 OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|std::bad_alloc", re.I)
 
@@ -95,14 +96,22 @@ def head_dim(cfg):
 
 def param_count(cfg):
     """Parameters of a bias-free Llama, a tied embedding counted once (as the trainer and HF count them)."""
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    norms = cfg["num_hidden_layers"] * 2 * h + h
+    return matmul_params(cfg) + norms + (0 if cfg.get("tie_word_embeddings") else vocab * h)
+
+
+def matmul_params(cfg):
+    """The weights of matrix products (arch::matmul_parameter_count): every matrix but an untied embedding
+    table, which is a lookup; the head (or the tied table) once."""
     h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads, kv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
-    per_layer = 2 * h * heads * d + 2 * h * kv * d + 3 * h * inter + 2 * h
-    return cfg["num_hidden_layers"] * per_layer + vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h
+    per_layer = 2 * h * heads * d + 2 * h * kv * d + 3 * h * inter
+    return cfg["num_hidden_layers"] * per_layer + vocab * h
 
 
-def step_flops(cfg, params, seq_len, tokens):
-    return 6.0 * params * tokens + 12.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) \
+def step_flops(cfg, seq_len, tokens):
+    return 6.0 * matmul_params(cfg) * tokens + 12.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) \
         * seq_len * tokens
 
 
@@ -158,8 +167,8 @@ def failure_status(rc, log):
 
 
 class Runner:
-    def __init__(self, a, work, cfg, cfg_path, params, env):
-        self.a, self.work, self.cfg, self.cfg_path, self.params, self.env = a, work, cfg, cfg_path, params, env
+    def __init__(self, a, work, cfg, cfg_path, env):
+        self.a, self.work, self.cfg, self.cfg_path, self.env = a, work, cfg, cfg_path, env
         self.deadline = a.start + a.time_limit if a.time_limit > 0 else None
         self.history = {}   # side -> (length, median step s, overhead s): predicts the next run's time
 
@@ -170,7 +179,7 @@ class Runner:
         if side not in self.history:
             return None
         s0, step0, over = self.history[side]
-        scale = step_flops(self.cfg, self.params, S, S) / step_flops(self.cfg, self.params, s0, s0)
+        scale = step_flops(self.cfg, S, S) / step_flops(self.cfg, s0, s0)
         return over + (self.a.warmup + self.a.steps) * step0 * scale
 
     def fits_in_time(self, side, S):
@@ -327,12 +336,12 @@ def measure_ceiling(a, work, env):
     return json.loads(result_path.read_text())
 
 
-def summarize(res, a, cfg, params, S, ceiling):
+def summarize(res, a, cfg, S, ceiling):
     """Adds tokens/s, TFLOPS and MFU (from the median timed step) to one side's result."""
     if res.get("status") != "ok":
         return res
     med = statistics.median(res["step_seconds"][a.warmup:])
-    tflops = step_flops(cfg, params, S, S) / med / 1e12
+    tflops = step_flops(cfg, S, S) / med / 1e12
     res.update(median_step_s=med, tokens_per_s=S / med, tflops=tflops, mfu=tflops / ceiling)
     return res
 
@@ -505,7 +514,7 @@ def run_all(a, work, env):
           f"{'; PYTORCH_CUDA_ALLOC_CONF=' + alloc if alloc else ''}")
     sys.stdout.flush()
 
-    runner = Runner(a, work, cfg, cfg_path, params, env)
+    runner = Runner(a, work, cfg, cfg_path, env)
     rows, queue, dead = [], list(a.lengths), {}
     while queue:
         S = queue.pop(0)
@@ -522,7 +531,7 @@ def run_all(a, work, env):
                 continue
             print(f"[S={S}] {label}: running ...", flush=True)
             res = runner.run_ours(S, ceiling) if side == "ours" else runner.run_hf(S)
-            row[side] = summarize(res, a, cfg, params, S, ceiling)
+            row[side] = summarize(res, a, cfg, S, ceiling)
             if res["status"] == "ok":
                 unit, div = ("GiB", 1024) if a.device == "cuda" else ("MiB", 1)
                 peak = "n/a" if res.get("peak_mib") is None else f"{res['peak_mib'] / div:,.2f} {unit}"
@@ -533,10 +542,10 @@ def run_all(a, work, env):
                 if side == "hf" and res.get("rope_type", want) != want:
                     print(f"  note: transformers built RoPE type {res.get('rope_type')!r}, the config asks for "
                           f"{want!r}", flush=True)
-                flops = step_flops(cfg, params, S, S)
+                flops = step_flops(cfg, S, S)
                 if side == "ours" and abs(res["trainer_step_flops"] / flops - 1) > 0.01:
                     print(f"  note: the trainer counts {res['trainer_step_flops']:.4g} FLOPs per step, this script "
-                          f"{flops:.4g}: its parameter count differs from N = {params:,}", flush=True)
+                          f"{flops:.4g}: its matrix weights differ from M = {matmul_params(cfg):,}", flush=True)
             else:
                 print(f"[S={S}] {label}: {res['status']}: {res.get('message', '')}", flush=True)
                 if res["status"] == "FAILED" and res.get("log_tail"):
