@@ -2,10 +2,12 @@
 """Benchmarks of ulysses-train on CPU, each against an anchor measured in the same run:
 
   step    our training step time vs transformers + PyTorch (Python) on the same Llama, batch, sequence and
-          thread count (sdpa attention, AdamW, grad clipping) — RATIO ours/theirs, target <= 0.8
+          thread count (sdpa attention, torch.optim.AdamW(foreach=True) as HF Trainer runs it, grad clipping)
+          — RATIO ours/theirs, target <= 0.8
   memory  peak RSS per rank for one sequence length at SP = 1, 2, 4; the activation part (peak minus the
           peak of the same run at a tiny sequence) relative to SP=1 — ideal 1/P, target SP=4 <= 0.3
-  a2a     bytes moved by the all-to-alls per layer per rank vs 4·S·hidden/P·(P−1)/P·4 (fp32, MHA)
+  a2a     bytes the all-to-alls hand to MPI per layer per rank (counted in MPI_Alltoall itself) vs
+          S/P·(2H + 2·max(Hkv, P))·D·(P−1)/P·4 per direction: MHA, GQA and KV heads replicated (Hkv < P)
   launch  time from `mpiexec -n 4` to the start of the first step — target < 3 s
 
 usage: tools/bench/train_bench.py [step|memory|a2a|launch|all] [--build build] [--threads 2] [--repeat 5]
@@ -71,7 +73,7 @@ def step_ratio(a, work, name, cfg, S):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="sdpa"))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
     ids = torch.randint(0, VOCAB, (1, S))
     times = []
     for _ in range(steps):
@@ -114,13 +116,13 @@ def bench_memory(a, work):
 
 
 def bench_a2a(a, work):
-    cfg = llama_config(256, 2, 8, 8, 688)
-    path = work / "a2a-config.json"
-    path.write_text(json.dumps(cfg))
-    for p in (2, 4):
-        out = subprocess.run(["mpiexec", "-n", str(p), f"{a.build}/tools/bench/a2a_bytes", str(path), "4096"],
-                             check=True, capture_output=True, text=True).stdout
-        print("a2a: " + out.strip())
+    for name, kv in (("MHA", 8), ("GQA", 4), ("KV-replicated", 2), ("MQA", 1)):
+        path = work / f"a2a-{kv}.json"
+        path.write_text(json.dumps(llama_config(256, 2, 8, kv, 688)))
+        for p in (2, 4):
+            out = subprocess.run(["mpiexec", "-n", str(p), f"{a.build}/tools/bench/a2a_bytes", str(path), "4096"],
+                                 check=True, capture_output=True, text=True).stdout
+            print(f"a2a ({name}): " + out.strip())
 
 
 def bench_launch(a, work):
