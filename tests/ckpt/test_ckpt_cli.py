@@ -463,6 +463,15 @@ class BadInput(BadInputCase):
         self.expect_bad(["export-hf", c, "-o", self.out], "model.safetensors", "5 bytes")
         self.expect_bad(["merge", self.root, "-o", self.out], "not a checkpoint")
 
+    def test_unknown_optimizer_layout(self):
+        """A layout a later trainer may write (sharded optimizer state) is refused, not misread."""
+        c = self.root / "ckpt-layout"
+        shutil.copytree(step_dir(self.env.runs["llama3"]), c)
+        m = json.loads((c / "manifest.json").read_text())
+        m["optimizer_layout"] = "sharded-zero1"
+        (c / "manifest.json").write_text(json.dumps(m))
+        self.expect_bad(["merge", c, "-o", self.out], "optimizer_layout", "sharded-zero1")
+
     def test_existing_output_needs_overwrite(self):
         self.out.mkdir()
         p = ckpt("export-hf", self.env.runs["llama3"], "-o", self.out, code=2)

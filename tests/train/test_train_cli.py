@@ -111,6 +111,8 @@ class Train(PackedSample):
             stop(p, out)
 
     def test_killed_rank_ends_all_ranks(self):
+        """Under mpiexec (launch/local.sh): what MPICH's launcher does when a rank dies. The trainer's own failure
+        path is test_failure_on_one_rank_ends_all_ranks; srun's (the sbatch file's) is tests/slurm test 6."""
         out = self.root / "killed"
         p = start(train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))
         try:
@@ -218,6 +220,16 @@ class Train(PackedSample):
             model(ids, labels=ids).loss.backward()
         counted = counter.get_total_flops()
         self.assertLessEqual(abs(ours - counted), 1e-4 * counted, f"ours {ours:.6g} vs counted {counted:.6g}")
+
+    def test_output_with_checkpoints_needs_resume_or_overwrite(self):
+        out = self.root / "reuse"
+        self.run_ok(train_cmd(1, self.data, out, "--steps", 2))
+        p = self.run_ok(train_cmd(1, self.data, out, "--steps", 2), code=2)
+        self.assertIn("already holds checkpoints", p.stderr)
+        self.assertIn("--resume auto", p.stderr)
+        self.run_ok(train_cmd(1, self.data, out, "--steps", 1, "--overwrite"))   # starts over
+        self.assertEqual(len(losses(out)), 1)
+        self.assertEqual(sorted(p.name for p in (out / "checkpoints").glob("step-*")), ["step-0000001"])
 
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
