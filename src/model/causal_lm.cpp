@@ -4,6 +4,7 @@
 #include <fmt/ostream.h>
 
 #include "core/error.hpp"
+#include "model/tiled_loss.hpp"
 
 namespace ulysses::model {
 
@@ -76,11 +77,17 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_);
   const AutocastScope autocast(options_.precision(), input_ids.device());   // the forward; backward follows its dtypes
   auto h = model(input_ids, position_ids, doc_ids);                                      // [B, S/P, hidden]
-  auto logits = lm_head ? lm_head(h) : at::linear(h, model->embed_tokens->weight);       // [B, S/P, V]
+  const torch::Tensor& head = lm_head ? lm_head->weight : model->embed_tokens->weight;   // [V, hidden]
   auto flat_labels = labels.reshape({-1});                                               // [B*S/P]
+  auto valid_count = (flat_labels != kIgnoreLabel).sum();
+  if (options_.logits_chunk_tokens() > 0 && !keep_logits)
+    return {torch::Tensor(),
+            tiled_cross_entropy_sum(h.reshape({-1, config_.hidden_size}), head, flat_labels,   // [B*S/P, hidden]
+                                    options_.logits_chunk_tokens(), options_.precision()),
+            valid_count};
+  auto logits = at::linear(h, head);                                                     // [B, S/P, V]
   auto loss_sum = at::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, config_.vocab_size}),   // [B*S/P, V]
                                          flat_labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreLabel);
-  auto valid_count = (flat_labels != kIgnoreLabel).sum();
   return {keep_logits ? logits : torch::Tensor(), loss_sum, valid_count};
 }
 

@@ -27,6 +27,8 @@ Examples:
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
   # one node of 8 GPUs, bf16 mixed precision, SP=8 over NCCL; MFU against the GPU's bf16 peak
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
+  # long sequences: the loss over 1 GiB chunks of logits instead of all [S/P, vocab] at once
+  srun --mpi=pmi2 ulysses-train --config run.toml --tiled-logits
   # debugging: 4 ranks share one GPU, collectives through MPI host staging
   mpiexec -n 4 ulysses-train --config run.toml --sp 4 --device cuda --comm mpi
   # validate config, data and layout; print the rank map and a memory estimate
@@ -63,6 +65,11 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_flag("--tiled-logits", o.tiled_logits,
+               "Head and cross-entropy over chunks of tokens: never the whole [S/P, vocab] logits (exact)");
+  app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,
+                 "Tokens per chunk of tiled logits (implies --tiled-logits; 0: about 1 GiB of fp32 logits)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--precision", o.precision, "fp32, or bf16 mixed precision (fp32 master weights and AdamW state)")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")

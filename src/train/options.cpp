@@ -14,6 +14,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"clip", o.clip},                  {"seed", o.seed},
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
           {"device", o.device},              {"precision", o.precision},
+          {"tiled_logits", o.tiled_logits},  {"logits_chunk_tokens", o.logits_chunk_tokens},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},

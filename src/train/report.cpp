@@ -1,5 +1,7 @@
 #include "train/report.hpp"
 
+#include <algorithm>
+
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
@@ -39,7 +41,7 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
 }
 
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, bool bf16) {
+                           const SequenceParallel& sp, bool bf16, std::int64_t logits_chunk_tokens) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   const std::int64_t params = arch::parameter_count(c);
   MemoryPlan m;
@@ -56,7 +58,8 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
   const double scores = !c.sliding_window ? 0.0
                         : static_cast<double>(micro_batch) * static_cast<double>(arch::ulysses_heads(c, sp.degree()).q) *
                               static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + mask
-  const double logits = 4.0 * tokens * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
+  const double logit_rows = logits_chunk_tokens > 0 ? std::min(tokens, static_cast<double>(logits_chunk_tokens)) : tokens;
+  const double logits = 4.0 * logit_rows * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
   const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
   m.activations_gib = (bytes * static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
   return m;

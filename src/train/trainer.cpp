@@ -24,6 +24,7 @@
 #include "model/document_attention.hpp"
 #include "model/options.hpp"
 #include "model/precision.hpp"
+#include "model/tiled_loss.hpp"
 #include "model/weights.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
@@ -92,6 +93,13 @@ double max_over_ranks(double value, comm::Communicator& world) {
   return t.max().item<double>();
 }
 
+model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig& c, model::Precision precision) {
+  const std::int64_t chunk = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens   // implies --tiled-logits
+                             : o.tiled_logits          ? model::logits_chunk_tokens(c.vocab_size)
+                                                       : 0;
+  return model::ModelOptions().precision(precision).logits_chunk_tokens(chunk);
+}
+
 fs::path model_config_path(const TrainOptions& o) {
   if (!o.init_from.empty()) return o.init_from / "config.json";
   if (o.model_config.empty())
@@ -132,7 +140,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
   const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp,
-                                     r.precision == model::Precision::kBf16);
+                                     r.precision == model::Precision::kBf16, r.model->options().logits_chunk_tokens());
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
            arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
@@ -144,6 +152,10 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
   log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
                                                     r.config.head_dim, r.config.sliding_window.has_value()));
+  const std::int64_t chunk = r.model->options().logits_chunk_tokens();
+  log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
+                                               4.0 * static_cast<double>(chunk * r.config.vocab_size) / (1 << 30))
+                                 : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
   log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
@@ -223,7 +235,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                   : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
-  r.model = model::CausalLm(r.config, r.sp, model::ModelOptions().precision(r.precision));   // checks the heads first
+  r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision));   // checks the heads first
   data::LoaderOptions lo{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch, o.grad_accum, o.seed,
                          r.config.vocab_size, "train"};
   data::DataLoader loader(o.data, lo);

@@ -231,6 +231,98 @@ TEST(Weights, InitIsSeededAndHfStyle) {
   EXPECT_TRUE(pa["model.embed_tokens.weight"][5].eq(0).all().item<bool>());
 }
 
+// ---- tiled logits + loss -----------------------------------------------------------------------
+
+double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).norm().item<double>() /
+         std::max(b.to(torch::kDouble).norm().item<double>(), 1e-30);
+}
+
+struct LossAndGrads {
+  double loss = 0;
+  std::int64_t count = 0;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+LossAndGrads loss_and_grads(CausalLm& m, const Batch& b) {
+  m->zero_grad();
+  const CausalLmOutput out = m->forward(b.ids, b.positions, b.docs, b.labels);
+  out.loss_sum.backward();
+  LossAndGrads r{out.loss_sum.item<double>(), out.valid_count.item<std::int64_t>(), {}};
+  for (const auto& item : m->named_parameters()) r.grads[item.key()] = item.value().grad().clone();
+  return r;
+}
+
+// Tiled logits + loss equal the plain path in fp32: loss and every gradient ≤ 1e-6 relative, whatever the
+// chunk (4, 5 and 13 tokens, not dividing the 32 tokens, and all of them), tied or not, with a chunk whose
+// labels are all -100 (row 1's first 8 tokens). Chunks of 1 to 3 tokens make the head's matmuls take
+// oneDNN's small-M kernels, which round differently: 1.0-1.2e-6 was seen there on one gradient (a
+// k_proj bias); real chunks are thousands of tokens.
+TEST(TiledLoss, EqualsThePlainPath) {
+  for (const bool tied : {false, true}) {
+    auto config = tiny_config(2, std::nullopt);
+    config.tie_word_embeddings = tied;
+    CausalLm plain(config);
+    init_weights(plain, 4);
+    Batch batch = packed_batch(config.vocab_size);
+    batch.labels.select(0, 1).narrow(0, 0, 8).fill_(kIgnoreLabel);
+    const LossAndGrads want = loss_and_grads(plain, batch);
+    for (const std::int64_t chunk : {4, 5, 13, 32}) {
+      CausalLm tiled(config, SequenceParallel(), ModelOptions().logits_chunk_tokens(chunk));
+      copy_parameters(plain, tiled);
+      const LossAndGrads got = loss_and_grads(tiled, batch);
+      EXPECT_LE(std::abs(got.loss - want.loss), 1e-6 * std::abs(want.loss)) << "chunk " << chunk << " tied " << tied;
+      EXPECT_EQ(got.count, want.count);
+      for (const auto& [name, g] : want.grads)
+        EXPECT_LE(rel_diff(got.grads.at(name), g), 1e-6) << name << " chunk " << chunk << " tied " << tied;
+    }
+  }
+}
+
+// Keeping the logits (the parity tests) always takes the plain path, tiled or not.
+TEST(TiledLoss, KeepLogitsStillGivesTheLogits) {
+  const auto config = tiny_config(2, std::nullopt);
+  CausalLm m(config, SequenceParallel(), ModelOptions().logits_chunk_tokens(4));
+  const Batch b = packed_batch(config.vocab_size);
+  const CausalLmOutput out = m->forward(b.ids, b.positions, b.docs, b.labels, /*keep_logits=*/true);
+  ASSERT_TRUE(out.logits.defined());
+  EXPECT_EQ(out.logits.sizes(), (std::vector<std::int64_t>{2, 16, config.vocab_size}));
+}
+
+// SP=4 with tiled logits equals SP=1 without (ranks as threads; KV heads replicated: 2 KV heads, P=4).
+TEST(TiledLoss, SpFourTiledEqualsSpOnePlain) {
+  const auto config = tiny_config(2, std::nullopt);
+  CausalLm reference(config);
+  init_weights(reference, 9);
+  const Batch batch = packed_batch(config.vocab_size);
+  const LossAndGrads want = loss_and_grads(reference, batch);
+  constexpr int P = 4;
+  testing::ThreadGroup group(P);
+  std::vector<CausalLm> ranks;
+  for (int r = 0; r < P; ++r) {
+    ranks.emplace_back(config, testing::sp_of(group.rank(r)), ModelOptions().logits_chunk_tokens(3));
+    copy_parameters(reference, ranks.back());
+  }
+  std::vector<double> losses(P);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      const Batch mine = batch.slice(r, P);
+      const CausalLmOutput out = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels);
+      out.loss_sum.backward();
+      losses[r] = out.loss_sum.item<double>();
+    });
+  for (auto& t : threads) t.join();
+  double loss = 0;
+  for (double l : losses) loss += l;
+  EXPECT_LE(std::abs(loss - want.loss), 1e-5 * std::abs(want.loss));
+  for (const auto& [name, g] : want.grads) {
+    auto sum = torch::zeros_like(g);
+    for (auto& m : ranks) sum += m->named_parameters()[name].grad();
+    EXPECT_LE(rel_diff(sum, g), 1e-5) << name;
+  }
+}
+
 // ---- the model against its description ---------------------------------------------------------
 
 TEST(ModelDescription, ParametersAreExactlyThoseOfArchParameters) {
