@@ -4,6 +4,7 @@
 #include <fmt/ostream.h>
 
 #include "core/error.hpp"
+#include "model/recompute.hpp"
 #include "model/tiled_loss.hpp"
 
 namespace ulysses::model {
@@ -27,7 +28,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window) {
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -38,11 +39,16 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
 
 torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                    const torch::Tensor& doc_ids) {
-  auto h = embed_tokens(input_ids);                                        // [B, S/P, hidden]
-  const auto rope = rope_tables(inv_freq_, position_ids, h.scalar_type());  // [B, S/P, 1, D] each
-  const AttentionPlan plan = plan_attention(doc_ids, sliding_window_, h.device());   // runs of documents [B] × [begin, end)
-  for (std::size_t i = 0; i < layers->size(); ++i) h = layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, plan);
-  return norm(h);                                                          // [B, S/P, hidden]
+  auto h = embed_tokens(input_ids);                                                      // [B, S/P, hidden]
+  // shared with the layers' recomputation in backward when checkpointing
+  const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
+  const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    DecoderLayerImpl& layer = *layers->ptr<DecoderLayerImpl>(i);
+    h = options_.activation_checkpointing() ? recomputed_layer(layer, h, rope, plan, options_.precision())
+                                            : layer.forward(h, *rope, *plan);         // [B, S/P, hidden]
+  }
+  return norm(h);                                                                        // [B, S/P, hidden]
 }
 
 CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)

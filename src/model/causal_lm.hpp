@@ -69,6 +69,7 @@ struct DecoderImpl : torch::nn::Module {
  private:
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
+  ModelOptions options_;
 };
 TORCH_MODULE(Decoder);
 

@@ -17,6 +17,9 @@ namespace ulysses::model {
 
 struct ModelOptions {
   TORCH_ARG(Precision, precision) = Precision::kFp32;   // fp32, or bf16 autocast (fp32 master weights)
+  // Activation checkpointing per decoder layer (recompute.hpp): keep each layer's input, recompute the layer
+  // in backward.
+  TORCH_ARG(bool, activation_checkpointing) = false;
   // Tiled logits + loss (tiled_loss.hpp): the head and cross-entropy over chunks of this many tokens;
   // 0 = the whole [S/P, V] logits at once (also whenever the caller asks to keep the logits).
   TORCH_ARG(std::int64_t, logits_chunk_tokens) = 0;

@@ -41,8 +41,10 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
 }
 
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, bool bf16, std::int64_t logits_chunk_tokens) {
+                           const SequenceParallel& sp, const model::ModelOptions& options) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
+  const bool bf16 = options.precision() == model::Precision::kBf16;
+  const std::int64_t logits_chunk_tokens = options.logits_chunk_tokens();
   const std::int64_t params = arch::parameter_count(c);
   MemoryPlan m;
   m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
@@ -61,7 +63,11 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
   const double logit_rows = logits_chunk_tokens > 0 ? std::min(tokens, static_cast<double>(logits_chunk_tokens)) : tokens;
   const double logits = 4.0 * logit_rows * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
   const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
-  m.activations_gib = (bytes * static_cast<double>(c.num_layers) * (tokens * per_token_layer + scores) + logits) / kGiB;
+  const double layer = bytes * (tokens * per_token_layer + scores);             // one layer's intermediates
+  const double layers = options.activation_checkpointing()
+                            ? static_cast<double>(c.num_layers) * 4.0 * tokens * h + layer   // fp32 inputs + one layer
+                            : static_cast<double>(c.num_layers) * layer;
+  m.activations_gib = (layers + logits) / kGiB;
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include "core/rank_layout.hpp"
 #include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
+#include "model/options.hpp"
 
 namespace ulysses::train {
 
@@ -29,11 +30,12 @@ struct MemoryPlan {
   double total() const { return weights_gib + grads_gib + optimizer_gib + activations_gib; }
 };
 // fp32 weights, grads and two AdamW moments (bf16: plus the bf16 weight copies autocast makes); activations
-// of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32; fp32 logits of
-// every token, or of one chunk with tiled logits (logits_chunk_tokens > 0); plus the [H/P, S, S] scores per
-// layer when a sliding window forces an explicit mask).
+// of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32): every layer's
+// intermediates, or with activation checkpointing each layer's fp32 input plus one layer's intermediates;
+// fp32 logits of every token, or of one chunk with tiled logits; plus the [H/P, S, S] scores per layer when
+// a sliding window forces an explicit mask.
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, bool bf16, std::int64_t logits_chunk_tokens);
+                           const SequenceParallel& sp, const model::ModelOptions& options);
 
 // Model FLOPs of one step over all ranks: 6·M·T + 12·layers·H·D·S·T (M = arch::matmul_parameter_count, T
 // tokens in the step; attention counted dense, as FLOP counters count it; recomputation not counted).

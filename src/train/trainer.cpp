@@ -97,7 +97,8 @@ model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig
   const std::int64_t chunk = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens   // implies --tiled-logits
                              : o.tiled_logits          ? model::logits_chunk_tokens(c.vocab_size)
                                                        : 0;
-  return model::ModelOptions().precision(precision).logits_chunk_tokens(chunk);
+  return model::ModelOptions().precision(precision).logits_chunk_tokens(chunk).activation_checkpointing(
+      o.activation_checkpointing);
 }
 
 fs::path model_config_path(const TrainOptions& o) {
@@ -139,8 +140,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp,
-                                     r.precision == model::Precision::kBf16, r.model->options().logits_chunk_tokens());
+  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.model->options());
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
            arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
@@ -153,6 +153,9 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
                                                     r.config.head_dim, r.config.sliding_window.has_value()));
   const std::int64_t chunk = r.model->options().logits_chunk_tokens();
+  log_info("activations: {}", r.model->options().activation_checkpointing()
+                                  ? "checkpointed per decoder layer (inputs kept, each layer recomputed in backward)"
+                                  : "every layer's intermediates kept for backward");
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
                                                4.0 * static_cast<double>(chunk * r.config.vocab_size) / (1 << 30))
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));

@@ -1,0 +1,50 @@
+#include "model/recompute.hpp"
+
+#include <torch/autograd.h>
+#include <torch/custom_class.h>
+
+namespace ulysses::model {
+namespace {
+
+// What the backward needs besides the saved input: the layer and its call's other arguments.
+struct LayerCall : torch::CustomClassHolder {
+  LayerCall(DecoderLayerImpl& l, std::shared_ptr<const RopeTables> r, std::shared_ptr<const AttentionPlan> p,
+            Precision pr)
+      : layer(l), rope(std::move(r)), plan(std::move(p)), precision(pr) {}
+  DecoderLayerImpl& layer;
+  std::shared_ptr<const RopeTables> rope;      // [B, S/P, 1, D] cos, sin
+  std::shared_ptr<const AttentionPlan> plan;   // the whole sequence's documents
+  Precision precision;
+};
+
+struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const c10::intrusive_ptr<LayerCall>& call) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    return call->layer.forward(x, *call->rope, *call->plan);   // no graph: Function::apply runs this without grad
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto call = c10::static_intrusive_pointer_cast<LayerCall>(ctx->saved_data["call"].toCapsule());
+    const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);   // [B, S/P, hidden]
+    {
+      const torch::AutoGradMode grad_mode(true);
+      const AutocastScope autocast(call->precision, x.device());
+      const torch::Tensor y = call->layer.forward(x, *call->rope, *call->plan);
+      torch::autograd::backward({y}, {grad_out[0]});
+    }
+    return {x.grad(), torch::Tensor()};   // and none for the call
+  }
+};
+
+}  // namespace
+
+torch::Tensor recomputed_layer(DecoderLayerImpl& layer, const torch::Tensor& x,
+                               std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
+                               Precision precision) {
+  return RecomputedLayer::apply(x, c10::make_intrusive<LayerCall>(layer, std::move(rope), std::move(plan), precision));
+}
+
+}  // namespace ulysses::model

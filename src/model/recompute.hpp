@@ -1,0 +1,26 @@
+// Activation checkpointing at decoder-layer granularity: a layer's forward keeps only its input; backward
+// runs the layer again (inside the model's autocast scope, with its all-to-alls — every rank recomputes the
+// same layers in the same order, so the collectives still match) and back-propagates through that copy.
+//
+//   forward:  y = layer(x) under no-grad; saved: x [B, S/P, hidden] only
+//   backward: x' = x (detached, requires grad); y' = layer(x') with grad; backward(y', dy) → dx = x'.grad;
+//             the layer's parameter gradients accumulate into their .grad as in the plain path
+//
+// Exact: the recomputation repeats the same deterministic operations, so the gradients equal the plain
+// path's bit for bit on CPU (tested). The rope tables and the attention plan are shared, not copied. x must
+// require grad (it does: the embeddings are trained), or the layer's parameters would get no gradient.
+#pragma once
+
+#include <memory>
+
+#include "model/causal_lm.hpp"
+#include "model/precision.hpp"
+
+namespace ulysses::model {
+
+// layer(x, rope, plan) with only x kept for backward; the layer must outlive the backward.
+torch::Tensor recomputed_layer(DecoderLayerImpl& layer, const torch::Tensor& x,
+                               std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
+                               Precision precision);
+
+}  // namespace ulysses::model
