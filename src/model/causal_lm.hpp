@@ -52,6 +52,10 @@ struct DecoderLayerImpl : torch::nn::Module {
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+
+ private:
+  std::int64_t mlp_tile_tokens_;   // TiledMLP tile, 0 = untiled
+  Precision precision_;            // re-entered by the tiles' recomputation
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -20,6 +20,8 @@ struct ModelOptions {
   // Activation checkpointing per decoder layer (recompute.hpp): keep each layer's input, recompute the layer
   // in backward.
   TORCH_ARG(bool, activation_checkpointing) = false;
+  // TiledMLP (tiled_mlp.hpp): each layer's norm + MLP + residual over tiles of this many tokens; 0 = untiled.
+  TORCH_ARG(std::int64_t, mlp_tile_tokens) = 0;
   // Tiled logits + loss (tiled_loss.hpp): the head and cross-entropy over chunks of this many tokens;
   // 0 = the whole [S/P, V] logits at once (also whenever the caller asks to keep the logits).
   TORCH_ARG(std::int64_t, logits_chunk_tokens) = 0;

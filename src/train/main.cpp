@@ -27,8 +27,8 @@ Examples:
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
   # one node of 8 GPUs, bf16 mixed precision, SP=8 over NCCL; MFU against the GPU's bf16 peak
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
-  # long sequences: recompute each layer in backward, the loss over 1 GiB chunks of logits
-  srun --mpi=pmi2 ulysses-train --config run.toml --activation-checkpointing --tiled-logits
+  # long sequences: recompute each layer in backward, the MLP over tiles, the loss over 1 GiB chunks of logits
+  srun --mpi=pmi2 ulysses-train --config run.toml --activation-checkpointing --tiled-mlp --tiled-logits
   # debugging: 4 ranks share one GPU, collectives through MPI host staging
   mpiexec -n 4 ulysses-train --config run.toml --sp 4 --device cuda --comm mpi
   # validate config, data and layout; print the rank map and a memory estimate
@@ -67,6 +67,10 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
+  app.add_flag("--tiled-mlp", o.tiled_mlp,
+               "Each layer's norm + MLP over tiles of tokens, recomputed per tile in backward (ALST's TiledMLP; exact)");
+  app.add_option("--mlp-tile-tokens", o.mlp_tile_tokens, "Tokens per MLP tile (implies --tiled-mlp; 0: hidden size)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--tiled-logits", o.tiled_logits,
                "Head and cross-entropy over chunks of tokens: never the whole [S/P, vocab] logits (exact)");
   app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,

@@ -16,6 +16,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"device", o.device},              {"precision", o.precision},
           {"tiled_logits", o.tiled_logits},  {"logits_chunk_tokens", o.logits_chunk_tokens},
           {"activation_checkpointing", o.activation_checkpointing},
+          {"tiled_mlp", o.tiled_mlp},        {"mlp_tile_tokens", o.mlp_tile_tokens},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},

@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
   std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
+  bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)
+  std::int64_t mlp_tile_tokens = 0;        // tokens per tile, implies tiled_mlp (0: hidden size, as ALST)
   bool tiled_logits = false;               // head + cross-entropy over token chunks (never the whole logits)
   std::int64_t logits_chunk_tokens = 0;    // tokens per chunk, implies tiled_logits (0: ~1 GiB of fp32 logits)
   std::string comm = "auto";               // auto (nccl on cuda, mpi on cpu), nccl, mpi (CUDA: host staging)

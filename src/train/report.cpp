@@ -53,8 +53,11 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
   const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "--seq-len").size());
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
-  // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj, MLP gate/up/act
-  const double per_token_layer = 3 * h + 2 * qkv + 2 * attn_out + h + 3 * inter;
+  // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj; and the
+  // MLP's gate/up/act for every token, or for one tile with TiledMLP
+  const double per_token_layer = 3 * h + 2 * qkv + 2 * attn_out + h;
+  const auto tile = static_cast<double>(options.mlp_tile_tokens());
+  const double mlp_rows = tile > 0 ? std::min(tokens, tile) : tokens;
   // Attention runs per document through fused SDPA (no [S, S] scores), except with a sliding window, which
   // needs the [B, 1, S, S] bool mask and the scores of H/P heads.
   const double scores = !c.sliding_window ? 0.0
@@ -63,7 +66,7 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
   const double logit_rows = logits_chunk_tokens > 0 ? std::min(tokens, static_cast<double>(logits_chunk_tokens)) : tokens;
   const double logits = 4.0 * logit_rows * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
   const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
-  const double layer = bytes * (tokens * per_token_layer + scores);             // one layer's intermediates
+  const double layer = bytes * (tokens * per_token_layer + mlp_rows * 3 * inter + scores);   // one layer's
   const double layers = options.activation_checkpointing()
                             ? static_cast<double>(c.num_layers) * 4.0 * tokens * h + layer   // fp32 inputs + one layer
                             : static_cast<double>(c.num_layers) * layer;

@@ -31,7 +31,8 @@ struct MemoryPlan {
 };
 // fp32 weights, grads and two AdamW moments (bf16: plus the bf16 weight copies autocast makes); activations
 // of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32): every layer's
-// intermediates, or with activation checkpointing each layer's fp32 input plus one layer's intermediates;
+// intermediates (the MLP's of one tile with TiledMLP), or with activation checkpointing each layer's fp32
+// input plus one layer's intermediates;
 // fp32 logits of every token, or of one chunk with tiled logits; plus the [H/P, S, S] scores per layer when
 // a sliding window forces an explicit mask.
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,

@@ -97,8 +97,14 @@ model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig
   const std::int64_t chunk = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens   // implies --tiled-logits
                              : o.tiled_logits          ? model::logits_chunk_tokens(c.vocab_size)
                                                        : 0;
-  return model::ModelOptions().precision(precision).logits_chunk_tokens(chunk).activation_checkpointing(
-      o.activation_checkpointing);
+  const std::int64_t tile = o.mlp_tile_tokens > 0 ? o.mlp_tile_tokens   // implies --tiled-mlp
+                            : o.tiled_mlp            ? c.hidden_size      // ALST: ceil(S/P / hidden) tiles
+                                                     : 0;
+  return model::ModelOptions()
+      .precision(precision)
+      .activation_checkpointing(o.activation_checkpointing)
+      .mlp_tile_tokens(tile)
+      .logits_chunk_tokens(chunk);
 }
 
 fs::path model_config_path(const TrainOptions& o) {
@@ -153,9 +159,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
                                                     r.config.head_dim, r.config.sliding_window.has_value()));
   const std::int64_t chunk = r.model->options().logits_chunk_tokens();
-  log_info("activations: {}", r.model->options().activation_checkpointing()
-                                  ? "checkpointed per decoder layer (inputs kept, each layer recomputed in backward)"
-                                  : "every layer's intermediates kept for backward");
+  const model::ModelOptions& mo = r.model->options();
+  log_info("activations: {}{}", mo.activation_checkpointing()
+                                    ? "checkpointed per decoder layer (inputs kept, each layer recomputed in backward)"
+                                    : "every layer's intermediates kept for backward",
+           mo.mlp_tile_tokens() > 0 ? fmt::format("; MLP in tiles of {} tokens", mo.mlp_tile_tokens()) : "");
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
                                                4.0 * static_cast<double>(chunk * r.config.vocab_size) / (1 << 30))
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));

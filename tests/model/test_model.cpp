@@ -1,6 +1,7 @@
 // Unit tests of the model library that need no Python: the Ulysses reshapes
 // (P = 1 through a solo communicator; P = 2 and 4 through threads standing in for ranks, against the
-// same model at P = 1), from-scratch init, and strict weight loading.
+// same model at P = 1), from-scratch init, strict weight loading, the memory features (tiled logits,
+// activation checkpointing, TiledMLP) against the plain path, and the model against its description.
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -231,6 +232,43 @@ TEST(Weights, InitIsSeededAndHfStyle) {
   EXPECT_TRUE(pa["model.embed_tokens.weight"][5].eq(0).all().item<bool>());
 }
 
+std::map<std::string, torch::Tensor> parameters_of(CausalLm& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : m->named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+TEST(Weights, LoadsWhatItSavedAndToleratesRotaryBuffers) {
+  CausalLm source(tiny_config(2, std::nullopt)), target(tiny_config(2, std::nullopt));
+  init_weights(source, 1);
+  auto params = parameters_of(source);
+  params["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
+  TempDir dir("roundtrip");
+  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
+  load_hf_weights(target, dir.path);
+  for (const auto& item : target->named_parameters())
+    EXPECT_TRUE(item.value().equal(params[item.key()])) << item.key();
+}
+
+TEST(Weights, RejectsMissingUnexpectedAndMisshapenTensors) {
+  CausalLm model(tiny_config(2, std::nullopt));
+  auto params = parameters_of(model);
+  params.erase("model.norm.weight");
+  params["lm_head.bias"] = torch::zeros({64});
+  params["model.layers.1.mlp.up_proj.weight"] = torch::zeros({48, 33});
+  TempDir dir("bad");
+  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
+  try {
+    load_hf_weights(model, dir.path);
+    ADD_FAILURE() << "accepted";
+  } catch (const BadInput& e) {
+    const std::string what = e.what();
+    for (const char* part : {"1 missing: model.norm.weight", "1 unexpected: lm_head.bias",
+                             "model.layers.1.mlp.up_proj.weight [48, 33] (expected [48, 32])"})
+      EXPECT_NE(what.find(part), std::string::npos) << what;
+  }
+}
+
 // ---- tiled logits + loss -----------------------------------------------------------------------
 
 double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -289,40 +327,6 @@ TEST(TiledLoss, KeepLogitsStillGivesTheLogits) {
   EXPECT_EQ(out.logits.sizes(), (std::vector<std::int64_t>{2, 16, config.vocab_size}));
 }
 
-// SP=4 with tiled logits equals SP=1 without (ranks as threads; KV heads replicated: 2 KV heads, P=4).
-TEST(TiledLoss, SpFourTiledEqualsSpOnePlain) {
-  const auto config = tiny_config(2, std::nullopt);
-  CausalLm reference(config);
-  init_weights(reference, 9);
-  const Batch batch = packed_batch(config.vocab_size);
-  const LossAndGrads want = loss_and_grads(reference, batch);
-  constexpr int P = 4;
-  testing::ThreadGroup group(P);
-  std::vector<CausalLm> ranks;
-  for (int r = 0; r < P; ++r) {
-    ranks.emplace_back(config, testing::sp_of(group.rank(r)), ModelOptions().logits_chunk_tokens(3));
-    copy_parameters(reference, ranks.back());
-  }
-  std::vector<double> losses(P);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r)
-    threads.emplace_back([&, r] {
-      const Batch mine = batch.slice(r, P);
-      const CausalLmOutput out = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels);
-      out.loss_sum.backward();
-      losses[r] = out.loss_sum.item<double>();
-    });
-  for (auto& t : threads) t.join();
-  double loss = 0;
-  for (double l : losses) loss += l;
-  EXPECT_LE(std::abs(loss - want.loss), 1e-5 * std::abs(want.loss));
-  for (const auto& [name, g] : want.grads) {
-    auto sum = torch::zeros_like(g);
-    for (auto& m : ranks) sum += m->named_parameters()[name].grad();
-    EXPECT_LE(rel_diff(sum, g), 1e-5) << name;
-  }
-}
-
 // ---- activation checkpointing -------------------------------------------------------------------
 
 // Recomputing each layer in backward repeats the same operations: loss and gradients equal the plain path
@@ -348,20 +352,44 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
   }
 }
 
-// SP=4 (KV heads replicated) with checkpointing and tiled logits equals SP=1 plain: the recomputation repeats
-// the all-to-alls on every rank in the same order.
-TEST(ActivationCheckpointing, SpFourEqualsSpOnePlain) {
+// ---- TiledMLP ------------------------------------------------------------------------------------
+
+// The MLP half of each layer over token tiles equals the plain path: loss bit for bit (each tile computes
+// the rows of the whole products exactly), every gradient ≤ 1e-6 relative (weight gradients are sums over
+// tiles); 12-token tiles (not dividing the 32 tokens) and 16. With checkpointing and tiled logits together,
+// the same bound.
+TEST(TiledMlp, EqualsThePlainPath) {
   const auto config = tiny_config(2, std::nullopt);
+  CausalLm plain(config);
+  init_weights(plain, 12);
+  const Batch batch = packed_batch(config.vocab_size);
+  const LossAndGrads want = loss_and_grads(plain, batch);
+  for (const ModelOptions& options : {ModelOptions().mlp_tile_tokens(12), ModelOptions().mlp_tile_tokens(16),
+                                      ModelOptions().mlp_tile_tokens(12).activation_checkpointing(true).logits_chunk_tokens(12)}) {
+    CausalLm tiled(config, SequenceParallel(), options);
+    copy_parameters(plain, tiled);
+    const LossAndGrads got = loss_and_grads(tiled, batch);
+    const std::string what = fmt::format("tile {} checkpointing {} logits chunk {}", options.mlp_tile_tokens(),
+                                         options.activation_checkpointing(), options.logits_chunk_tokens());
+    EXPECT_LE(std::abs(got.loss - want.loss), 1e-6 * std::abs(want.loss)) << what;
+    for (const auto& [name, g] : want.grads) EXPECT_LE(rel_diff(got.grads.at(name), g), 1e-6) << name << " " << what;
+  }
+}
+
+// ---- the memory features at SP=4 ------------------------------------------------------------------
+
+// SP=4 with `options` (ranks as threads) equals SP=1 without any: loss and every gradient (summed over the
+// ranks) ≤ 1e-5 relative. Checkpointing repeats each layer's all-to-alls on every rank in the same order.
+void expect_sp4_matches_plain_sp1(const ModelConfig& config, const ModelOptions& options, std::uint64_t seed) {
   CausalLm reference(config);
-  init_weights(reference, 8);
+  init_weights(reference, seed);
   const Batch batch = packed_batch(config.vocab_size);
   const LossAndGrads want = loss_and_grads(reference, batch);
   constexpr int P = 4;
   testing::ThreadGroup group(P);
   std::vector<CausalLm> ranks;
   for (int r = 0; r < P; ++r) {
-    ranks.emplace_back(config, testing::sp_of(group.rank(r)),
-                       ModelOptions().activation_checkpointing(true).logits_chunk_tokens(3));
+    ranks.emplace_back(config, testing::sp_of(group.rank(r)), options);
     copy_parameters(reference, ranks.back());
   }
   std::vector<double> losses(P);
@@ -382,6 +410,15 @@ TEST(ActivationCheckpointing, SpFourEqualsSpOnePlain) {
     for (auto& m : ranks) sum += m->named_parameters()[name].grad();
     EXPECT_LE(rel_diff(sum, g), 1e-5) << name;
   }
+}
+
+TEST(MemoryFeatures, SpFourEqualsSpOnePlain) {
+  expect_sp4_matches_plain_sp1(tiny_config(2, std::nullopt), ModelOptions().logits_chunk_tokens(3), 9);
+  expect_sp4_matches_plain_sp1(tiny_config(2, std::nullopt),
+                               ModelOptions().activation_checkpointing(true).logits_chunk_tokens(3), 8);
+  expect_sp4_matches_plain_sp1(tiny_config(1, std::nullopt),   // one KV head, replicated to 4 ranks
+                               ModelOptions().activation_checkpointing(true).logits_chunk_tokens(3).mlp_tile_tokens(3),
+                               13);
 }
 
 // ---- the model against its description ---------------------------------------------------------
@@ -428,43 +465,6 @@ TEST(ModelDescription, LayerForwardTakesWeightsFromElsewhere) {
   EXPECT_TRUE(layer.forward(x, rope, plan, copy).equal(expected));
   copy.mlp.down.mul_(2);   // and the weights given are the ones used
   EXPECT_FALSE(layer.forward(x, rope, plan, copy).equal(expected));
-}
-
-std::map<std::string, torch::Tensor> parameters_of(CausalLm& m) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& item : m->named_parameters()) out[item.key()] = item.value().detach();
-  return out;
-}
-
-TEST(Weights, LoadsWhatItSavedAndToleratesRotaryBuffers) {
-  CausalLm source(tiny_config(2, std::nullopt)), target(tiny_config(2, std::nullopt));
-  init_weights(source, 1);
-  auto params = parameters_of(source);
-  params["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
-  TempDir dir("roundtrip");
-  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
-  load_hf_weights(target, dir.path);
-  for (const auto& item : target->named_parameters())
-    EXPECT_TRUE(item.value().equal(params[item.key()])) << item.key();
-}
-
-TEST(Weights, RejectsMissingUnexpectedAndMisshapenTensors) {
-  CausalLm model(tiny_config(2, std::nullopt));
-  auto params = parameters_of(model);
-  params.erase("model.norm.weight");
-  params["lm_head.bias"] = torch::zeros({64});
-  params["model.layers.1.mlp.up_proj.weight"] = torch::zeros({48, 33});
-  TempDir dir("bad");
-  ulysses::testing::write_tensors(dir.path / "model.safetensors", params);
-  try {
-    load_hf_weights(model, dir.path);
-    ADD_FAILURE() << "accepted";
-  } catch (const BadInput& e) {
-    const std::string what = e.what();
-    for (const char* part : {"1 missing: model.norm.weight", "1 unexpected: lm_head.bias",
-                             "model.layers.1.mlp.up_proj.weight [48, 33] (expected [48, 32])"})
-      EXPECT_NE(what.find(part), std::string::npos) << what;
-  }
 }
 
 }  // namespace

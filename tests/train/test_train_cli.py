@@ -233,14 +233,15 @@ class Train(PackedSample):
 
     def test_activation_memory_features_track_the_plain_run(self):
         """At SP=2 for 20 steps: --activation-checkpointing reproduces the plain losses bit for bit (the same
-        operations, recomputed); with --tiled-logits too (100-token chunks, not dividing the 128 tokens a rank
-        holds) they track within 1e-5."""
+        operations, recomputed); with --tiled-mlp (48-token tiles) and --tiled-logits (100-token chunks) too —
+        neither dividing the 128 tokens a rank holds — they track within 1e-5."""
         plain, ckpt, both = self.root / "plain-act", self.root / "ckpt-act", self.root / "both-act"
         self.run_ok(train_cmd(2, self.data, plain, "--sp", 2, "--steps", 20))
         p = self.run_ok(train_cmd(2, self.data, ckpt, "--sp", 2, "--steps", 20, "--activation-checkpointing"))
         self.assertIn("activations: checkpointed per decoder layer", p.stderr)
         p = self.run_ok(train_cmd(2, self.data, both, "--sp", 2, "--steps", 20, "--activation-checkpointing",
-                                  "--logits-chunk-tokens", 100))
+                                  "--mlp-tile-tokens", 48, "--logits-chunk-tokens", 100))
+        self.assertIn("MLP in tiles of 48 tokens", p.stderr)
         self.assertIn("loss: tiled logits, 100 tokens per chunk", p.stderr)
         a = losses(plain)
         self.assertEqual(len(a), 20)
@@ -248,7 +249,7 @@ class Train(PackedSample):
         b = losses(both)
         self.assertEqual(len(b), 20)
         for step, (x, y) in enumerate(zip(a, b), 1):
-            self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: plain {x} vs checkpointed + tiled {y}")
+            self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: plain {x} vs all features {y}")
 
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
