@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Bytes per token of one training rank, ours against transformers and against ALST's own memory stack.
+
+Model: Llama-3.1-8B's ratios scaled down (hidden 256, intermediate 896, 4 layers, 4 heads, 1 KV head, head_dim 64,
+vocab 32000), one document of S tokens per sequence, 2 optimizer steps, fp32 on CPU, the same glibc malloc
+settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_) for every side. Each side's peak RSS (VmHWM of the
+process; ours: the largest rank's) is measured at every --lengths S and fitted as peak = a + b·S: b is what each
+extra token costs a rank (the primary figure), a the fixed cost (reported apart, not folded into the ratios).
+The fit must be linear (its worst residual is printed): nothing may grow as S².
+
+Sides (each in its own process):
+  A      transformers + gradient_checkpointing_enable() — what HF users run
+  B      A + ALST's TiledMLP and TiledFusedLogitsLoss from the deepspeed package (its memory stack)
+  off    ours, SP=1, no memory feature (today's default path)
+  C      ours, SP=1, --activation-checkpointing --tiled-mlp --logits-chunk-tokens N
+  D      ours, SP=4 (4 ranks), the same features, per rank
+B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
+(target >= 1.2), b_C/b_D (target >= 3.5), and the step time of C over off at the longest S (target <= 1.4).
+Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
+S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; said so when unavailable).
+
+usage: tools/bench/memory_bench.py [--build build] [--lengths 2048,4096,8192] [--threads 2] [--loss-chunk 512]
+                                   [--cap-gib 4] [--confirm-cap] [--python PY]
+B needs `pip install --no-build-isolation deepspeed` (DS_BUILD_OPS=0 DS_ACCELERATOR=cpu) in the Python used;
+without it B is reported as not run, with the reason.
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000, "hidden_size": 256,
+          "intermediate_size": 896, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
+          "head_dim": 64, "hidden_act": "silu", "max_position_embeddings": 65536, "rms_norm_eps": 1e-5,
+          "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+SIDES = ["A", "B", "off", "C", "D"]
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def pack(a, work, S):
+    rng = random.Random(S)
+    src = work / f"docs-{S}.jsonl"
+    with open(src, "w") as f:
+        for _ in range(3):
+            f.write(json.dumps({"input_ids": [rng.randrange(CONFIG["vocab_size"]) for _ in range(S)]}) + "\n")
+    out = work / f"data-{S}"
+    subprocess.run([f"{a.build}/src/pack/ulysses-pack", "pack", str(src), "-o", str(out), "--seq-len", str(S),
+                    "--sp", "4", "--align", "1", "--vocab-size", str(CONFIG["vocab_size"])], check=True,
+                   capture_output=True)
+    return out
+
+
+def run_ours(a, work, data, side, S, cgroup=None):
+    ranks = 4 if side == "D" else 1
+    features = [] if side == "off" else ["--activation-checkpointing", "--tiled-mlp",
+                                         "--logits-chunk-tokens", str(a.loss_chunk)]
+    out = work / f"run-{side}-{S}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpiexec", "-n", str(ranks), f"{a.build}/src/train/ulysses-train", "--data", str(data), "--model-config",
+           str(work / "config.json"), "--output", str(out), "--sp", str(ranks), "--steps", "2", "--lr", "1e-4",
+           "--threads", str(max(1, a.threads // ranks))] + features
+    p = run(cmd, cgroup)
+    if p.returncode != 0:
+        return {"error": f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}"}
+    m = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"peak_rss_mib": max(x["peak_rss_mib"] for x in m), "step_seconds": [x["seconds"] for x in m]}
+
+
+def run_hf(a, work, side, S, cgroup=None):
+    p = run([a.python, str(HERE / "memory_bench_worker.py"), str(work / "config.json"), str(S), side,
+             str(a.loss_chunk), str(a.threads)], cgroup)
+    if p.returncode != 0:
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        return {"error": f"exit {p.returncode}: {last}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run(cmd, cgroup):
+    env = dict(os.environ, **MALLOC)
+    join = (lambda: pathlib.Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=join)
+
+
+def fit(points):
+    """Least squares peak = a + b·S over [(S, MiB)]: a in MiB, b in KiB per token, worst relative residual."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    worst = max(abs(a + b * x - y) / y for x, y in zip(xs, ys))
+    return a, b * 1024, worst
+
+
+def cap_group(gib):
+    base = pathlib.Path("/sys/fs/cgroup/memory")
+    if not (base / "cgroup.procs").exists() or os.geteuid() != 0:
+        return None, "no cgroup-v1 memory controller writable here (needs root and /sys/fs/cgroup/memory)"
+    g = base / f"ulysses-memory-bench-{os.getpid()}"
+    g.mkdir(exist_ok=True)
+    (g / "memory.limit_in_bytes").write_text(str(int(gib * 2**30)))
+    if (g / "memory.memsw.limit_in_bytes").exists():
+        (g / "memory.memsw.limit_in_bytes").write_text(str(int(gib * 2**30)))
+    return g, ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--lengths", default="2048,4096,8192")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--loss-chunk", type=int, default=512)   # every rank holds >= one chunk at S=2K, SP=4
+    ap.add_argument("--cap-gib", type=float, default=4.0)
+    ap.add_argument("--confirm-cap", action="store_true")
+    ap.add_argument("--python", default=sys.executable)
+    a = ap.parse_args()
+    lengths = [int(x) for x in a.lengths.split(",")]
+    ds = subprocess.run([a.python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True,
+                        text=True)
+    b_reason = "" if ds.returncode == 0 else "deepspeed is not importable in " + a.python + \
+        " (pip install --no-build-isolation deepspeed with DS_BUILD_OPS=0 DS_ACCELERATOR=cpu)"
+    print(f"model: {json.dumps({k: CONFIG[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size')})}")
+    print(f"S = {lengths}; 2 steps, fp32, CPU, {a.threads} threads; loss chunk {a.loss_chunk} tokens (B, C, D); "
+          f"malloc {MALLOC}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        (work / "config.json").write_text(json.dumps(CONFIG))
+        res = {s: {} for s in SIDES}
+        for S in lengths:
+            data = pack(a, work, S)
+            for side in SIDES:
+                if side == "B" and b_reason:
+                    res[side][S] = {"error": b_reason}
+                elif side in ("A", "B"):
+                    res[side][S] = run_hf(a, work, side, S)
+                else:
+                    res[side][S] = run_ours(a, work, data, side, S)
+                r = res[side][S]
+                print(f"  S={S:6d} {side:>3}: " + (f"peak {r['peak_rss_mib']:8.1f} MiB, step {r['step_seconds'][-1]:.2f} s"
+                                                   if "error" not in r else f"not run: {r['error']}"), flush=True)
+        fits = {}
+        print(f"\n{'side':>4} {'a (MiB)':>9} {'b (KiB/token)':>14} {'worst fit residual':>19} {'S* at cap':>10}")
+        for side in SIDES:
+            pts = [(S, r["peak_rss_mib"]) for S, r in res[side].items() if "error" not in r]
+            if len(pts) < 2:
+                print(f"{side:>4}  not fitted: {len(pts)} length(s) ran")
+                continue
+            fa, fb, worst = fit(pts)
+            star = (a.cap_gib * 1024 - fa) * 1024 / fb if fb > 0 else float("inf")
+            fits[side] = (fa, fb, star)
+            print(f"{side:>4} {fa:9.1f} {fb:14.1f} {100 * worst:18.1f}% {star:10.0f}")
+        print()
+        for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5")):
+            if num in fits and den in fits:
+                print(f"RATIO bytes per token {num}/{den} = {fits[num][1] / fits[den][1]:.2f}  (target {target})")
+            else:
+                print(f"RATIO bytes per token {num}/{den}: not measured ({num if num not in fits else den} did not run)")
+        both = [S for S in lengths if "error" not in res["C"][S] and "error" not in res["off"][S]]
+        if both:
+            S = max(both)
+            t = res["C"][S]["step_seconds"][-1] / res["off"][S]["step_seconds"][-1]
+            print(f"RATIO step time everything on/off at S={S} = {t:.2f}  (target <= 1.4)")
+        if a.confirm_cap:
+            confirm(a, work, fits)
+        else:
+            print(f"S* under a real {a.cap_gib:g} GiB cap: not confirmed in this run (--confirm-cap)")
+
+
+def confirm(a, work, fits):
+    group, why = cap_group(a.cap_gib)
+    if group is None:
+        print(f"S* under a real cap: not confirmed: {why}")
+        return
+    try:
+        for side, (_, _, star) in fits.items():
+            if side == "D" or star > 32768:
+                print(f"  {side}: S* = {star:.0f} not confirmed under the cap "
+                      f"({'a cap per rank needs one cgroup per rank' if side == 'D' else 'beyond 32K: O(S^2) attention on 2 cores'})")
+                continue
+            outcome = []
+            for f in (0.9, 1.15):
+                S = int(star * f) // 64 * 64
+                data = pack(a, work, S)
+                r = run_hf(a, work, side, S, group) if side in ("A", "B") else run_ours(a, work, data, side, S, group)
+                outcome.append(f"S={S} {'fits' if 'error' not in r else 'fails (' + r['error'][:40] + ')'}")
+            print(f"  {side}: S* = {star:.0f}: " + "; ".join(outcome))
+    finally:
+        group.rmdir()
+
+
+if __name__ == "__main__":
+    main()
