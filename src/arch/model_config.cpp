@@ -1,5 +1,6 @@
 #include "arch/model_config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -53,7 +54,8 @@ bool bool_or(const json& j, const std::string& file, const char* key, bool fallb
 
 void read_architecture(const json& j, const std::string& file, ModelConfig& c) {
   const json* type = field(j, "model_type");
-  if (!type || !type->is_string()) bad_field(file, "model_type", "is required but missing");
+  if (!type) bad_field(file, "model_type", "is required but missing");
+  if (!type->is_string()) bad_field(file, "model_type", fmt::format("must be a string (got {})", type->dump()));
   const std::string t = type->get<std::string>();
   c.rules = find_architecture(t);
   if (!c.rules) bad_field(file, "model_type", fmt::format("\"{}\" is not supported ({})", t, supported_model_types()));

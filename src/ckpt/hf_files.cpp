@@ -30,7 +30,6 @@ ordered_json export_config(const arch::ModelConfigFile& file, const std::string&
   if (!c.contains("rope_scaling")) c["rope_scaling"] = nullptr;
   if (rules.bias == arch::BiasRule::kAttentionBiasFlag) c["attention_bias"] = s.o_bias;
   if (rules.mlp_bias_field) c["mlp_bias"] = false;
-  if (rules.window == arch::WindowRule::kSlidingWindow && !c.contains("sliding_window")) c["sliding_window"] = nullptr;
   if (rules.window == arch::WindowRule::kUseSlidingWindowFlag && !present(c, "use_sliding_window"))
     c["use_sliding_window"] = false;
   c["torch_dtype"] = torch_dtype;

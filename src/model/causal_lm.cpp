@@ -49,9 +49,9 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
   for (std::size_t i = 0; i < layers->size(); ++i) {
-    DecoderLayerImpl& layer = *layers->ptr<DecoderLayerImpl>(i);
+    const auto layer = layers->ptr<DecoderLayerImpl>(i);
     h = options_.activation_checkpointing() ? recomputed_layer(layer, h, rope, plan, options_.precision())
-                                            : layer.forward(h, *rope, *plan);         // [B, S/P, hidden]
+                                            : layer->forward(h, *rope, *plan);        // [B, S/P, hidden]
   }
   return norm(h);                                                                        // [B, S/P, hidden]
 }

@@ -8,7 +8,6 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <fmt/format.h>
 
-
 namespace ulysses::model {
 namespace {
 

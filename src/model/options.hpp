@@ -3,8 +3,8 @@
 //
 // The model owns its autocast scope: CausalLm::forward enters it from `precision`, so code that runs a
 // layer again (recomputation in backward) re-enters the same scope from the same options. The memory
-// features (sharded model states, activation checkpointing and offload, tiled MLP and loss) put their
-// switches here, so the trainer, the planner and the tests pass one struct.
+// features put their switches here (checkpointing, tiled MLP and loss today; sharded states and offload
+// next), so the trainer, the planner and the tests pass one struct.
 #pragma once
 
 #include <cstdint>

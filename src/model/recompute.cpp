@@ -1,17 +1,19 @@
 #include "model/recompute.hpp"
 
+#include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
-#include <torch/custom_class.h>
+
+#include "core/error.hpp"
 
 namespace ulysses::model {
 namespace {
 
 // What the backward needs besides the saved input: the layer and its call's other arguments.
 struct LayerCall : torch::CustomClassHolder {
-  LayerCall(DecoderLayerImpl& l, std::shared_ptr<const RopeTables> r, std::shared_ptr<const AttentionPlan> p,
-            Precision pr)
-      : layer(l), rope(std::move(r)), plan(std::move(p)), precision(pr) {}
-  DecoderLayerImpl& layer;
+  LayerCall(std::shared_ptr<DecoderLayerImpl> l, std::shared_ptr<const RopeTables> r,
+            std::shared_ptr<const AttentionPlan> p, Precision pr)
+      : layer(std::move(l)), rope(std::move(r)), plan(std::move(p)), precision(pr) {}
+  std::shared_ptr<DecoderLayerImpl> layer;     // kept alive by the graph, like the rest
   std::shared_ptr<const RopeTables> rope;      // [B, S/P, 1, D] cos, sin
   std::shared_ptr<const AttentionPlan> plan;   // the whole sequence's documents
   Precision precision;
@@ -22,7 +24,7 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
                                const c10::intrusive_ptr<LayerCall>& call) {
     ctx->save_for_backward({x});
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    return call->layer.forward(x, *call->rope, *call->plan);   // no graph: Function::apply runs this without grad
+    return call->layer->forward(x, *call->rope, *call->plan);   // no graph: Function::apply runs this without grad
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -31,8 +33,11 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
     const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);   // [B, S/P, hidden]
     {
       const torch::AutoGradMode grad_mode(true);
-      const AutocastScope autocast(call->precision, x.device());
-      const torch::Tensor y = call->layer.forward(x, *call->rope, *call->plan);
+      torch::Tensor y;
+      {   // the forward again inside the model's autocast; its backward outside it, as the plain path's
+        const AutocastScope autocast(call->precision, x.device());
+        y = call->layer->forward(x, *call->rope, *call->plan);
+      }
       torch::autograd::backward({y}, {grad_out[0]});
     }
     return {x.grad(), torch::Tensor()};   // and none for the call
@@ -41,9 +46,11 @@ struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
 
 }  // namespace
 
-torch::Tensor recomputed_layer(DecoderLayerImpl& layer, const torch::Tensor& x,
+torch::Tensor recomputed_layer(std::shared_ptr<DecoderLayerImpl> layer, const torch::Tensor& x,
                                std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
                                Precision precision) {
+  ULY_CHECK(!torch::GradMode::is_enabled() || x.requires_grad(),
+            "a recomputed layer's input must require grad, or its parameters would get no gradient");
   return RecomputedLayer::apply(x, c10::make_intrusive<LayerCall>(layer, std::move(rope), std::move(plan), precision));
 }
 

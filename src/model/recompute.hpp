@@ -7,8 +7,10 @@
 //             the layer's parameter gradients accumulate into their .grad as in the plain path
 //
 // Exact: the recomputation repeats the same deterministic operations, so the gradients equal the plain
-// path's bit for bit on CPU (tested). The rope tables and the attention plan are shared, not copied. x must
-// require grad (it does: the embeddings are trained), or the layer's parameters would get no gradient.
+// path's bit for bit (tested on CPU in fp32 and bf16). The layer, the rope tables and the attention plan are
+// shared with the graph, not copied. x must require grad (it does: the embeddings are trained; checked).
+// The parameters' gradients accumulate into their .grad (they are not inputs of the Function), so the
+// recomputation uses the layer's own weights: weights gathered from shards will need them as inputs.
 #pragma once
 
 #include <memory>
@@ -18,8 +20,8 @@
 
 namespace ulysses::model {
 
-// layer(x, rope, plan) with only x kept for backward; the layer must outlive the backward.
-torch::Tensor recomputed_layer(DecoderLayerImpl& layer, const torch::Tensor& x,
+// layer(x, rope, plan) with only x kept for backward.
+torch::Tensor recomputed_layer(std::shared_ptr<DecoderLayerImpl> layer, const torch::Tensor& x,
                                std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
                                Precision precision);
 

@@ -39,21 +39,20 @@ struct TiledCrossEntropy : torch::autograd::Function<TiledCrossEntropy> {
     const torch::Tensor &h = saved[0], &w = saved[1], &labels = saved[2];
     const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
     const auto precision = static_cast<Precision>(ctx->saved_data["precision"].toInt());
-    torch::Tensor dh = torch::zeros_like(h), dw = torch::zeros_like(w);   // [N, hidden], [V, hidden]
-    const torch::Tensor wc = w.detach().requires_grad_(true);
+    torch::Tensor dh = torch::empty_like(h);                   // [N, hidden]
+    const torch::Tensor wc = w.detach().requires_grad_(true);   // its .grad sums the chunks' dW in place
     for (std::int64_t b = 0; b < h.size(0); b += chunk) {
       const std::int64_t n = std::min(chunk, h.size(0) - b);
       const torch::Tensor hc = h.narrow(0, b, n).detach().requires_grad_(true);   // [n, hidden]
-      torch::autograd::variable_list grads;
       {
         const torch::AutoGradMode grad_mode(true);
         const torch::Tensor loss = chunk_loss(hc, wc, labels.narrow(0, b, n), precision);
-        grads = torch::autograd::grad({loss}, {hc, wc}, {grad_out[0]});
+        torch::autograd::backward({loss}, {grad_out[0]}, /*retain_graph=*/std::nullopt, /*create_graph=*/false,
+                                  /*inputs=*/{hc, wc});
       }
-      dh.narrow(0, b, n).copy_(grads[0]);
-      dw += grads[1];
+      dh.narrow(0, b, n).copy_(hc.grad());
     }
-    return {dh, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dh, wc.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 

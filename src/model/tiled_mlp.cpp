@@ -1,6 +1,7 @@
 #include "model/tiled_mlp.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <torch/autograd.h>
 

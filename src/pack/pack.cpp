@@ -120,8 +120,7 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t se
 }  // namespace
 
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment) {
-  check_sequence_split(seq_len, sp, fmt::format("--seq-len {} with --sp {} and --align {}", seq_len, sp, alignment),
-                       alignment);
+  check_sequence_split(seq_len, sp, "--seq-len", alignment);
   if (seq_len > (std::int64_t{1} << 31) - 1)
     throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len));
 }

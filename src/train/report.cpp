@@ -50,7 +50,7 @@ MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch,
   m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
   m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
   m.optimizer_gib = 2 * m.grads_gib;
-  const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "--seq-len").size());
+  const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "the dataset's seq_len").size());
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
   // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj; and the

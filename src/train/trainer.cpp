@@ -165,7 +165,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                     : "every layer's intermediates kept for backward",
            mo.mlp_tile_tokens() > 0 ? fmt::format("; MLP in tiles of {} tokens", mo.mlp_tile_tokens()) : "");
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
-                                               4.0 * static_cast<double>(chunk * r.config.vocab_size) / (1 << 30))
+                                               4.0 * static_cast<double>(chunk) *
+                                                   static_cast<double>(r.config.vocab_size) / (1 << 30))
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
@@ -237,8 +238,6 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
   use_device(*device);
   Run r{o, layout, topo, groups.rank(), world, *device, *precision, *backend};
-  r.config_path = model_config_path(o);
-  r.config = arch::read_model_config(r.config_path);
   const std::chrono::seconds timeout(o.comm_timeout);
   r.sp_group = comm::make_communicator(r.backend, groups.sp(), r.device, timeout);
   r.grad_group = comm::make_communicator(r.backend, groups.world(), r.device, timeout);
@@ -246,12 +245,20 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                   : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
-  r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision));   // checks the heads first
-  data::LoaderOptions lo{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch, o.grad_accum, o.seed,
-                         r.config.vocab_size, "train"};
-  data::DataLoader loader(o.data, lo);
-  if (o.init_from.empty()) model::init_weights(r.model, o.seed);
-  else model::load_hf_weights(r.model, o.init_from);
+  std::optional<data::DataLoader> dataset;
+  // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
+  // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
+  if (bad_input_on_any_rank(world, groups.rank(), [&] {
+        r.config_path = model_config_path(o);
+        r.config = arch::read_model_config(r.config_path);
+        r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision));
+        dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
+                                                 o.grad_accum, o.seed, r.config.vocab_size, "train"});
+        if (o.init_from.empty()) model::init_weights(r.model, o.seed);
+        else model::load_hf_weights(r.model, o.init_from);
+      }))
+    return kExitBadInput;
+  data::DataLoader& loader = *dataset;
   r.model->to(r.device);   // fp32 master weights on the device; AdamW's state follows them
   r.params = named_parameters(r.model);
   for (const auto& [name, p] : r.params) r.param_list.push_back(p);

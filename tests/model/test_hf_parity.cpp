@@ -73,11 +73,11 @@ void check_case(CausalLm& model, const std::string& arch, const std::string& whi
 class HfParity : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfParity, LogitsLossAndGradients) {
-  const std::string arch = GetParam();
-  CausalLm model(arch::read_model_config(g_reference_dir / arch / "config.json"));
-  load_hf_weights(model, g_reference_dir / arch);
-  check_case(model, arch, "plain");
-  check_case(model, arch, "packed");
+  const std::string name = GetParam();
+  CausalLm model(arch::read_model_config(g_reference_dir / name / "config.json"));
+  load_hf_weights(model, g_reference_dir / name);
+  check_case(model, name, "plain");
+  check_case(model, name, "packed");
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParity,

@@ -105,12 +105,14 @@ class Optimizer(unittest.TestCase):
         for decay, warmup, min_ratio in (("cosine", 3, 0.1), ("cosine", 0, 0.0), ("linear", 2, 0.0), ("constant", 4, 0.0)):
             out = ours(self.root, decay, warmup, min_ratio, 0.0)
             want = [PEAK * f for f in hf_factors(decay, warmup, min_ratio)]
+            self.assertEqual((len(out["lr"]), len(want)), (STEPS, STEPS))
             for s, (got, w) in enumerate(zip(out["lr"].tolist(), want), 1):
                 self.assertLessEqual(abs(got - w), 1e-15 * PEAK, f"{decay} warmup {warmup} step {s}: {got} vs {w}")
 
     def test_clipping_and_adamw_match_torch(self):
         out = ours(self.root, "linear", 2, 0.0, 1.0)
         params, m, v, norms = torchs(out["lr"], 1.0)
+        self.assertEqual((len(out["grad_norm"]), len(norms)), (STEPS, STEPS))
         clipped = sum(n > 1.0 for n in norms)
         self.assertTrue(0 < clipped < STEPS, f"the clip must act on some steps only: norms {norms}")
         for s, (got, want) in enumerate(zip(out["grad_norm"].tolist(), norms), 1):

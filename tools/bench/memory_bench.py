@@ -179,6 +179,9 @@ def confirm(a, work, fits):
         return
     try:
         for side, (_, _, star) in fits.items():
+            if star < 64:
+                print(f"  {side}: S* = {star:.0f}: its fixed cost alone exceeds the cap; nothing to confirm")
+                continue
             if side == "D" or star > 32768:
                 print(f"  {side}: S* = {star:.0f} not confirmed under the cap "
                       f"({'a cap per rank needs one cgroup per rank' if side == 'D' else 'beyond 32K: O(S^2) attention on 2 cores'})")
