@@ -253,7 +253,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.config = arch::read_model_config(r.config_path);
         r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision));
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
-                                                 o.grad_accum, o.seed, r.config.vocab_size, "train"});
+                                                    o.grad_accum, o.seed, r.config.vocab_size, "train"});
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);
         else model::load_hf_weights(r.model, o.init_from);
       }))
