@@ -33,7 +33,10 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options) {
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options),
+      offloaded_bytes_(std::make_shared<std::atomic<std::int64_t>>(0)) {
+  ULY_CHECK(options.offload_checkpoints() == 0 || options.activation_checkpointing(),
+            "checkpoint offload needs activation checkpointing");
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -48,9 +51,12 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::
   // shared with the layers' recomputation in backward when checkpointing
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
+  *offloaded_bytes_ = 0;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
-    h = options_.activation_checkpointing() ? recomputed_layer(layer, h, rope, plan, options_.precision())
+    const Recompute recompute{options_.precision(), static_cast<std::int64_t>(i) < options_.offload_checkpoints(),
+                              offloaded_bytes_};
+    h = options_.activation_checkpointing() ? recomputed_layer(layer, h, rope, plan, recompute)
                                             : layer->forward(h, *rope, *plan);        // [B, S/P, hidden]
   }
   return norm(h);                                                                        // [B, S/P, hidden]

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
+#include <memory>
 #include <optional>
 
 #include <torch/nn/module.h>
@@ -65,6 +67,8 @@ struct DecoderImpl : torch::nn::Module {
   // input_ids, position_ids [B, S/P], doc_ids [B, S] -> hidden states [B, S/P, hidden] after the final norm
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& doc_ids);
+  // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
+  std::int64_t offloaded_bytes() const { return *offloaded_bytes_; }
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -74,6 +78,7 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
   ModelOptions options_;
+  std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes_;   // of the last forward
 };
 TORCH_MODULE(Decoder);
 

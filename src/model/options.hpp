@@ -20,6 +20,9 @@ struct ModelOptions {
   // Activation checkpointing per decoder layer (recompute.hpp): keep each layer's input, recompute the layer
   // in backward.
   TORCH_ARG(bool, activation_checkpointing) = false;
+  // Checkpoint offload: the inputs of the first this-many checkpointed layers are kept in host memory
+  // (recompute.hpp); needs activation_checkpointing. 0 = none.
+  TORCH_ARG(std::int64_t, offload_checkpoints) = 0;
   // TiledMLP (tiled_mlp.hpp): each layer's norm + MLP + residual over tiles of this many tokens; 0 = untiled.
   TORCH_ARG(std::int64_t, mlp_tile_tokens) = 0;
   // Tiled logits + loss (tiled_loss.hpp): the head and cross-entropy over chunks of this many tokens;

@@ -11,8 +11,13 @@
 // shared with the graph, not copied. x must require grad (it does: the embeddings are trained; checked).
 // The parameters' gradients accumulate into their .grad (they are not inputs of the Function), so the
 // recomputation uses the layer's own weights: weights gathered from shards will need them as inputs.
+//
+// Checkpoint offload: the kept input goes to host memory (pinned when it is on a GPU) and comes back for the
+// recomputation. Exact (a copy). Synchronous for now: no side stream and no prefetch of the next layer yet.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "model/causal_lm.hpp"
@@ -20,9 +25,15 @@
 
 namespace ulysses::model {
 
-// layer(x, rope, plan) with only x kept for backward.
+struct Recompute {
+  Precision precision = Precision::kFp32;             // the model's, re-entered for the recomputation
+  bool offload = false;                               // keep x in host memory
+  std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes;   // counts what offload copied (may be null)
+};
+
+// layer(x, rope, plan) with only x kept for backward (on the host when options.offload).
 torch::Tensor recomputed_layer(std::shared_ptr<DecoderLayerImpl> layer, const torch::Tensor& x,
                                std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
-                               Precision precision);
+                               const Recompute& options);
 
 }  // namespace ulysses::model

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <limits>
 
 #include "comm/mpi_communicator.hpp"
 #include "core/cli.hpp"
@@ -67,6 +68,10 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
+  app.add_option("--offload-checkpoints", o.offload_checkpoints,
+                 "Keep the first N layers' checkpointed inputs in host memory (implies --activation-checkpointing; "
+                 "-1: every layer)")
+      ->check(CLI::Range(std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()))->capture_default_str();
   app.add_flag("--tiled-mlp", o.tiled_mlp,
                "Each layer's norm + MLP over tiles of tokens, recomputed per tile in backward (ALST's TiledMLP; exact)");
   app.add_option("--mlp-tile-tokens", o.mlp_tile_tokens, "Tokens per MLP tile (implies --tiled-mlp; 0: hidden size)")

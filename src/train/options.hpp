@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
   std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
+  std::int64_t offload_checkpoints = 0;    // keep the first N layers' inputs in host memory (implies the above)
   bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)
   std::int64_t mlp_tile_tokens = 0;        // tokens per tile, implies tiled_mlp (0: hidden size, as ALST)
   bool tiled_logits = false;               // head + cross-entropy over token chunks (never the whole logits)

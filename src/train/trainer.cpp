@@ -102,7 +102,8 @@ model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig
                                                      : 0;
   return model::ModelOptions()
       .precision(precision)
-      .activation_checkpointing(o.activation_checkpointing)
+      .activation_checkpointing(o.activation_checkpointing || o.offload_checkpoints != 0)
+      .offload_checkpoints(o.offload_checkpoints < 0 ? c.num_layers : o.offload_checkpoints)
       .mlp_tile_tokens(tile)
       .logits_chunk_tokens(chunk);
 }
@@ -164,6 +165,9 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                     ? "checkpointed per decoder layer (inputs kept, each layer recomputed in backward)"
                                     : "every layer's intermediates kept for backward",
            mo.mlp_tile_tokens() > 0 ? fmt::format("; MLP in tiles of {} tokens", mo.mlp_tile_tokens()) : "");
+  if (mo.offload_checkpoints() > 0)
+    log_info("checkpoint offload: the inputs of {} of {} layers go to host memory (copied synchronously)",
+             std::min(mo.offload_checkpoints(), r.config.num_layers), r.config.num_layers);
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
                                                4.0 * static_cast<double>(chunk) *
                                                    static_cast<double>(r.config.vocab_size) / (1 << 30))
@@ -310,6 +314,9 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       metrics->write(rep);
       if (bar) bar->add(1, static_cast<std::uint64_t>(rep.tokens));
       else log_line(step_line(rep));
+      if (rep.step == o.steps || state.step == 1)
+        if (const std::int64_t bytes = r.model->model->offloaded_bytes(); bytes > 0)
+          log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch", bytes);
     }
     const bool stop = any_rank(stop_requested(), world);
     if (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0)) save();

@@ -358,6 +358,25 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
   }
 }
 
+// Checkpoint offload (forced on CPU: the same code path into a separate host buffer) changes nothing — the
+// loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes.
+TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
+  const auto config = tiny_config(2, std::nullopt);
+  CausalLm plain(config);
+  init_weights(plain, 5);
+  const Batch batch = packed_batch(config.vocab_size);
+  const LossAndGrads want = loss_and_grads(plain, batch);
+  for (const std::int64_t layers : {1, 2}) {
+    CausalLm offloaded(config, SequenceParallel(),
+                       ModelOptions().activation_checkpointing(true).offload_checkpoints(layers));
+    copy_parameters(plain, offloaded);
+    const LossAndGrads got = loss_and_grads(offloaded, batch);
+    EXPECT_EQ(got.loss, want.loss);
+    for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name << " " << layers;
+    EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4);   // fp32 residual
+  }
+}
+
 // In bf16 the recomputation re-enters the model's autocast for the forward and runs its backward outside it,
 // as the plain path does (and torch.utils.checkpoint): loss and gradients bit for bit. (On CPU the backward's
 // autocast state does not change these kernels, so this does not tell the two placements apart.) Needs

@@ -233,7 +233,7 @@ class Train(PackedSample):
 
     def test_activation_memory_features_track_the_plain_run(self):
         """At SP=2 for 20 steps: --activation-checkpointing reproduces the plain losses bit for bit (the same
-        operations, recomputed); with --tiled-mlp (48-token tiles) and --tiled-logits (100-token chunks) too —
+        operations, recomputed), also with the inputs offloaded to host memory; with --tiled-mlp (48-token tiles) and --tiled-logits (100-token chunks) too —
         neither dividing the 128 tokens a rank holds — they track within 1e-5."""
         plain, ckpt, both = self.root / "plain-act", self.root / "ckpt-act", self.root / "both-act"
         self.run_ok(train_cmd(2, self.data, plain, "--sp", 2, "--steps", 20))
@@ -246,6 +246,11 @@ class Train(PackedSample):
         a = losses(plain)
         self.assertEqual(len(a), 20)
         self.assertEqual(losses(ckpt), a)
+        offload = self.root / "offload-act"   # the inputs of both layers through host memory: still bit for bit
+        p = self.run_ok(train_cmd(2, self.data, offload, "--sp", 2, "--steps", 20, "--offload-checkpoints", -1))
+        # 2 layers × 128 tokens per rank × hidden 64 × 4 bytes (fp32 residual), micro-batch 1
+        self.assertIn(f"checkpoint offload: {2 * 128 * 64 * 4} bytes of layer inputs", p.stderr)
+        self.assertEqual(losses(offload), a)
         b = losses(both)
         self.assertEqual(len(b), 20)
         for step, (x, y) in enumerate(zip(a, b), 1):
