@@ -291,6 +291,22 @@ LossAndGrads loss_and_grads(CausalLm& m, const Batch& b) {
   return r;
 }
 
+// A plain model of `config` (seeded weights, `options` with no memory feature), the packed batch, and the
+// model's loss and gradients on it: what each memory feature is compared with.
+struct Reference {
+  CausalLm model;
+  Batch batch;
+  LossAndGrads result;
+};
+
+Reference plain_reference(const ModelConfig& config, std::uint64_t seed, const ModelOptions& options = {}) {
+  CausalLm model(config, SequenceParallel(), options);
+  init_weights(model, seed);
+  Batch batch = packed_batch(config.vocab_size);
+  LossAndGrads result = loss_and_grads(model, batch);
+  return {model, batch, result};
+}
+
 // Tiled logits + loss equal the plain path in fp32: loss and every gradient ≤ 1e-6 relative, whatever the
 // chunk (4, 5 and 13 tokens, not dividing the 32 tokens, and all of them), tied or not, with a chunk whose
 // labels are all -100 (row 1's first 8 tokens). Chunks of 1 to 3 tokens make the head's matmuls take
@@ -362,10 +378,10 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
 // loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes.
 TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
   const auto config = tiny_config(2, std::nullopt);
-  CausalLm plain(config);
-  init_weights(plain, 5);
-  const Batch batch = packed_batch(config.vocab_size);
-  const LossAndGrads want = loss_and_grads(plain, batch);
+  const Reference ref = plain_reference(config, 5);
+  CausalLm plain = ref.model;
+  const Batch& batch = ref.batch;
+  const LossAndGrads& want = ref.result;
   for (const std::int64_t layers : {1, 2}) {
     CausalLm offloaded(config, SequenceParallel(),
                        ModelOptions().activation_checkpointing(true).offload_checkpoints(layers));
@@ -383,10 +399,10 @@ TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on CPUs whose AMX the kernel leaves off; meson sets it.
 TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
   const auto config = tiny_config(2, std::nullopt);
-  CausalLm plain(config, SequenceParallel(), ModelOptions().precision(Precision::kBf16));
-  init_weights(plain, 7);
-  const Batch batch = packed_batch(config.vocab_size);
-  const LossAndGrads want = loss_and_grads(plain, batch);
+  const Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kBf16));
+  CausalLm plain = ref.model;
+  const Batch& batch = ref.batch;
+  const LossAndGrads& want = ref.result;
   CausalLm recomputed(config, SequenceParallel(),
                       ModelOptions().precision(Precision::kBf16).activation_checkpointing(true));
   copy_parameters(plain, recomputed);
@@ -403,10 +419,10 @@ TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
 // the same bound.
 TEST(TiledMlp, EqualsThePlainPath) {
   const auto config = tiny_config(2, std::nullopt);
-  CausalLm plain(config);
-  init_weights(plain, 12);
-  const Batch batch = packed_batch(config.vocab_size);
-  const LossAndGrads want = loss_and_grads(plain, batch);
+  const Reference ref = plain_reference(config, 12);
+  CausalLm plain = ref.model;
+  const Batch& batch = ref.batch;
+  const LossAndGrads& want = ref.result;
   for (const ModelOptions& options : {ModelOptions().mlp_tile_tokens(12), ModelOptions().mlp_tile_tokens(16),
                                       ModelOptions().mlp_tile_tokens(12).activation_checkpointing(true).logits_chunk_tokens(12)}) {
     CausalLm tiled(config, SequenceParallel(), options);
@@ -427,10 +443,10 @@ TEST(TiledMlp, EqualsThePlainPath) {
 // SP=4 with `options` (ranks as threads) equals SP=1 without any: loss and every gradient (summed over the
 // ranks) ≤ 1e-5 relative. Checkpointing repeats each layer's all-to-alls on every rank in the same order.
 void expect_sp4_matches_plain_sp1(const ModelConfig& config, const ModelOptions& options, std::uint64_t seed) {
-  CausalLm reference(config);
-  init_weights(reference, seed);
-  const Batch batch = packed_batch(config.vocab_size);
-  const LossAndGrads want = loss_and_grads(reference, batch);
+  const Reference ref = plain_reference(config, seed);
+  CausalLm reference = ref.model;
+  const Batch& batch = ref.batch;
+  const LossAndGrads& want = ref.result;
   constexpr int P = 4;
   testing::ThreadGroup group(P);
   std::vector<CausalLm> ranks;
