@@ -22,7 +22,8 @@ S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; 
 usage: tools/bench/memory_bench.py [--build build] [--lengths 2048,4096,8192] [--threads 2] [--loss-chunk 512]
                                    [--cap-gib 4] [--confirm-cap] [--python PY]
 B needs `pip install --no-build-isolation deepspeed` (DS_BUILD_OPS=0 DS_ACCELERATOR=cpu) in the Python used;
-without it B is reported as not run, with the reason.
+without it B is reported as not run, with the reason. --smoke (CI) runs S = 512, 1024 with 128-token loss
+chunks and exits 1 when a side that can run here did not.
 """
 import argparse
 import json
@@ -119,7 +120,10 @@ def main():
     ap.add_argument("--cap-gib", type=float, default=4.0)
     ap.add_argument("--confirm-cap", action="store_true")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--smoke", action="store_true", help="tiny lengths; exit 1 if a side fails (CI)")
     a = ap.parse_args()
+    if a.smoke:
+        a.lengths, a.loss_chunk = "512,1024", 128
     lengths = [int(x) for x in a.lengths.split(",")]
     ds = subprocess.run([a.python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True,
                         text=True)
@@ -157,7 +161,10 @@ def main():
             print(f"{side:>4} {fa:9.1f} {fb:14.1f} {100 * worst:18.1f}% {star:10.0f}")
         print()
         for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5")):
-            if num in fits and den in fits:
+            if num in fits and den in fits and min(fits[num][1], fits[den][1]) <= 0:
+                flat = num if fits[num][1] <= 0 else den
+                print(f"RATIO bytes per token {num}/{den}: not measurable ({flat}'s peak does not grow over these lengths)")
+            elif num in fits and den in fits:
                 print(f"RATIO bytes per token {num}/{den} = {fits[num][1] / fits[den][1]:.2f}  (target {target})")
             else:
                 print(f"RATIO bytes per token {num}/{den}: not measured ({num if num not in fits else den} did not run)")
@@ -170,6 +177,10 @@ def main():
             confirm(a, work, fits)
         else:
             print(f"S* under a real {a.cap_gib:g} GiB cap: not confirmed in this run (--confirm-cap)")
+        failed = [f"{side} at S={S}" for side in SIDES for S, r in res[side].items()
+                  if "error" in r and not (side == "B" and b_reason)]
+        if a.smoke and failed:
+            sys.exit("smoke: these runs failed: " + ", ".join(failed))
 
 
 def confirm(a, work, fits):
