@@ -1,6 +1,7 @@
 """What the command-line tests of several tools check alike (imported by tests/*/test_*_cli.py).
 
-BadInputCase: a test case with a fresh temporary folder per test (self.root) and self.out inside it.
+TempDirCase: a test case with a fresh temporary folder per test (self.root) and self.out inside it;
+BadInputCase is the same, named for the bad-input tests.
 one_error_line: a failed run printed exactly one "error:" line naming every needle and left nothing behind.
 small_tmpfs: a tiny tmpfs mounted for the duration of a with-block, to test a full output filesystem (root).
 PackedSample: a test class whose runs share the sample corpus packed once for the tiny Llama (trainer tests).
@@ -24,7 +25,7 @@ SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
 TINY_CONFIG = ROOT / "datasets/sample/tiny-llama/config.json"
 
 
-class BadInputCase(unittest.TestCase):
+class TempDirCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.root = pathlib.Path(self.tmp.name)
@@ -32,6 +33,10 @@ class BadInputCase(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
+
+
+class BadInputCase(TempDirCase):
+    pass
 
 
 def one_error_line(test, stderr, needles, out):

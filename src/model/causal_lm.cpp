@@ -11,7 +11,7 @@
 namespace ulysses::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
-    : mlp_tile_tokens_(options.mlp_tile_tokens()), precision_(options.precision()) {
+    : options_(options) {
   self_attn = register_module("self_attn", Attention(c, sp, options));
   mlp = register_module("mlp", Mlp(c, options));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
@@ -26,9 +26,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
                                         const DecoderLayerWeights& w) {
   const double eps = input_layernorm->eps;
   auto h = x + self_attn->forward(rms_norm(x, w.input_norm, eps), rope, plan, w.attention);   // [B, S/P, hidden]
-  if (mlp_tile_tokens_ > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
-    return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, mlp_tile_tokens_,
-                           precision_).view(h.sizes());
+  if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
+    return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, options_.mlp_tile_tokens(),
+                           options_.precision()).view(h.sizes());
   return h + model::mlp(rms_norm(h, w.post_attention_norm, eps), w.mlp);                    // [B, S/P, hidden]
 }
 

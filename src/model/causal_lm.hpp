@@ -56,8 +56,7 @@ struct DecoderLayerImpl : torch::nn::Module {
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 
  private:
-  std::int64_t mlp_tile_tokens_;   // TiledMLP tile, 0 = untiled
-  Precision precision_;            // re-entered by the tiles' recomputation
+  ModelOptions options_;   // the MLP tile and the precision its recomputation re-enters
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -39,26 +39,25 @@ struct TiledMlp : torch::autograd::Function<TiledMlp> {
     const double eps = ctx->saved_data["eps"].toDouble();
     const std::int64_t tile = ctx->saved_data["tile"].toInt();
     const auto precision = static_cast<Precision>(ctx->saved_data["precision"].toInt());
-    std::vector<torch::Tensor> weights;   // norm, gate, up, down: leaves of each tile's graph
+    // norm, gate, up, down: leaves of each tile's graph, whose .grad sums the tiles' gradients in place
+    std::vector<torch::Tensor> weights;
     for (std::size_t i = 1; i < saved.size(); ++i) weights.push_back(saved[i].detach().requires_grad_(true));
-    torch::Tensor dh = torch::empty_like(h);
-    std::vector<torch::Tensor> dw;
-    for (const auto& w : weights) dw.push_back(torch::zeros_like(w));
+    torch::Tensor dh = torch::empty_like(h);   // [N, hidden]
     for (std::int64_t b = 0; b < h.size(0); b += tile) {
       const std::int64_t n = std::min(tile, h.size(0) - b);
       const torch::Tensor ht = h.narrow(0, b, n).detach().requires_grad_(true);   // [n, hidden]
       torch::autograd::variable_list inputs{ht};
       inputs.insert(inputs.end(), weights.begin(), weights.end());
-      torch::autograd::variable_list grads;
       {
         const torch::AutoGradMode grad_mode(true);
         const torch::Tensor y = block(ht, weights[0], eps, {weights[1], weights[2], weights[3]}, precision);
-        grads = torch::autograd::grad({y}, inputs, {grad_out[0].narrow(0, b, n)});
+        torch::autograd::backward({y}, {grad_out[0].narrow(0, b, n)}, /*retain_graph=*/std::nullopt,
+                                  /*create_graph=*/false, inputs);
       }
-      dh.narrow(0, b, n).copy_(grads[0]);
-      for (std::size_t i = 0; i < dw.size(); ++i) dw[i] += grads[i + 1];
+      dh.narrow(0, b, n).copy_(ht.grad());
     }
-    return {dh, dw[0], dw[1], dw[2], dw[3], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dh, weights[0].grad(), weights[1].grad(), weights[2].grad(), weights[3].grad(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 

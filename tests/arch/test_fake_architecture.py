@@ -4,38 +4,33 @@ accept a config.json of that model_type end to end — pack checks it, the train
 and writes a checkpoint, ulysses-ckpt inspects and exports it — while the programs built from the tree as it
 is refuse the same config.
 
-usage: test_fake_architecture.py PACK FAKE_PACK FAKE_TRAIN CKPT FAKE_CKPT MPIEXEC REPO_ROOT
+usage: test_fake_architecture.py PACK FAKE_PACK FAKE_TRAIN CKPT FAKE_CKPT MPIEXEC
 """
 import json
 import pathlib
 import subprocess
 import sys
-import tempfile
 import unittest
 
-PACK, FAKE_PACK, FAKE_TRAIN, CKPT, FAKE_CKPT, MPIEXEC, ROOT = sys.argv[1:8]
-del sys.argv[1:8]
-ROOT = pathlib.Path(ROOT)
-SAMPLE = ROOT / "datasets/sample/licenses.jsonl.gz"
-TINY = ROOT / "datasets/sample/tiny-llama/config.json"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import SAMPLE, TINY_CONFIG, TempDirCase  # noqa: E402
+
+PACK, FAKE_PACK, FAKE_TRAIN, CKPT, FAKE_CKPT, MPIEXEC = sys.argv[1:7]
+del sys.argv[1:7]
 
 
 def run(*cmd):
     return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
 
 
-class FakeArchitecture(unittest.TestCase):
+class FakeArchitecture(TempDirCase):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
-        cfg = json.loads(TINY.read_text())
+        super().setUp()
+        cfg = json.loads(TINY_CONFIG.read_text())
         cfg["model_type"] = "fakellama"
         cfg["architectures"] = ["FakeLlamaForCausalLM"]
         self.config = self.root / "config.json"
         self.config.write_text(json.dumps(cfg))
-
-    def tearDown(self):
-        self.tmp.cleanup()
 
     def pack(self, binary, out):
         return run(binary, "pack", SAMPLE, "-o", out, "--seq-len", 256, "--sp", 2, "--pad-id", 258,

@@ -307,6 +307,18 @@ Reference plain_reference(const ModelConfig& config, std::uint64_t seed, const M
   return {model, batch, result};
 }
 
+// got against want: loss and every gradient bit for bit (tolerance 0) or within `tolerance` relative.
+void expect_matches(const LossAndGrads& got, const LossAndGrads& want, double tolerance, const std::string& what) {
+  if (tolerance == 0) {
+    EXPECT_EQ(got.loss, want.loss) << what;
+    for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name << " " << what;
+    return;
+  }
+  EXPECT_LE(std::abs(got.loss - want.loss), tolerance * std::abs(want.loss)) << what;
+  for (const auto& [name, g] : want.grads)
+    EXPECT_LE(rel_diff(got.grads.at(name), g), tolerance) << name << " " << what;
+}
+
 // Tiled logits + loss equal the plain path in fp32: loss and every gradient ≤ 1e-6 relative, whatever the
 // chunk (4, 5 and 13 tokens, not dividing the 32 tokens, and all of them), tied or not, with a chunk whose
 // labels are all -100 (row 1's first 8 tokens). Chunks of 1 to 3 tokens make the head's matmuls take
@@ -325,10 +337,8 @@ TEST(TiledLoss, EqualsThePlainPath) {
       CausalLm tiled(config, SequenceParallel(), ModelOptions().logits_chunk_tokens(chunk));
       copy_parameters(plain, tiled);
       const LossAndGrads got = loss_and_grads(tiled, batch);
-      EXPECT_LE(std::abs(got.loss - want.loss), 1e-6 * std::abs(want.loss)) << "chunk " << chunk << " tied " << tied;
+      expect_matches(got, want, 1e-6, fmt::format("chunk {} tied {}", chunk, tied));
       EXPECT_EQ(got.count, want.count);
-      for (const auto& [name, g] : want.grads)
-        EXPECT_LE(rel_diff(got.grads.at(name), g), 1e-6) << name << " chunk " << chunk << " tied " << tied;
     }
   }
 }
@@ -363,14 +373,10 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
     const LossAndGrads want = loss_and_grads(plain, batch);
     CausalLm recomputed(config, SequenceParallel(), ModelOptions().activation_checkpointing(true));
     copy_parameters(plain, recomputed);
-    const LossAndGrads got = loss_and_grads(recomputed, batch);
-    EXPECT_EQ(got.loss, want.loss);
-    for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name;
+    expect_matches(loss_and_grads(recomputed, batch), want, 0, "checkpointing");
     CausalLm both(config, SequenceParallel(), ModelOptions().activation_checkpointing(true).logits_chunk_tokens(12));
     copy_parameters(plain, both);
-    const LossAndGrads tiled = loss_and_grads(both, batch);
-    EXPECT_LE(std::abs(tiled.loss - want.loss), 1e-6 * std::abs(want.loss));
-    for (const auto& [name, g] : want.grads) EXPECT_LE(rel_diff(tiled.grads.at(name), g), 1e-6) << name;
+    expect_matches(loss_and_grads(both, batch), want, 1e-6, "checkpointing + tiled logits");
   }
 }
 
@@ -378,17 +384,12 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
 // loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes.
 TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
   const auto config = tiny_config(2, std::nullopt);
-  const Reference ref = plain_reference(config, 5);
-  CausalLm plain = ref.model;
-  const Batch& batch = ref.batch;
-  const LossAndGrads& want = ref.result;
+  Reference ref = plain_reference(config, 5);
   for (const std::int64_t layers : {1, 2}) {
     CausalLm offloaded(config, SequenceParallel(),
                        ModelOptions().activation_checkpointing(true).offload_checkpoints(layers));
-    copy_parameters(plain, offloaded);
-    const LossAndGrads got = loss_and_grads(offloaded, batch);
-    EXPECT_EQ(got.loss, want.loss);
-    for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name << " " << layers;
+    copy_parameters(ref.model, offloaded);
+    expect_matches(loss_and_grads(offloaded, ref.batch), ref.result, 0, fmt::format("{} layers offloaded", layers));
     EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4);   // fp32 residual
   }
 }
@@ -399,16 +400,11 @@ TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on CPUs whose AMX the kernel leaves off; meson sets it.
 TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
   const auto config = tiny_config(2, std::nullopt);
-  const Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kBf16));
-  CausalLm plain = ref.model;
-  const Batch& batch = ref.batch;
-  const LossAndGrads& want = ref.result;
+  Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kBf16));
   CausalLm recomputed(config, SequenceParallel(),
                       ModelOptions().precision(Precision::kBf16).activation_checkpointing(true));
-  copy_parameters(plain, recomputed);
-  const LossAndGrads got = loss_and_grads(recomputed, batch);
-  EXPECT_EQ(got.loss, want.loss);
-  for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name;
+  copy_parameters(ref.model, recomputed);
+  expect_matches(loss_and_grads(recomputed, ref.batch), ref.result, 0, "bf16 checkpointing");
 }
 
 // ---- TiledMLP ------------------------------------------------------------------------------------
@@ -419,22 +415,18 @@ TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
 // the same bound.
 TEST(TiledMlp, EqualsThePlainPath) {
   const auto config = tiny_config(2, std::nullopt);
-  const Reference ref = plain_reference(config, 12);
-  CausalLm plain = ref.model;
-  const Batch& batch = ref.batch;
-  const LossAndGrads& want = ref.result;
+  Reference ref = plain_reference(config, 12);
   for (const ModelOptions& options : {ModelOptions().mlp_tile_tokens(12), ModelOptions().mlp_tile_tokens(16),
                                       ModelOptions().mlp_tile_tokens(12).activation_checkpointing(true).logits_chunk_tokens(12)}) {
     CausalLm tiled(config, SequenceParallel(), options);
-    copy_parameters(plain, tiled);
-    const LossAndGrads got = loss_and_grads(tiled, batch);
+    copy_parameters(ref.model, tiled);
+    const LossAndGrads got = loss_and_grads(tiled, ref.batch);
     const std::string what = fmt::format("tile {} checkpointing {} logits chunk {}", options.mlp_tile_tokens(),
                                          options.activation_checkpointing(), options.logits_chunk_tokens());
     if (options.logits_chunk_tokens() == 0) {
-      EXPECT_EQ(got.loss, want.loss) << what;   // the same rows, exactly
+      EXPECT_EQ(got.loss, ref.result.loss) << what;   // the same rows, exactly
     }
-    EXPECT_LE(std::abs(got.loss - want.loss), 1e-6 * std::abs(want.loss)) << what;
-    for (const auto& [name, g] : want.grads) EXPECT_LE(rel_diff(got.grads.at(name), g), 1e-6) << name << " " << what;
+    expect_matches(got, ref.result, 1e-6, what);
   }
 }
 
@@ -443,35 +435,31 @@ TEST(TiledMlp, EqualsThePlainPath) {
 // SP=4 with `options` (ranks as threads) equals SP=1 without any: loss and every gradient (summed over the
 // ranks) ≤ 1e-5 relative. Checkpointing repeats each layer's all-to-alls on every rank in the same order.
 void expect_sp4_matches_plain_sp1(const ModelConfig& config, const ModelOptions& options, std::uint64_t seed) {
-  const Reference ref = plain_reference(config, seed);
-  CausalLm reference = ref.model;
-  const Batch& batch = ref.batch;
-  const LossAndGrads& want = ref.result;
+  Reference ref = plain_reference(config, seed);
   constexpr int P = 4;
   testing::ThreadGroup group(P);
   std::vector<CausalLm> ranks;
   for (int r = 0; r < P; ++r) {
     ranks.emplace_back(config, testing::sp_of(group.rank(r)), options);
-    copy_parameters(reference, ranks.back());
+    copy_parameters(ref.model, ranks.back());
   }
   std::vector<double> losses(P);
   std::vector<std::thread> threads;
   for (int r = 0; r < P; ++r)
     threads.emplace_back([&, r] {
-      const Batch mine = batch.slice(r, P);
+      const Batch mine = ref.batch.slice(r, P);
       const CausalLmOutput out = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels);
       out.loss_sum.backward();
       losses[r] = out.loss_sum.item<double>();
     });
   for (auto& t : threads) t.join();
-  double loss = 0;
-  for (double l : losses) loss += l;
-  EXPECT_LE(std::abs(loss - want.loss), 1e-5 * std::abs(want.loss));
-  for (const auto& [name, g] : want.grads) {
-    auto sum = torch::zeros_like(g);
-    for (auto& m : ranks) sum += m->named_parameters()[name].grad();
-    EXPECT_LE(rel_diff(sum, g), 1e-5) << name;
+  LossAndGrads got;   // summed over the ranks
+  for (double l : losses) got.loss += l;
+  for (const auto& [name, g] : ref.result.grads) {
+    got.grads[name] = torch::zeros_like(g);
+    for (auto& m : ranks) got.grads[name] += m->named_parameters()[name].grad();
   }
+  expect_matches(got, ref.result, 1e-5, "SP=4");
 }
 
 TEST(MemoryFeatures, SpFourEqualsSpOnePlain) {

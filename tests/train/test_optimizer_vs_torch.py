@@ -14,12 +14,14 @@ usage: test_optimizer_vs_torch.py OPTIMIZER_STEPS
 import pathlib
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import optimization as hf
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import TempDirCase  # noqa: E402
 
 BINARY = sys.argv.pop(1)
 STEPS, PEAK, BETAS, EPS, WD = 12, 3e-3, (0.9, 0.95), 1e-8, 0.1
@@ -84,14 +86,7 @@ def rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-class Optimizer(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class Optimizer(TempDirCase):
     def test_adamw_is_torchs_bit_for_bit(self):
         out = ours(self.root, "cosine", 3, 0.1, 0.0)
         params, m, v, _ = torchs(out["lr"], 0.0)

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))   # tests/: the shared CLI checks
-from cli_checks import BadInputCase, kill_mid_write, one_error_line, small_tmpfs  # noqa: E402
+from cli_checks import BadInputCase, TempDirCase, kill_mid_write, one_error_line, small_tmpfs  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "io"))   # the spec-following h5py reader
 import read_with_h5py  # noqa: E402
 from reference_writers import MegatronBuilder, write_datafile  # noqa: E402
@@ -158,16 +158,9 @@ class PackSample(unittest.TestCase):
         self.assertIn("xxh3", p.stderr)
 
 
-class ShardChecksums(unittest.TestCase):
+class ShardChecksums(TempDirCase):
     """Pass 2 hashes the token rows while it writes them (input_ids only) or hashes the finished file (with
     a loss mask): either way the manifest's xxh3 is the file's, as verify recomputes it from the bytes."""
-
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
-
-    def tearDown(self):
-        self.tmp.cleanup()
 
     def test_flat_tokens_round_trip_verify_and_detect_a_flipped_token(self):
         rng = np.random.default_rng(3)
@@ -231,17 +224,13 @@ def write_megatron(prefix, docs, dtype=np.uint16):
     builder.finalize(f"{prefix}.idx")
 
 
-class ProducersOwnFiles(unittest.TestCase):
+class ProducersOwnFiles(TempDirCase):
     """Megatron and llm.c inputs written by their projects' own writer logic (reference_writers.py) pack into
     exactly the documents that went in, in order."""
 
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.root = pathlib.Path(self.tmp.name)
+        super().setUp()
         self.docs = [[(i * 31 + j * 7) % 250 for j in range(3 + (i * 13) % 40)] for i in range(60)]
-
-    def tearDown(self):
-        self.tmp.cleanup()
 
     def expect_docs(self, out, docs):
         _, pieces, _ = read_dataset(out)
