@@ -1,7 +1,10 @@
 #include "model/causal_lm.hpp"
 
+#include <algorithm>
+
 #include <ATen/core/Reduction.h>
 #include <fmt/ostream.h>
+#include <torch/csrc/autograd/generated/variable_factories.h>
 
 #include "core/error.hpp"
 #include "model/recompute.hpp"
@@ -22,6 +25,39 @@ DecoderLayerWeights DecoderLayerImpl::weights() const {
   return {input_layernorm->weight, self_attn->weights(), post_attention_layernorm->weight, mlp->weights()};
 }
 
+namespace {
+
+template <typename Fn>
+void for_each_tensor(DecoderLayerWeights& w, Fn&& fn) {
+  AttentionWeights& a = w.attention;
+  for (torch::Tensor* t : {&w.input_norm, &a.q, &a.k, &a.v, &a.o, &a.q_bias, &a.k_bias, &a.v_bias, &a.o_bias,
+                           &a.q_norm, &a.k_norm, &w.post_attention_norm, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
+    fn(*t);
+}
+
+// Parameters become placeholders of the same shapes (every stride 0: one element of storage each), so the
+// module keeps its names and shapes, not its values. (A meta tensor cannot replace a CPU parameter's data.)
+void to_placeholders(torch::nn::Module& m) {
+  for (auto& p : m.parameters())
+    p.set_data(at::empty_strided(p.sizes(), std::vector<std::int64_t>(p.sizes().size(), 0), p.options()));
+}
+
+}  // namespace
+
+DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& in_parameter_order) const {
+  const std::vector<torch::Tensor> own = parameters();
+  ULY_CHECK(own.size() == in_parameter_order.size(), "decoder layer: {} tensors for {} parameters",
+            in_parameter_order.size(), own.size());
+  DecoderLayerWeights w = weights();
+  for_each_tensor(w, [&](torch::Tensor& t) {
+    if (!t.defined()) return;
+    const auto it = std::find_if(own.begin(), own.end(), [&](const torch::Tensor& p) { return p.is_same(t); });
+    ULY_CHECK(it != own.end(), "decoder layer: a weight that is not one of its parameters");
+    t = in_parameter_order[static_cast<std::size_t>(it - own.begin())];
+  });
+  return w;
+}
+
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                         const DecoderLayerWeights& w) {
   const double eps = input_layernorm->eps;
@@ -32,7 +68,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
   return h + model::mlp(rms_norm(h, w.post_attention_norm, eps), w.mlp);                    // [B, S/P, hidden]
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
+DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+                         bool placeholder_parameters)
     : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options),
       offloaded_bytes_(std::make_shared<std::atomic<std::int64_t>>(0)) {
   ULY_CHECK(options.offload_checkpoints() == 0 || options.activation_checkpointing(),
@@ -40,34 +77,64 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
+  if (placeholder_parameters) to_placeholders(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c, sp, options));
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    layers->push_back(DecoderLayer(c, sp, options));
+    if (placeholder_parameters) to_placeholders(*layers[i]);
+  }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  if (placeholder_parameters) to_placeholders(*norm);
 }
 
-torch::Tensor DecoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                   const torch::Tensor& doc_ids) {
-  auto h = embed_tokens(input_ids);                                                      // [B, S/P, hidden]
+torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
+  if (!states_) return embed_tokens(input_ids);
+  const std::int64_t pad = embed_tokens->options.padding_idx().value_or(-1);
+  const UnitForward lookup = [pad](const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
+    return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
+  };
+  return recomputed(lookup, input_ids, {options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")}})[0];
+}
+
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                  const torch::Tensor& doc_ids) {
+  auto h = embed(input_ids);                                                             // [B, S/P, hidden]
   // shared with the layers' recomputation in backward when checkpointing
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
   *offloaded_bytes_ = 0;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
-    const Recompute recompute{options_.precision(), static_cast<std::int64_t>(i) < options_.offload_checkpoints(),
-                              offloaded_bytes_};
-    h = options_.activation_checkpointing() ? recomputed_layer(layer, h, rope, plan, recompute)
-                                            : layer->forward(h, *rope, *plan);        // [B, S/P, hidden]
+    if (!states_ && !options_.activation_checkpointing()) {
+      h = layer->forward(h, *rope, *plan);                                               // [B, S/P, hidden]
+      continue;
+    }
+    const UnitForward run = [layer, rope, plan](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+      return torch::autograd::variable_list{
+          w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w))};
+    };
+    Recompute recompute{options_.precision(), static_cast<std::int64_t>(i) < options_.offload_checkpoints(),
+                        offloaded_bytes_, states_};
+    if (states_) recompute.units = {states_->unit(fmt::format("model.layers.{}", i))};
+    h = recomputed(run, h, recompute)[0];                                                // [B, S/P, hidden]
   }
-  return norm(h);                                                                        // [B, S/P, hidden]
+  return h;
 }
 
-CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
+CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+                           const Sharding& sharding)
     : config_(c), options_(options), sp_degree_(sp.degree()) {
-  model = register_module("model", Decoder(c, sp, options));
-  if (!c.tie_word_embeddings)
+  model = register_module("model", Decoder(c, sp, options, sharding.enabled()));
+  if (!c.tie_word_embeddings) {
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size)
                                                                .bias(false)));
+    if (sharding.enabled()) to_placeholders(*lm_head);
+  }
+  if (!sharding.enabled()) return;
+  std::vector<ShardedStates::Parameter> params;
+  for (const auto& item : named_parameters()) params.push_back({item.key(), item.value().sizes().vec()});
+  states_ = std::make_shared<ShardedStates>(params, compute_dtype(options.precision()), sharding, sharding.device);
+  model->use_states(states_);
 }
 
 namespace {
@@ -93,19 +160,33 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
                                      const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
   check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_);
   const AutocastScope autocast(options_.precision(), input_ids.device());   // the forward; backward follows its dtypes
-  auto h = model(input_ids, position_ids, doc_ids);                                      // [B, S/P, hidden]
-  const torch::Tensor& head = lm_head ? lm_head->weight : model->embed_tokens->weight;   // [V, hidden]
+  auto h = model->hidden(input_ids, position_ids, doc_ids);                              // [B, S/P, hidden]
   auto flat_labels = labels.reshape({-1});                                               // [B*S/P]
   auto valid_count = (flat_labels != kIgnoreLabel).sum();
-  if (options_.logits_chunk_tokens() > 0 && !keep_logits)
-    return {torch::Tensor(),
-            tiled_cross_entropy_sum(h.reshape({-1, config_.hidden_size}), head, flat_labels,   // [B*S/P, hidden]
-                                    options_.logits_chunk_tokens(), options_.precision()),
-            valid_count};
-  auto logits = at::linear(h, head);                                                     // [B, S/P, V]
-  auto loss_sum = at::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, config_.vocab_size}),   // [B*S/P, V]
-                                         flat_labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreLabel);
-  return {keep_logits ? logits : torch::Tensor(), loss_sum, valid_count};
+  const std::int64_t chunk = keep_logits ? 0 : options_.logits_chunk_tokens();
+  const std::int64_t hidden_size = config_.hidden_size, vocab = config_.vocab_size;
+  const double eps = model->norm->eps;
+  const Precision precision = options_.precision();
+  // the final norm, the head [V, hidden] and the loss: {loss_sum} or, keeping the logits, {loss_sum, logits}
+  const UnitForward head = [=](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+    const auto hn = rms_norm(x, w[0], eps);                                              // [B, S/P, hidden]
+    if (chunk > 0)   // [B*S/P, hidden] in chunks
+      return torch::autograd::variable_list{
+          tiled_cross_entropy_sum(hn.reshape({-1, hidden_size}), w[1], flat_labels, chunk, precision)};
+    auto logits = at::linear(hn, w[1]);                                                  // [B, S/P, V]
+    auto loss_sum = at::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, vocab}),   // [B*S/P, V]
+                                           flat_labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreLabel);
+    return keep_logits ? torch::autograd::variable_list{loss_sum, logits} : torch::autograd::variable_list{loss_sum};
+  };
+  torch::autograd::variable_list out;
+  if (!states_) {
+    out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
+  } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
+    Recompute recompute{precision, false, nullptr, states_, {states_->unit("head")}};
+    if (!lm_head) recompute.units.push_back(states_->unit("model.embed_tokens"));
+    out = recomputed(head, h, recompute);
+  }
+  return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};
 }
 
 }  // namespace ulysses::model

@@ -28,6 +28,7 @@
 #include "model/attention.hpp"
 #include "model/layers.hpp"
 #include "model/options.hpp"
+#include "model/sharded_states.hpp"
 
 namespace ulysses::model {
 
@@ -44,6 +45,8 @@ struct DecoderLayerWeights {
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
   DecoderLayerWeights weights() const;   // its own parameters
+  // The same, with tensors in the order of parameters() (a sharded unit's gathered weights) in their place.
+  DecoderLayerWeights weights(const std::vector<torch::Tensor>& in_parameter_order) const;
   // x [B, S/P, hidden], the whole sequence's documents -> [B, S/P, hidden]
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan) {
     return forward(x, rope, plan, weights());
@@ -60,12 +63,23 @@ struct DecoderLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
-// transformers' LlamaModel ("model."): embeddings, the layers, the final norm.
+// transformers' LlamaModel ("model."): embeddings, the layers, the final norm. With sharded states
+// (use_states) the embeddings and every layer run as recomputed units over gathered weights
+// (recompute.hpp), and the final norm belongs to the head unit (CausalLm).
 struct DecoderImpl : torch::nn::Module {
-  DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
+  // placeholder_parameters: each submodule's parameters become placeholders (their shapes, one element of
+  // storage) as soon as it is built, so the whole model never exists on this rank; ShardedStates holds the
+  // values.
+  DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+              bool placeholder_parameters = false);
   // input_ids, position_ids [B, S/P], doc_ids [B, S] -> hidden states [B, S/P, hidden] after the final norm
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                        const torch::Tensor& doc_ids);
+                        const torch::Tensor& doc_ids) {
+    return norm(hidden(input_ids, position_ids, doc_ids));
+  }
+  // The same before the final norm.
+  torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids);
+  void use_states(std::shared_ptr<ShardedStates> states) { states_ = std::move(states); }
   // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
   std::int64_t offloaded_bytes() const { return *offloaded_bytes_; }
 
@@ -76,8 +90,11 @@ struct DecoderImpl : torch::nn::Module {
  private:
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
+  torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
+
   ModelOptions options_;
   std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes_;   // of the last forward
+  std::shared_ptr<ShardedStates> states_;                        // null: the modules' own parameters
 };
 TORCH_MODULE(Decoder);
 
@@ -90,8 +107,11 @@ struct CausalLmOutput {
 struct CausalLmImpl : torch::nn::Module {
   // sp: this rank's sequence-parallel group (its communicator not owned, see attention.hpp); the default
   // is no SP. BadInput when the heads do not split over P ranks. Parameters get LibTorch's default init:
-  // call init_weights or load_hf_weights (weights.hpp) next.
-  explicit CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp = {}, const ModelOptions& options = {});
+  // call init_weights or load_hf_weights (weights.hpp) next. With sharding enabled the parameters are
+  // placeholders (names and shapes) and their values live in sharded_states() on sharding.device, every unit is
+  // recomputed in backward (recompute.hpp) and nothing needs .to(device).
+  explicit CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp = {}, const ModelOptions& options = {},
+                        const Sharding& sharding = {});
 
   // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
   // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.
@@ -101,6 +121,7 @@ struct CausalLmImpl : torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  const std::shared_ptr<ShardedStates>& sharded_states() const { return states_; }   // null unless sharded
 
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};   // null when the embeddings are tied
@@ -109,6 +130,7 @@ struct CausalLmImpl : torch::nn::Module {
   ModelConfig config_;
   ModelOptions options_;
   std::int64_t sp_degree_;
+  std::shared_ptr<ShardedStates> states_;
 };
 TORCH_MODULE(CausalLm);
 

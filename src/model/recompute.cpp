@@ -8,16 +8,12 @@
 namespace ulysses::model {
 namespace {
 
-// What the backward needs besides the saved input: the layer and its call's other arguments.
-struct LayerCall : torch::CustomClassHolder {
-  LayerCall(std::shared_ptr<DecoderLayerImpl> l, std::shared_ptr<const RopeTables> r,
-            std::shared_ptr<const AttentionPlan> p, const Recompute& o, c10::Device d)
-      : layer(std::move(l)), rope(std::move(r)), plan(std::move(p)), options(o), device(d) {}
-  std::shared_ptr<DecoderLayerImpl> layer;     // kept alive by the graph, like the rest
-  std::shared_ptr<const RopeTables> rope;      // [B, S/P, 1, D] cos, sin
-  std::shared_ptr<const AttentionPlan> plan;   // the whole sequence's documents
+// What the backward needs besides the saved input: the unit's forward and where x lives.
+struct UnitCall : torch::CustomClassHolder {
+  UnitCall(UnitForward f_, const Recompute& o, c10::Device d) : f(std::move(f_)), options(o), device(d) {}
+  UnitForward f;        // kept alive by the graph, with what it captured (layer, rope tables, plan, labels)
   Recompute options;
-  c10::Device device;                          // where x lives (and comes back to when offloaded)
+  c10::Device device;   // where x lives (and comes back to when offloaded)
 };
 
 // The input kept for backward: x itself, or a copy in host memory (pinned for a CUDA x; on CPU a separate
@@ -30,41 +26,71 @@ torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
   return host;
 }
 
-struct RecomputedLayer : torch::autograd::Function<RecomputedLayer> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const c10::intrusive_ptr<LayerCall>& call) {
+// The units' parameters, gathered from their shards, in order (nothing when not sharded).
+std::vector<torch::Tensor> gathered(const Recompute& o) {
+  std::vector<torch::Tensor> out;
+  if (!o.states) return out;
+  for (int u : o.units) {
+    auto w = o.states->gather(u);
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+// Hands each unit its slice of the leaves' gradients (reduce-scattered into its shards).
+void scatter_gradients(const Recompute& o, const std::vector<torch::Tensor>& leaves) {
+  if (!o.states) return;
+  std::size_t next = 0;
+  for (int u : o.units) {
+    std::vector<torch::Tensor> grads;
+    for (std::size_t k = 0; k < o.states->gather_count(u); ++k) grads.push_back(leaves[next++].grad());
+    o.states->add_gradients(u, grads);
+  }
+}
+
+struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
+  // anchor: a tensor that requires grad, so the outputs do (and backward runs) even when x is token ids
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& /*anchor*/, const c10::intrusive_ptr<UnitCall>& call) {
     ctx->save_for_backward({kept_input(x, call->options)});
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    return call->layer->forward(x, *call->rope, *call->plan);   // no graph: Function::apply runs this without grad
+    return call->f(x, gathered(call->options));   // no graph: Function::apply runs this without grad
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto call = c10::static_intrusive_pointer_cast<LayerCall>(ctx->saved_data["call"].toCapsule());
-    const torch::Tensor x =   // [B, S/P, hidden], back on its device
-        ctx->get_saved_variables()[0].to(call->device).detach().requires_grad_(true);
+    const auto call = c10::static_intrusive_pointer_cast<UnitCall>(ctx->saved_data["call"].toCapsule());
+    const torch::Tensor saved = ctx->get_saved_variables()[0];
+    const torch::Tensor x = saved.to(call->device).detach().requires_grad_(saved.is_floating_point());   // back on its device
+    std::vector<torch::Tensor> leaves = gathered(call->options);
+    for (auto& w : leaves) w = w.detach().requires_grad_(true);   // their .grad: the unit's whole gradients
     {
       const torch::AutoGradMode grad_mode(true);
-      torch::Tensor y;
+      torch::autograd::variable_list outputs;
       {   // the forward again inside the model's autocast; its backward outside it, as the plain path's
         const AutocastScope autocast(call->options.precision, x.device());
-        y = call->layer->forward(x, *call->rope, *call->plan);
+        outputs = call->f(x, leaves);
       }
-      torch::autograd::backward({y}, {grad_out[0]});
+      torch::autograd::variable_list ys, dys;
+      for (std::size_t i = 0; i < outputs.size(); ++i)
+        if (grad_out[i].defined() && outputs[i].requires_grad()) {
+          ys.push_back(outputs[i]);
+          dys.push_back(grad_out[i]);
+        }
+      torch::autograd::backward(ys, dys);
     }
-    return {x.grad(), torch::Tensor()};   // and none for the call
+    scatter_gradients(call->options, leaves);
+    return {x.is_floating_point() ? x.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor recomputed_layer(std::shared_ptr<DecoderLayerImpl> layer, const torch::Tensor& x,
-                               std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
-                               const Recompute& options) {
-  ULY_CHECK(!torch::GradMode::is_enabled() || x.requires_grad(),
-            "a recomputed layer's input must require grad, or its parameters would get no gradient");
-  return RecomputedLayer::apply(
-      x, c10::make_intrusive<LayerCall>(std::move(layer), std::move(rope), std::move(plan), options, x.device()));
+torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options) {
+  ULY_CHECK(!torch::GradMode::is_enabled() || !x.is_floating_point() || x.requires_grad(),
+            "a recomputed unit's input must require grad, or its parameters would get no gradient");
+  const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
+  return RecomputedUnit::apply(x, anchor, c10::make_intrusive<UnitCall>(std::move(f), options, x.device()));
 }
 
 }  // namespace ulysses::model

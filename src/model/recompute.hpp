@@ -1,16 +1,20 @@
-// Activation checkpointing at decoder-layer granularity: a layer's forward keeps only its input; backward
-// runs the layer again (inside the model's autocast scope, with its all-to-alls — every rank recomputes the
-// same layers in the same order, so the collectives still match) and back-propagates through that copy.
+// Recomputed units: activation checkpointing, and the only way a sharded model runs its units. A unit's
+// forward keeps only its input; backward runs the unit again (inside the model's autocast scope, with its
+// collectives — every rank recomputes the same units in the same order, so they still match) and
+// back-propagates through that copy.
 //
-//   forward:  y = layer(x) under no-grad; saved: x [B, S/P, hidden] only
-//   backward: x' = x (detached, requires grad); y' = layer(x') with grad; backward(y', dy) → dx = x'.grad;
-//             the layer's parameter gradients accumulate into their .grad as in the plain path
+//   forward:  [gather the unit's weights;] y = f(x, weights) under no-grad; [free them]; saved: x only
+//   backward: [gather again;] x' = x (detached, requires grad when floating); y' = f(x', w') with grad, w' the
+//             gathered weights as leaves; backward(y', dy) → dx = x'.grad; [w'.grad reduce-scattered into
+//             the shards' gradients (ShardedStates::add_gradients)]
+//
+// Not sharded (no states): f uses its module's own parameters, whose gradients accumulate into their .grad
+// as in the plain path. Sharded: f computes with the gathered tensors; nothing else holds them, so a unit's
+// whole weights exist only while it runs.
 //
 // Exact: the recomputation repeats the same deterministic operations, so the gradients equal the plain
-// path's bit for bit (tested on CPU in fp32 and bf16). The layer, the rope tables and the attention plan are
-// shared with the graph, not copied. x must require grad (it does: the embeddings are trained; checked).
-// The parameters' gradients accumulate into their .grad (they are not inputs of the Function), so the
-// recomputation uses the layer's own weights: weights gathered from shards will need them as inputs.
+// path's bit for bit (tested on CPU in fp32 and bf16). The rope tables and the attention plan are shared with
+// the graph through f, not copied. A floating x must require grad (the embeddings are trained; checked).
 //
 // Checkpoint offload: the kept input goes to host memory (pinned when it is on a GPU) and comes back for the
 // recomputation. Exact (a copy). Synchronous for now: no side stream and no prefetch of the next layer yet.
@@ -18,22 +22,32 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
-#include "model/causal_lm.hpp"
+#include <torch/csrc/autograd/function.h>
+
 #include "model/precision.hpp"
+#include "model/sharded_states.hpp"
 
 namespace ulysses::model {
+
+// A unit's forward: its input and the unit's gathered parameters in module order (empty when not sharded: f
+// uses its module's own) -> its outputs.
+using UnitForward =
+    std::function<torch::autograd::variable_list(const torch::Tensor& x, const std::vector<torch::Tensor>& weights)>;
 
 struct Recompute {
   Precision precision = Precision::kFp32;             // the model's, re-entered for the recomputation
   bool offload = false;                               // keep x in host memory
   std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes;   // counts what offload copied (may be null)
+  std::shared_ptr<ShardedStates> states;              // null: not sharded
+  std::vector<int> units;                             // the units f computes with (states only), in order
 };
 
-// layer(x, rope, plan) with only x kept for backward (on the host when options.offload).
-torch::Tensor recomputed_layer(std::shared_ptr<DecoderLayerImpl> layer, const torch::Tensor& x,
-                               std::shared_ptr<const RopeTables> rope, std::shared_ptr<const AttentionPlan> plan,
-                               const Recompute& options);
+// f(x, weights) with only x kept for backward (on the host when options.offload). Outputs that get no
+// gradient (kept logits) may be returned beside those that do.
+torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options);
 
 }  // namespace ulysses::model

@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,21 +65,41 @@ void check_names_and_shapes(const torch::OrderedDict<std::string, torch::Tensor>
                  "check that config.json and the safetensors files come from the same model");
 }
 
+// Where a parameter's values go: into it, or (a sharded model, whose parameters are placeholders) through a
+// whole temporary of its shape into this rank's shard. The temporary sees the same operations, so the same
+// random draws.
+void set_parameter(CausalLm& model, const std::string& name, torch::Tensor& param,
+                   const std::function<void(torch::Tensor&)>& fill) {
+  if (!model->sharded_states()) {
+    fill(param);
+    return;
+  }
+  torch::Tensor whole = torch::empty(param.sizes(), torch::kFloat);
+  fill(whole);
+  model->sharded_states()->load(name, whole);
+}
+
 }  // namespace
 
 void init_weights(CausalLm& model, std::uint64_t seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   const double init_std = model->config().initializer_range;
-  for (const auto& module : model->modules()) {
+  auto normal = [&](torch::Tensor& t) { t.normal_(0.0, init_std); };
+  for (const auto& item : model->named_modules()) {
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    const auto& module = item.value();
     if (auto* linear = module->as<torch::nn::LinearImpl>()) {
-      linear->weight.normal_(0.0, init_std);
-      if (linear->bias.defined()) linear->bias.zero_();
+      set_parameter(model, prefix + "weight", linear->weight, normal);
+      if (linear->bias.defined()) set_parameter(model, prefix + "bias", linear->bias, [](torch::Tensor& t) { t.zero_(); });
     } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
-      embedding->weight.normal_(0.0, init_std);
-      if (auto pad = embedding->options.padding_idx()) embedding->weight[*pad].zero_();
+      const auto pad = embedding->options.padding_idx();
+      set_parameter(model, prefix + "weight", embedding->weight, [&](torch::Tensor& t) {
+        normal(t);
+        if (pad) t[*pad].zero_();
+      });
     } else if (auto* norm = module->as<RMSNormImpl>()) {
-      norm->weight.fill_(1.0);
+      set_parameter(model, prefix + "weight", norm->weight, [](torch::Tensor& t) { t.fill_(1.0); });
     }
   }
 }
@@ -92,7 +113,7 @@ void load_hf_weights(CausalLm& model, const std::filesystem::path& dir) {
     const auto& info = weights.info(item.key());
     auto host = torch::empty(info.shape, torch::dtype(float_dtype(info, dir)));   // the file's shape and dtype
     weights.read(item.key(), host.data_ptr());
-    item.value().copy_(host);   // to the parameter's dtype and device
+    set_parameter(model, item.key(), item.value(), [&](torch::Tensor& t) { t.copy_(host); });   // its dtype and device
   }
 }
 

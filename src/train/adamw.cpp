@@ -1,7 +1,6 @@
 #include "train/adamw.hpp"
 
 #include <cmath>
-#include <map>
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -17,10 +16,24 @@
 
 namespace ulysses::train {
 
-AdamW::AdamW(const NamedTensors& params, AdamWOptions options) : o_(options) {
-  for (const auto& [name, p] : params)
-    slots_.push_back({name, p, torch::zeros_like(p, torch::kFloat32), torch::zeros_like(p, torch::kFloat32),
-                      p.dim() >= 2});
+namespace {
+
+std::vector<bool> matrices_decay(const NamedTensors& params) {
+  std::vector<bool> out;
+  for (const auto& [name, p] : params) out.push_back(p.dim() >= 2);
+  return out;
+}
+
+}  // namespace
+
+AdamW::AdamW(const NamedTensors& params, AdamWOptions options) : AdamW(params, options, matrices_decay(params)) {}
+
+AdamW::AdamW(const NamedTensors& params, AdamWOptions options, const std::vector<bool>& decay) : o_(options) {
+  ULY_CHECK(decay.size() == params.size(), "AdamW: {} decay flags for {} tensors", decay.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    slots_.push_back({name, p, torch::zeros_like(p, torch::kFloat32), torch::zeros_like(p, torch::kFloat32), decay[i]});
+  }
 }
 
 void AdamW::step(double lr) {
@@ -56,22 +69,11 @@ NamedTensors AdamW::state() const {
   return out;
 }
 
-void AdamW::load_state(const NamedTensors& state, std::int64_t steps, const std::string& where) {
-  std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
-  torch::NoGradGuard no_grad;
-  for (auto& s : slots_) {
-    const std::pair<std::string, torch::Tensor*> targets[] = {{"exp_avg." + s.name, &s.exp_avg},
-                                                              {"exp_avg_sq." + s.name, &s.exp_avg_sq}};
-    for (const auto& [key, dst] : targets) {
-      auto it = by_name.find(key);
-      if (it == by_name.end()) throw BadInput(fmt::format("{}: optimizer state {} is missing", where, key));
-      if (!it->second.sizes().equals(dst->sizes()))
-        throw BadInput(fmt::format("{}: optimizer state {} has {} elements, the parameter {}", where, key,
-                                   it->second.numel(), dst->numel()));
-      dst->copy_(it->second);
-    }
-  }
-  steps_ = steps;
+std::pair<torch::Tensor, torch::Tensor> AdamW::moments(const std::string& name) const {
+  for (const auto& s : slots_)
+    if (s.name == name) return {s.exp_avg, s.exp_avg_sq};
+  ULY_CHECK(false, "AdamW has no tensor named {}", name);
+  return {};
 }
 
 }  // namespace ulysses::train

@@ -1,7 +1,8 @@
 // AdamW with the exact update of torch.optim.AdamW (decoupled weight decay, bias correction, eps added
-// after the square root), fp32 state. Parameters with fewer than 2 dimensions (norm weights, biases) get
-// no weight decay. The state is a list of named tensors so checkpoints store it by parameter name:
-// "exp_avg.<param name>", "exp_avg_sq.<param name>", plus the step count.
+// after the square root), fp32 state. By default parameters with fewer than 2 dimensions (norm weights,
+// biases) get no weight decay; flat shards (model/sharded_states.hpp) say per tensor. The update is
+// elementwise, so a shard's update equals the same elements' update of the whole tensor bit for bit. The
+// state is a list of named tensors: "exp_avg.<name>", "exp_avg_sq.<name>", plus the step count.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +22,16 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(const NamedTensors& params, AdamWOptions options);
+  AdamW(const NamedTensors& params, AdamWOptions options);                              // decay: dim >= 2
+  AdamW(const NamedTensors& params, AdamWOptions options, const std::vector<bool>& decay);
 
   void step(double lr);            // uses each parameter's .grad(); skips parameters without one
   std::int64_t steps() const { return steps_; }
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+  // The moments of the tensor `name` (exp_avg, exp_avg_sq); BadInput-free: ULY_CHECK on an unknown name.
+  std::pair<torch::Tensor, torch::Tensor> moments(const std::string& name) const;
 
   NamedTensors state() const;      // exp_avg.* and exp_avg_sq.*, in parameter order
-  // Copies every state tensor in (shapes must match) and sets the step count; BadInput naming a missing one.
-  void load_state(const NamedTensors& state, std::int64_t steps, const std::string& where);
 
  private:
   struct Slot {

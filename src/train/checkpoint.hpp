@@ -1,6 +1,8 @@
 // Saving and loading the trainer's state in the torch-free checkpoint format (io/checkpoint_format.hpp).
-// Weights and optimizer state are identical on every rank (no sharding yet), so rank 0 writes them once and
-// any layout can load them: resuming at another SP × DP layout needs no conversion.
+// The files hold whole tensors by Hugging Face name whatever the layout: replicated states are written by
+// rank 0 as they are; sharded ones are gathered one unit at a time (every rank takes part) and rank 0
+// writes them. Every rank loads what it holds (its shards' slices, read one tensor at a time), so any layout
+// and any sharding mode resumes any checkpoint without conversion.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rank_layout.hpp"
-#include "train/adamw.hpp"
+#include "train/model_states.hpp"
 
 namespace ulysses::train {
 
@@ -21,15 +23,15 @@ struct TrainerState {
   nlohmann::json options;           // the resolved options of the run that wrote it
 };
 
-// Rank 0 only. Writes checkpoints_dir/step-NNNNNNN atomically, then points `latest` at it, then prunes.
-std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const NamedTensors& weights,
-                                      const AdamW& optimizer, const TrainerState& state, const RankLayout& layout,
+// Every rank (collective when sharded); `writer` (rank 0) writes checkpoints_dir/step-NNNNNNN atomically,
+// then points `latest` at it, then prunes, and returns its path (the others return an empty path).
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, ModelStates& states,
+                                      const TrainerState& state, const RankLayout& layout,
                                       const std::filesystem::path& model_config, const std::string& architecture,
-                                      int keep_last);
+                                      int keep_last, bool writer);
 
-// Every rank. Copies weights into `params` (by name; all must be present with their shapes) and the
-// optimizer state into `optimizer`; returns the trainer state. BadInput naming the checkpoint otherwise.
-TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const NamedTensors& params,
-                             AdamW& optimizer);
+// Every rank. Loads the weights and the optimizer state into `states` (by name; all must be present with their
+// shapes) and returns the trainer state. BadInput naming the checkpoint otherwise.
+TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, ModelStates& states);
 
 }  // namespace ulysses::train

@@ -66,6 +66,10 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--sharding", o.sharding,
+                 "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
+                 "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
+      ->check(CLI::IsMember({"auto", "full_shard", "hybrid_shard", "no_shard"}))->capture_default_str();
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
   app.add_option("--offload-checkpoints", o.offload_checkpoints,

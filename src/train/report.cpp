@@ -41,14 +41,21 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
 }
 
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, const model::ModelOptions& options) {
+                           const SequenceParallel& sp, const model::ModelOptions& options, std::int64_t shards) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   const bool bf16 = options.precision() == model::Precision::kBf16;
   const std::int64_t logits_chunk_tokens = options.logits_chunk_tokens();
   const std::int64_t params = arch::parameter_count(c);
   MemoryPlan m;
-  m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
-  m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
+  if (shards > 0) {   // fp32 masters per rank; one unit whole (the layer in the compute dtype, the fp32 table) + its grad
+    const double unit = std::max((bf16 ? 2.0 : 4.0) * static_cast<double>(arch::layer_parameter_count(c)),
+                                 4.0 * static_cast<double>(c.vocab_size * c.hidden_size));
+    m.weights_gib = (4.0 * static_cast<double>(params) / static_cast<double>(shards) + 2 * unit) / kGiB;
+    m.grads_gib = 4.0 * static_cast<double>(params) / static_cast<double>(shards) / kGiB;
+  } else {
+    m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
+    m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
+  }
   m.optimizer_gib = 2 * m.grads_gib;
   const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "the dataset's seq_len").size());
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);

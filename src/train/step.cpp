@@ -4,7 +4,6 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
-#include "train/grad_sync.hpp"
 
 namespace ulysses::train {
 namespace {
@@ -16,8 +15,7 @@ torch::Tensor as_tensor(const std::vector<std::int64_t>& v, std::int64_t rows, s
 }  // namespace
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
-                             const std::vector<torch::Tensor>& params, comm::Communicator& world,
-                             const c10::Device& device) {
+                             ModelStates& states, const c10::Device& device) {
   double local_sum = 0, local_count = 0;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
     data::MicroBatch mb = loader.micro_batch(micro);
@@ -30,10 +28,11 @@ LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, s
     local_count += static_cast<double>(out.valid_count.item<std::int64_t>());
   }
   torch::Tensor totals = torch::tensor({local_sum, local_count}, torch::kFloat64).to(device);   // [2]
+  comm::Communicator& world = states.grad_group();
   if (world.size() > 1) world.all_reduce_sum(totals);
   totals = totals.cpu();
   LossTotals t{totals[0].item<double>(), totals[1].item<double>()};
-  reduce_gradients(params, world, std::max(t.count, 1.0));
+  states.finish_gradients(std::max(t.count, 1.0));
   return t;
 }
 

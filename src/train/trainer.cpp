@@ -29,7 +29,7 @@
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/device.hpp"
-#include "train/grad_sync.hpp"
+#include "train/model_states.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/signals.hpp"
@@ -93,7 +93,21 @@ double max_over_ranks(double value, comm::Communicator& world) {
   return t.max().item<double>();
 }
 
-model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig& c, model::Precision precision) {
+enum class ShardingMode { kNone, kFull, kHybrid };
+
+// --sharding: auto is full_shard when there is more than one rank (FSDP's names; DeepSpeed ZeRO-3).
+ShardingMode sharding_mode(const std::string& name, int world) {
+  if (name == "full_shard" || (name == "auto" && world > 1)) return ShardingMode::kFull;
+  if (name == "hybrid_shard") return ShardingMode::kHybrid;
+  return ShardingMode::kNone;
+}
+
+const char* sharding_name(ShardingMode m) {
+  return m == ShardingMode::kFull ? "full_shard" : m == ShardingMode::kHybrid ? "hybrid_shard" : "no_shard";
+}
+
+model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig& c, model::Precision precision,
+                                  ShardingMode sharding) {
   const std::int64_t chunk = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens   // implies --tiled-logits
                              : o.tiled_logits          ? model::logits_chunk_tokens(c.vocab_size)
                                                        : 0;
@@ -102,7 +116,8 @@ model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig
                                                      : 0;
   return model::ModelOptions()
       .precision(precision)
-      .activation_checkpointing(o.activation_checkpointing || o.offload_checkpoints != 0)
+      .activation_checkpointing(o.activation_checkpointing || o.offload_checkpoints != 0 ||   // sharded units
+                                sharding != ShardingMode::kNone)                            // always recompute
       .offload_checkpoints(o.offload_checkpoints < 0 ? c.num_layers : o.offload_checkpoints)
       .mlp_tile_tokens(tile)
       .logits_chunk_tokens(chunk);
@@ -115,12 +130,6 @@ fs::path model_config_path(const TrainOptions& o) {
   return o.model_config;
 }
 
-NamedTensors named_parameters(model::CausalLm& m) {
-  NamedTensors out;
-  for (const auto& item : m->named_parameters()) out.emplace_back(item.key(), item.value());
-  return out;
-}
-
 struct Run {
   const TrainOptions& o;
   const RankLayout& layout;
@@ -131,14 +140,27 @@ struct Run {
   model::Precision precision;
   comm::Backend backend;
   std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
+  std::unique_ptr<comm::Communicator> dp_group;               // hybrid_shard only: replicas of a shard
+  ShardingMode sharding = ShardingMode::kNone;
   SequenceParallel sp;                                        // this rank's SP group (sp_group inside)
   std::optional<double> peak_tflops;                          // per device, for MFU
   arch::ModelConfig config;
   fs::path config_path;
   model::CausalLm model{nullptr};
-  NamedTensors params;
-  std::vector<torch::Tensor> param_list;
+  std::unique_ptr<ModelStates> states;
 };
+
+// Where the shards go: every rank (full), or the SP group with the DP replicas all-reducing (hybrid).
+model::Sharding sharding_of(const Run& r) {
+  switch (r.sharding) {
+    case ShardingMode::kFull: return {r.grad_group.get(), nullptr, r.device};
+    case ShardingMode::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device};
+    case ShardingMode::kNone: break;
+  }
+  return {};
+}
+
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
 
 void print_plan(const Run& r, const data::DataLoader& loader) {
   log_line(topology_line(r.layout, r.topo, std::getenv("SLURM_NTASKS")));
@@ -147,7 +169,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.model->options());
+  const std::int64_t shards = r.sharding == ShardingMode::kNone ? 0 : r.model->sharded_states()->world();
+  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.model->options(), shards);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
            arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
@@ -174,6 +197,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
+  const StateBytes b = r.states->bytes();
+  log_info("model states: {}{}; per rank weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} = {:.3f} GiB (fp32)",
+           sharding_name(r.sharding),
+           shards > 0 ? fmt::format(" over {} ranks{}", shards, r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "") : "",
+           gib(b.weights), gib(b.grads), gib(b.optimizer), gib(b.total()));
   log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
@@ -182,14 +210,13 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
 }
 
 // One optimizer step; returns the report (loss over all ranks).
-StepReport train_step(Run& r, data::DataLoader& loader, AdamW& opt, const Schedule& schedule, std::int64_t step) {
+StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, r.param_list, *r.grad_group, r.device);
+  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, *r.states, r.device);
   StepReport rep;
-  rep.grad_norm = clip_grad_norm(r.param_list, r.o.clip);
+  rep.grad_norm = r.states->clip(r.o.clip);
   rep.lr = schedule.lr_at(step);
-  opt.step(rep.lr);
-  for (auto& p : r.param_list) p.mutable_grad() = torch::Tensor();
+  r.states->step(rep.lr);
   synchronize(r.device);   // the step's time includes the optimizer's kernels
   loader.advance_step();
   rep.step = step;
@@ -249,13 +276,15 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                   : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
+  r.sharding = sharding_mode(o.sharding, layout.world());
+  if (r.sharding == ShardingMode::kHybrid) r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
   std::optional<data::DataLoader> dataset;
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         r.config_path = model_config_path(o);
         r.config = arch::read_model_config(r.config_path);
-        r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision));
+        r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision, r.sharding), sharding_of(r));
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);
@@ -263,10 +292,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   data::DataLoader& loader = *dataset;
-  r.model->to(r.device);   // fp32 master weights on the device; AdamW's state follows them
-  r.params = named_parameters(r.model);
-  for (const auto& [name, p] : r.params) r.param_list.push_back(p);
-  AdamW opt(r.params, {o.beta1, o.beta2, o.eps, o.weight_decay});
+  if (r.sharding == ShardingMode::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
+  r.states = std::make_unique<ModelStates>(r.model, *r.grad_group, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
   check_output(o, r.rank);
   world.barrier();
@@ -278,7 +305,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (o.resume == "auto") from = checkpoint::latest(ckpts);
   else if (!o.resume.empty()) from = fs::path(o.resume);
   if (from) {
-    TrainerState loaded = load_checkpoint(*from, r.params, opt);
+    TrainerState loaded = load_checkpoint(*from, *r.states);
     state.step = loaded.step;
     state.cursor = loaded.cursor;
     state.tokens_seen = loaded.tokens_seen;
@@ -298,15 +325,13 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (tty) bar.emplace("train", static_cast<std::uint64_t>(o.steps - state.step), "steps", "tokens");
 
   auto save = [&] {
-    if (r.rank == 0) {
-      fs::path dir = save_checkpoint(ckpts, r.params, opt, state, layout, r.config_path,
-                                     r.config.architecture, o.keep_last);
-      log_info("saved {}", dir.string());
-    }
+    const fs::path dir = save_checkpoint(ckpts, *r.states, state, layout, r.config_path, r.config.architecture,
+                                         o.keep_last, r.rank == 0);
+    if (r.rank == 0) log_info("saved {}", dir.string());
     world.barrier();
   };
   while (state.step < o.steps) {
-    StepReport rep = train_step(r, loader, opt, schedule, state.step + 1);
+    StepReport rep = train_step(r, loader, schedule, state.step + 1);
     state.step = rep.step;
     state.cursor = loader.cursor();
     state.tokens_seen += rep.tokens;

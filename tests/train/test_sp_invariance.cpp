@@ -6,165 +6,13 @@
 // Data: sequences of S = 16·P tokens whose document boundaries fall inside rank slices, exactly on a slice
 // edge and across slices, with padding, and one sequence so short that the last ranks hold no valid label.
 // Models: MHA, GQA with kv % P == 0, KV heads replicated (P % kv == 0, down to one KV head), Qwen3 q/k norm.
-#include <unistd.h>
-
-#include <filesystem>
-#include <functional>
-#include <fstream>
-#include <random>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-#include <mpi.h>
-
-#include "comm/mpi_communicator.hpp"
-#include "dist/process_groups.hpp"
-#include "io/manifest.hpp"
-#include "io/shard.hpp"
-#include "arch/model_config.hpp"
-#include "core/sequence_parallel.hpp"
-#include "model/causal_lm.hpp"
-#include "model/weights.hpp"
+#include "spmd_fixtures.hpp"
 #include "train/grad_sync.hpp"
-#include "train/step.hpp"
 
-namespace fs = std::filesystem;
 using namespace ulysses;
+using namespace ulysses::testing_spmd;
 
 namespace {
-
-constexpr std::int64_t kVocab = 64;
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// Rank 0's pid, so concurrent runs of this test use different scratch folders.
-int getpid_of_rank0() {
-  int pid = static_cast<int>(getpid());
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return pid;
-}
-
-// Runs fn on rank 0 only; every rank then learns whether it succeeded, so a failure on rank 0 stops
-// all ranks together instead of leaving them in a collective.
-void on_rank0(const std::function<void()>& fn) {
-  std::string error;
-  if (world_rank() == 0) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  int failed = error.empty() ? 0 : 1;
-  MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (failed) throw std::runtime_error("setup failed on rank 0: " + (error.empty() ? "see rank 0" : error));
-}
-
-// A scratch directory shared by all ranks (same machine), made by rank 0.
-fs::path shared_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / fmt::format("uly-spinv-{}-{}", name, getpid_of_rank0());
-  on_rank0([&] {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  });
-  return dir;
-}
-
-// Sequence metas with boundaries inside, on, and across the P slices of length L = S / P.
-std::vector<shard::SequenceMeta> metas_for(std::int64_t S, std::int64_t P) {
-  const auto L = static_cast<std::int32_t>(S / P);
-  const auto s = static_cast<std::int32_t>(S);
-  return {
-      {s - 3, {0, 5, L, L + 3, s - L / 2}},                  // inside, on an edge, inside; padding at the end
-      {s, {0, L / 2, s - 1}},                                // one document across all slices; last is 1 token
-      {L + 2, {0}},                                          // short: slices 2.. hold only padding
-      {s, {0}},                                              // one full document
-  };
-}
-
-void write_dataset(const fs::path& dir, std::int64_t S, std::int64_t P) {
-  on_rank0([&] {
-    auto metas = metas_for(S, P);
-    std::mt19937 rng(123);
-    std::vector<std::int32_t> ids(metas.size() * static_cast<std::size_t>(S));
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      ids[i] = static_cast<std::int32_t>(rng() % kVocab);
-    std::vector<std::uint8_t> mask(ids.size(), 1);
-    shard::ShardParams params{S, P, 1, 0, false};
-    shard::ShardWriter w(dir / "shard-00000.h5", params, static_cast<std::int64_t>(metas.size()));
-    w.append(ids, {}, metas);
-    w.close();
-    shard::Manifest m;
-    m.seq_len = S;
-    m.sp = P;
-    m.alignment = 1;
-    m.vocab_size = kVocab;
-    m.max_token_id = kVocab - 1;
-    m.policy = "test";
-    m.shards.push_back({"shard-00000.h5", "train", static_cast<std::int64_t>(metas.size()), 0, ""});
-    m.stats = nlohmann::json::object();
-    shard::write_manifest(m, dir / "manifest.json");
-  });
-}
-
-fs::path write_config(const fs::path& dir, const std::string& type, int heads, int kv) {
-  const fs::path path = dir / fmt::format("{}-{}-{}.json", type, heads, kv);
-  on_rank0([&] {
-    nlohmann::json c = {{"architectures", {type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
-                        {"model_type", type}, {"vocab_size", kVocab}, {"hidden_size", 32},
-                        {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", heads},
-                        {"num_key_value_heads", kv}, {"head_dim", 8}, {"hidden_act", "silu"},
-                        {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
-                        {"tie_word_embeddings", false}, {"initializer_range", 0.2}};
-    std::ofstream(path) << c.dump(2);
-  });
-  return path;
-}
-
-struct Result {
-  double loss = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> grads;
-};
-
-// The model runs over lo.sp, the same SP handle as the loader's.
-Result gradients(const arch::ModelConfig& cfg, comm::Communicator& world, const fs::path& data,
-                 data::LoaderOptions lo, std::int64_t steps_skipped,
-                 model::Precision precision = model::Precision::kFp32) {
-  model::CausalLm m(cfg, lo.sp, model::ModelOptions().precision(precision));
-  model::init_weights(m, 7);
-  std::vector<torch::Tensor> params;
-  for (auto& p : m->parameters()) params.push_back(p);
-  data::DataLoader loader(data, lo);
-  for (std::int64_t i = 0; i < steps_skipped; ++i) loader.advance_step();
-  Result r;
-  r.loss = train::compute_gradients(m, loader, lo.grad_accum, params, world, torch::kCPU).mean();
-  for (const auto& item : m->named_parameters()) r.grads.emplace_back(item.key(), item.value().grad().clone());
-  return r;
-}
-
-void expect_same(const Result& got, const Result& ref, const std::string& what, double tol = 1e-5) {
-  EXPECT_NEAR(got.loss, ref.loss, tol * std::abs(ref.loss)) << what;
-  ASSERT_EQ(got.grads.size(), ref.grads.size());
-  for (std::size_t i = 0; i < ref.grads.size(); ++i) {
-    const auto& [name, g] = got.grads[i];
-    const auto& r = ref.grads[i].second;
-    const double scale = std::max(r.norm().item<double>(), 1e-12);
-    const double rel = (g - r).norm().item<double>() / scale;
-    EXPECT_LE(rel, tol) << what << ": " << name << " relative difference " << rel;
-    EXPECT_GT(scale, 1e-9) << what << ": " << name << " has no gradient at all";
-    EXPECT_EQ(g.scalar_type(), torch::kFloat) << what << ": " << name << " gradient is not float32 (master weights)";
-  }
-}
 
 struct Variant {
   std::string type;
@@ -253,8 +101,8 @@ TEST(Bf16, SpEqualsSpOneAndTracksFp32) {
   data::LoaderOptions ref{SequenceParallel(), 1, 0, 1, 1, 5, kVocab, "train"};
   for (std::int64_t seq : {0, 1}) {
     const auto bf16 = model::Precision::kBf16;
-    Result got = gradients(cfg, world, dir, par, seq, bf16);
-    Result want = gradients(cfg, self, dir, ref, seq, bf16);
+    Result got = gradients(cfg, world, dir, par, seq, model::ModelOptions().precision(bf16));
+    Result want = gradients(cfg, self, dir, ref, seq, model::ModelOptions().precision(bf16));
     Result fp32 = gradients(cfg, self, dir, ref, seq);
     expect_same(got, want, fmt::format("bf16 SP={} vs SP=1, sequence {}", P, seq), 2e-2);
     expect_same(want, fp32, fmt::format("bf16 vs fp32, sequence {}", seq), 5e-2);

@@ -1,0 +1,177 @@
+#include "model/sharded_states.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <torch/csrc/autograd/generated/variable_factories.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::model {
+namespace {
+
+std::string unit_of(const std::string& name) {
+  static const std::string layers = "model.layers.";
+  if (name.starts_with("model.embed_tokens.")) return "model.embed_tokens";
+  if (name.starts_with(layers)) return name.substr(0, name.find('.', layers.size()));
+  return "head";   // model.norm.*, lm_head.*
+}
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
+                             const Sharding& sharding, const c10::Device& device)
+    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device) {
+  ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
+  std::map<std::string, int> group_index;
+  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
+    const Parameter& p = params_[i];
+    const std::string unit = unit_of(p.name);
+    const bool matrix = p.shape.size() == 2 && unit != "model.embed_tokens";
+    const std::string group = unit + (matrix ? ".matrices" : ".others");
+    if (units_.empty() || units_.back().name != unit) {
+      ULY_CHECK(std::none_of(units_.begin(), units_.end(), [&](const Unit& u) { return u.name == unit; }),
+                "parameter {} of unit {} comes after another unit's", p.name, unit);
+      units_.push_back({unit, {}, {}});
+    }
+    auto [it, added] = group_index.emplace(group, static_cast<int>(groups_.size()));
+    if (added) {
+      groups_.push_back({group, matrix ? compute_dtype : torch::kFloat, p.shape.size() >= 2, 0, 0, {}, {}});
+      units_.back().groups.push_back(it->second);
+    }
+    Group& g = groups_[it->second];
+    ULY_CHECK(g.decay == (p.shape.size() >= 2), "group {} would mix decayed and undecayed parameters ({})", group, p.name);
+    places_.push_back({it->second, g.numel});
+    g.numel += numel_of(p.shape);
+    g.slots.push_back(i);
+    units_.back().params.push_back(i);
+    index_[p.name] = i;
+  }
+  const std::int64_t W = shard_group_->size();
+  for (Group& g : groups_) {
+    g.shard_numel = (g.numel + W - 1) / W;
+    g.master = torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_)).requires_grad_(true);
+  }
+}
+
+int ShardedStates::unit(const std::string& name) const {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u)
+    if (units_[u].name == name) return u;
+  ULY_CHECK(false, "no sharded unit named {}", name);
+  return -1;
+}
+
+const ShardedStates::Place& ShardedStates::place(const std::string& name) const {
+  auto it = index_.find(name);
+  ULY_CHECK(it != index_.end(), "{} is not a sharded parameter", name);
+  return places_[static_cast<std::size_t>(it->second)];
+}
+
+std::vector<torch::Tensor> ShardedStates::gather(int unit) const {
+  torch::NoGradGuard no_grad;
+  std::map<int, torch::Tensor> flat;   // group -> [numel] in its gather dtype
+  for (int gi : units_[unit].groups) {
+    const Group& g = groups_[gi];
+    const torch::Tensor shard = g.master.detach().to(g.gather_dtype);                // [n]
+    const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;   // [W*n]
+    flat[gi] = all.narrow(0, 0, g.numel);
+  }
+  std::vector<torch::Tensor> out;
+  for (int i : units_[unit].params) {
+    const Place& at = places_[i];
+    out.push_back(flat[at.group].narrow(0, at.offset, numel_of(params_[i].shape)).view(params_[i].shape));
+  }
+  return out;
+}
+
+void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  const Unit& u = units_[unit];
+  ULY_CHECK(grads.size() == u.params.size(), "unit {}: {} gradients for {} parameters", u.name, grads.size(),
+            u.params.size());
+  for (int gi : u.groups) {
+    Group& g = groups_[gi];
+    torch::Tensor flat = torch::zeros({g.shard_numel * world()}, torch::dtype(torch::kFloat).device(device_));   // [W*n]
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      const Place& at = places_[u.params[k]];
+      if (at.group == gi && grads[k].defined())
+        flat.narrow(0, at.offset, grads[k].numel()).copy_(grads[k].reshape(-1));
+    }
+    torch::Tensor mine = world() > 1 ? shard_group_->reduce_scatter_sum(flat) : flat;   // [n]
+    if (g.master.grad().defined()) g.master.mutable_grad().add_(mine);
+    else g.master.mutable_grad() = mine;
+  }
+}
+
+void ShardedStates::finish_gradients(double global_count) {
+  torch::NoGradGuard no_grad;
+  for (Group& g : groups_) {
+    if (!g.master.grad().defined()) g.master.mutable_grad() = torch::zeros_like(g.master);
+    torch::Tensor& grad = g.master.mutable_grad();
+    if (replica_group_ && replica_group_->size() > 1) replica_group_->all_reduce_sum(grad);
+    grad.div_(global_count);
+  }
+}
+
+void ShardedStates::zero_gradients() {
+  for (Group& g : groups_) g.master.mutable_grad() = torch::Tensor();
+}
+
+double ShardedStates::grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(device_));   // [1]
+  for (const Group& g : groups_)
+    if (g.master.grad().defined()) squares += g.master.grad().to(torch::kFloat64).pow(2).sum();
+  if (world() > 1) shard_group_->all_reduce_sum(squares);
+  const double norm = std::sqrt(squares.item<double>());
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1)
+      for (Group& g : groups_)
+        if (g.master.grad().defined()) g.master.mutable_grad().mul_(coef);
+  }
+  return norm;
+}
+
+void ShardedStates::load(const std::string& name, const torch::Tensor& whole,
+                         const std::function<torch::Tensor(const Group&)>& shard_of) const {
+  const Place& at = place(name);
+  const Group& g = groups_[at.group];
+  ULY_CHECK(whole.numel() == numel_of(params_[index_.at(name)].shape), "{}: {} elements, the parameter has {}", name,
+            whole.numel(), numel_of(params_[index_.at(name)].shape));
+  const std::int64_t mine = g.shard_numel * shard_group_->rank();   // where this rank's shard starts
+  const std::int64_t lo = std::max(mine, at.offset), hi = std::min(mine + g.shard_numel, at.offset + whole.numel());
+  if (lo >= hi) return;
+  torch::NoGradGuard no_grad;
+  shard_of(g).narrow(0, lo - mine, hi - lo).copy_(whole.reshape(-1).narrow(0, lo - at.offset, hi - lo));
+}
+
+void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group&)>& shard_of,
+                                   const std::function<void(const std::string&, const torch::Tensor&)>& fn) const {
+  torch::NoGradGuard no_grad;
+  for (const Unit& u : units_)
+    for (int gi : u.groups) {
+      const Group& g = groups_[gi];
+      const torch::Tensor shard = shard_of(g).detach().to(torch::kFloat).contiguous();   // [n]
+      const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;    // [W*n]
+      for (int i : g.slots)
+        fn(params_[i].name, all.narrow(0, places_[i].offset, numel_of(params_[i].shape)).view(params_[i].shape));
+    }
+}
+
+std::vector<ShardedStates::Parameter> ShardedStates::whole_order() const {
+  std::vector<Parameter> out;
+  for (const Unit& u : units_)
+    for (int gi : u.groups)
+      for (int i : groups_[gi].slots) out.push_back(params_[i]);
+  return out;
+}
+
+}  // namespace ulysses::model

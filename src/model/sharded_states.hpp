@@ -1,0 +1,113 @@
+// ShardedStates: a model's parameters as flat fp32 shards spread over a group of ranks — ZeRO-3 / FSDP
+// (FULL_SHARD over every rank; HYBRID_SHARD over the SP group, DP replicas holding the same shards).
+//
+// Units are what is gathered at once: the embeddings ("model.embed_tokens"), each decoder layer
+// ("model.layers.N") and the head ("head": the final norm and lm_head). A unit's parameters fall into at
+// most two groups, each one flat vector (the parameters in module order, padded to a multiple of W):
+//   matrices  2-D weights that feed a matmul (the *_proj and lm_head weights): gathered in the compute
+//             dtype (bf16 under --precision bf16 — autocast would cast them per use anyway, so the forward
+//             is the replicated one bit for bit), weight decay;
+//   others    norms, biases and the embedding table: gathered in fp32 (they meet fp32 arithmetic), weight
+//             decay only for the 2-D embedding (its own unit, so a group never mixes the two).
+// Rank r of W holds elements [r·n, (r+1)·n) of each group, n = ceil(numel / W): the fp32 master shard [n],
+// its gradient (.grad, fp32) and, in the optimizer, the AdamW moments of the same shape.
+//
+//   gather(unit)          all-gather of each group (in its dtype) → the unit's parameters, in module order,
+//                         as views of the gathered buffers; collective over the shard group
+//   add_gradients(unit)   the unit's full gradients (any float dtype) → fp32 flat → reduce-scatter over
+//                         the shard group → added to the master shards' .grad; collective
+//   finish_gradients      after the last backward of a step: all-reduce over the replica group (hybrid),
+//                         divide by the global count (the contract of train/grad_sync.hpp)
+//   load / for_each_whole whole named tensors in (this rank keeps its slice) and out (gathered per group)
+//
+// No rank ever holds more than one unit's parameters whole, in forward or backward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "comm/communicator.hpp"
+
+namespace ulysses::model {
+
+// Where a model's parameters live when they are sharded; both communicators are borrowed and must outlive
+// the model. shard_group null = not sharded.
+struct Sharding {
+  comm::Communicator* shard_group = nullptr;     // the ranks that split each unit (world, or the SP group)
+  comm::Communicator* replica_group = nullptr;   // ranks that hold the same shard (hybrid: the DP group)
+  c10::Device device = c10::kCPU;                // where the shards live
+  bool enabled() const { return shard_group != nullptr; }
+};
+
+class ShardedStates {
+ public:
+  struct Parameter {
+    std::string name;                 // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+    std::vector<std::int64_t> shape;
+  };
+  struct Group {
+    std::string name;                 // "<unit>.matrices" or "<unit>.others"
+    c10::ScalarType gather_dtype;
+    bool decay;                       // AdamW weight decay applies
+    std::int64_t numel = 0;           // of its parameters, unpadded
+    std::int64_t shard_numel = 0;     // n = ceil(numel / W)
+    torch::Tensor master;             // [n] fp32 on `device`, requires grad (its .grad is the shard's gradient)
+    std::vector<int> slots;           // indices into parameters(), in flat order
+  };
+
+  // params: every parameter of the model in module order. Masters start at zero (load or init fills them).
+  ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const Sharding& sharding,
+                const c10::Device& device);
+
+  int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
+  std::vector<torch::Tensor> gather(int unit) const;                          // in the unit's parameter order
+  std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
+  void add_gradients(int unit, const std::vector<torch::Tensor>& grads);      // the same order; undefined = zero
+  void finish_gradients(double global_count);
+  void zero_gradients();
+  double grad_norm(double max_norm);   // global L2 norm of the gradient; scales it as clip_grad_norm does
+
+  // Copies this rank's slice of the whole tensor `name` into shard_of(its group).
+  void load(const std::string& name, const torch::Tensor& whole,
+            const std::function<torch::Tensor(const Group&)>& shard_of) const;
+  void load(const std::string& name, const torch::Tensor& whole) const {
+    load(name, whole, [](const Group& g) { return g.master; });
+  }
+  // Collective: gathers shard_of(group) for every group in turn (fp32) and calls fn(name, whole tensor) for its
+  // parameters, in whole_order(). Every rank gets every tensor.
+  void for_each_whole(const std::function<torch::Tensor(const Group&)>& shard_of,
+                      const std::function<void(const std::string&, const torch::Tensor&)>& fn) const;
+  std::vector<Parameter> whole_order() const;   // the order for_each_whole emits
+
+  const std::vector<Group>& groups() const { return groups_; }
+  const std::vector<Parameter>& parameters() const { return params_; }
+  int world() const { return shard_group_->size(); }
+
+ private:
+  struct Unit {
+    std::string name;
+    std::vector<int> params;   // indices into params_, module order
+    std::vector<int> groups;   // indices into groups_
+  };
+  struct Place {
+    int group;
+    std::int64_t offset;       // in the group's flat vector
+  };
+  const Place& place(const std::string& name) const;
+
+  std::vector<Parameter> params_;
+  std::vector<Place> places_;   // per parameter
+  std::map<std::string, int> index_;
+  std::vector<Group> groups_;
+  std::vector<Unit> units_;
+  comm::Communicator* shard_group_;
+  comm::Communicator* replica_group_;
+  c10::Device device_;
+};
+
+}  // namespace ulysses::model

@@ -1,0 +1,65 @@
+// ModelStates: what training updates on this rank — the weights, their gradients and AdamW's state — whether
+// replicated (every rank holds every parameter: the modules' own, DDP style) or sharded (the model's
+// ShardedStates: ZeRO-3 / FSDP), behind one interface for the step, the optimizer and checkpoints.
+//
+//   finish_gradients  after the step's last backward: the loss contract of grad_sync.hpp (gradient of
+//                     Σ token losses / global count, identical on every rank that holds it)
+//   clip, step        global-norm clipping (from the shards when sharded) and AdamW on what this rank holds
+//   whole tensors     checkpoints see Hugging Face-named whole tensors in both modes: for_each_whole gathers
+//                     them per unit when sharded (collective: every rank calls it), load_whole keeps this
+//                     rank's part of one
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/causal_lm.hpp"
+#include "train/adamw.hpp"
+
+namespace ulysses::train {
+
+struct StateBytes {   // per rank
+  std::int64_t weights = 0, grads = 0, optimizer = 0;
+  std::int64_t total() const { return weights + grads + optimizer; }
+};
+
+class ModelStates {
+ public:
+  // grad_group: where replicated gradients are summed (SP × DP); the sharded model has its own groups.
+  ModelStates(model::CausalLm model, comm::Communicator& grad_group, AdamWOptions adamw = {});
+
+  bool sharded() const { return model_->sharded_states() != nullptr; }
+  comm::Communicator& grad_group() { return grad_group_; }
+
+  void finish_gradients(double global_count);
+  double clip(double max_norm);   // torch's clip_grad_norm_ over the whole model; returns the norm before
+  void step(double lr);           // AdamW, then the gradients are dropped
+  // Every parameter's gradient, whole, in checkpoint order (collective when sharded; for tests and tools).
+  std::vector<std::pair<std::string, torch::Tensor>> whole_gradients();
+
+  enum class Part { kWeights, kOptimizer };
+  struct Whole {
+    std::string name;   // weights: Hugging Face names; optimizer: exp_avg.<name>, exp_avg_sq.<name>
+    std::vector<std::int64_t> shape;
+  };
+  std::vector<Whole> whole_list(Part part) const;   // the order for_each_whole gives
+  void for_each_whole(Part part, const std::function<void(const std::string&, const torch::Tensor&)>& fn);
+  void load_whole(Part part, const std::string& name, const torch::Tensor& whole);   // a name of whole_list
+  AdamW& optimizer() { return *optimizer_; }
+
+  StateBytes bytes() const;
+
+ private:
+  std::pair<std::string, bool> split_moment(const std::string& name) const;   // "exp_avg_sq.x" -> {"x", true}
+
+  model::CausalLm model_;
+  comm::Communicator& grad_group_;
+  NamedTensors trained_;   // replicated: the parameters; sharded: the master shards, by group name
+  std::unique_ptr<AdamW> optimizer_;
+};
+
+}  // namespace ulysses::train
