@@ -4,6 +4,7 @@
 
 #include "ckpt/commands.hpp"
 #include "ckpt/output.hpp"
+#include "core/log.hpp"
 #include "ckpt/source.hpp"
 #include "core/checksum.hpp"
 #include "core/error.hpp"

@@ -14,6 +14,7 @@
 #include "ckpt/dtype.hpp"
 #include "core/checksum.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/progress.hpp"
 
 namespace fs = std::filesystem;
@@ -159,14 +160,6 @@ std::uint64_t parse_size(const std::string& text, const std::string& flag) {
   for (const auto& [name, scale] : kUnits)
     if (value > 0 && unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
   throw BadInput(fmt::format("{} \"{}\" is not a size", flag, text), "write e.g. 5GB, 500MB, 2GiB or a byte count");
-}
-
-std::string human_bytes(std::uint64_t b) {
-  const double x = static_cast<double>(b);
-  if (b >= (std::uint64_t{1} << 30)) return fmt::format("{:.2f} GiB", x / (1 << 30));
-  if (b >= (std::uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", x / (1 << 20));
-  if (b >= 1024) return fmt::format("{:.1f} KiB", x / 1024);
-  return fmt::format("{} B", b);
 }
 
 }  // namespace ulysses::ckpt

@@ -50,6 +50,5 @@ void copy_file_checked(const std::filesystem::path& from, const std::filesystem:
 // "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput otherwise.
 std::uint64_t parse_size(const std::string& text, const std::string& flag);
 
-std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB"
 
 }  // namespace ulysses::ckpt

@@ -1,6 +1,8 @@
 // Plain log lines on stderr: "[tool] message". Progress bars live in progress.hpp.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -9,6 +11,8 @@ namespace ulysses {
 
 void set_log_tag(std::string_view tag);       // e.g. "pack", "train r3"
 void log_line(std::string_view message);      // one line, flushed
+
+std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB", "4.0 KiB", "12 B": how logs write a size
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

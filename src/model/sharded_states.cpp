@@ -28,7 +28,8 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 
 ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
                              const Sharding& sharding, const c10::Device& device)
-    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device) {
+    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device),
+      offload_(sharding.offload_optimizer) {
   ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
   std::map<std::string, int> group_index;
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
@@ -55,10 +56,30 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
     index_[p.name] = i;
   }
   const std::int64_t W = shard_group_->size();
+  const auto master_options = offload_ ? torch::dtype(torch::kFloat).pinned_memory(device_.is_cuda())
+                                       : torch::dtype(torch::kFloat).device(device_);
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
-    g.master = torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_)).requires_grad_(true);
+    g.master = torch::zeros({g.shard_numel}, master_options).requires_grad_(true);
+    if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
+}
+
+void ShardedStates::refresh() {
+  torch::NoGradGuard no_grad;
+  if (offload_)
+    for (Group& g : groups_) g.compute.copy_(g.master.detach());
+  stale_ = false;
+}
+
+void ShardedStates::sum_over(comm::Communicator& group, torch::Tensor& t) const {
+  if (t.device() == device_) {
+    group.all_reduce_sum(t);
+    return;
+  }
+  torch::Tensor on_device = t.to(device_);   // NCCL reduces device memory only
+  group.all_reduce_sum(on_device);
+  t.copy_(on_device);
 }
 
 int ShardedStates::unit(const std::string& name) const {
@@ -74,12 +95,13 @@ const ShardedStates::Place& ShardedStates::place(const std::string& name) const 
   return places_[static_cast<std::size_t>(it->second)];
 }
 
-std::vector<torch::Tensor> ShardedStates::gather(int unit) const {
+std::vector<torch::Tensor> ShardedStates::gather(int unit) {
+  if (stale_) refresh();
   torch::NoGradGuard no_grad;
   std::map<int, torch::Tensor> flat;   // group -> [numel] in its gather dtype
   for (int gi : units_[unit].groups) {
     const Group& g = groups_[gi];
-    const torch::Tensor shard = g.master.detach().to(g.gather_dtype);                // [n]
+    const torch::Tensor shard = offload_ ? g.compute : g.master.detach().to(g.gather_dtype);   // [n] on the device
     const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;   // [W*n]
     flat[gi] = all.narrow(0, 0, g.numel);
   }
@@ -105,6 +127,7 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
         flat.narrow(0, at.offset, grads[k].numel()).copy_(grads[k].reshape(-1));
     }
     torch::Tensor mine = world() > 1 ? shard_group_->reduce_scatter_sum(flat) : flat;   // [n]
+    if (offload_) mine = mine.to(g.master.device());                                 // summed in host memory
     if (g.master.grad().defined()) g.master.mutable_grad().add_(mine);
     else g.master.mutable_grad() = mine;
   }
@@ -115,7 +138,7 @@ void ShardedStates::finish_gradients(double global_count) {
   for (Group& g : groups_) {
     if (!g.master.grad().defined()) g.master.mutable_grad() = torch::zeros_like(g.master);
     torch::Tensor& grad = g.master.mutable_grad();
-    if (replica_group_ && replica_group_->size() > 1) replica_group_->all_reduce_sum(grad);
+    if (replica_group_ && replica_group_->size() > 1) sum_over(*replica_group_, grad);
     grad.div_(global_count);
   }
 }
@@ -126,10 +149,10 @@ void ShardedStates::zero_gradients() {
 
 double ShardedStates::grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
-  torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(device_));   // [1]
+  torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(groups_[0].master.device()));   // [1]
   for (const Group& g : groups_)
     if (g.master.grad().defined()) squares += g.master.grad().to(torch::kFloat64).pow(2).sum();
-  if (world() > 1) shard_group_->all_reduce_sum(squares);
+  if (world() > 1) sum_over(*shard_group_, squares);
   const double norm = std::sqrt(squares.item<double>());
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
@@ -141,7 +164,7 @@ double ShardedStates::grad_norm(double max_norm) {
 }
 
 void ShardedStates::load(const std::string& name, const torch::Tensor& whole,
-                         const std::function<torch::Tensor(const Group&)>& shard_of) const {
+                         const std::function<torch::Tensor(const Group&)>& shard_of) {
   const Place& at = place(name);
   const Group& g = groups_[at.group];
   ULY_CHECK(whole.numel() == numel_of(params_[index_.at(name)].shape), "{}: {} elements, the parameter has {}", name,
@@ -151,6 +174,7 @@ void ShardedStates::load(const std::string& name, const torch::Tensor& whole,
   if (lo >= hi) return;
   torch::NoGradGuard no_grad;
   shard_of(g).narrow(0, lo - mine, hi - lo).copy_(whole.reshape(-1).narrow(0, lo - at.offset, hi - lo));
+  stale_ = true;
 }
 
 void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group&)>& shard_of,
@@ -159,7 +183,7 @@ void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group
   for (const Unit& u : units_)
     for (int gi : u.groups) {
       const Group& g = groups_[gi];
-      const torch::Tensor shard = shard_of(g).detach().to(torch::kFloat).contiguous();   // [n]
+      const torch::Tensor shard = shard_of(g).detach().to(device_, torch::kFloat).contiguous();   // [n] on the device
       const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;    // [W*n]
       for (int i : g.slots)
         fn(params_[i].name, all.narrow(0, places_[i].offset, numel_of(params_[i].shape)).view(params_[i].shape));

@@ -20,6 +20,12 @@
 //                         divide by the global count (the contract of train/grad_sync.hpp)
 //   load / for_each_whole whole named tensors in (this rank keeps its slice) and out (gathered per group)
 //
+// Optimizer offload (DeepSpeed's offload_optimizer): the masters, their gradients and (so) the AdamW moments
+// live in host memory (pinned when the device is a GPU) and AdamW runs there on the CPU; the device keeps one
+// copy of each shard in its gather dtype, refreshed from the masters after every change (refresh()). The
+// reduce-scattered gradient shard is copied to the host and summed there. On a CPU device the host tensors
+// are separate buffers all the same, so CPU runs exercise the same path.
+//
 // No rank ever holds more than one unit's parameters whole, in forward or backward.
 #pragma once
 
@@ -40,7 +46,8 @@ namespace ulysses::model {
 struct Sharding {
   comm::Communicator* shard_group = nullptr;     // the ranks that split each unit (world, or the SP group)
   comm::Communicator* replica_group = nullptr;   // ranks that hold the same shard (hybrid: the DP group)
-  c10::Device device = c10::kCPU;                // where the shards live
+  c10::Device device = c10::kCPU;                // where the gathered units (and the shards, unless offloaded) live
+  bool offload_optimizer = false;                // masters, gradients and AdamW state in host memory
   bool enabled() const { return shard_group != nullptr; }
 };
 
@@ -56,7 +63,8 @@ class ShardedStates {
     bool decay;                       // AdamW weight decay applies
     std::int64_t numel = 0;           // of its parameters, unpadded
     std::int64_t shard_numel = 0;     // n = ceil(numel / W)
-    torch::Tensor master;             // [n] fp32 on `device`, requires grad (its .grad is the shard's gradient)
+    torch::Tensor master;             // [n] fp32 on `device` (host when offloaded), requires grad; .grad: its gradient
+    torch::Tensor compute;            // [n] offloaded only: the device copy in gather_dtype that gather() sends
     std::vector<int> slots;           // indices into parameters(), in flat order
   };
 
@@ -65,17 +73,18 @@ class ShardedStates {
                 const c10::Device& device);
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
-  std::vector<torch::Tensor> gather(int unit) const;                          // in the unit's parameter order
+  std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
   std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
   void add_gradients(int unit, const std::vector<torch::Tensor>& grads);      // the same order; undefined = zero
   void finish_gradients(double global_count);
   void zero_gradients();
+  void refresh();   // offloaded: the device copies from the masters (after an optimizer step; loads mark it due)
   double grad_norm(double max_norm);   // global L2 norm of the gradient; scales it as clip_grad_norm does
 
   // Copies this rank's slice of the whole tensor `name` into shard_of(its group).
   void load(const std::string& name, const torch::Tensor& whole,
-            const std::function<torch::Tensor(const Group&)>& shard_of) const;
-  void load(const std::string& name, const torch::Tensor& whole) const {
+            const std::function<torch::Tensor(const Group&)>& shard_of);
+  void load(const std::string& name, const torch::Tensor& whole) {
     load(name, whole, [](const Group& g) { return g.master; });
   }
   // Collective: gathers shard_of(group) for every group in turn (fp32) and calls fn(name, whole tensor) for its
@@ -87,6 +96,7 @@ class ShardedStates {
   const std::vector<Group>& groups() const { return groups_; }
   const std::vector<Parameter>& parameters() const { return params_; }
   int world() const { return shard_group_->size(); }
+  bool offloaded() const { return offload_; }
 
  private:
   struct Unit {
@@ -99,6 +109,7 @@ class ShardedStates {
     std::int64_t offset;       // in the group's flat vector
   };
   const Place& place(const std::string& name) const;
+  void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
 
   std::vector<Parameter> params_;
   std::vector<Place> places_;   // per parameter
@@ -108,6 +119,8 @@ class ShardedStates {
   comm::Communicator* shard_group_;
   comm::Communicator* replica_group_;
   c10::Device device_;
+  bool offload_;
+  bool stale_ = false;   // offloaded: a load changed masters since the last refresh
 };
 
 }  // namespace ulysses::model

@@ -70,6 +70,9 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
                  "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
                  "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
       ->check(CLI::IsMember({"auto", "full_shard", "hybrid_shard", "no_shard"}))->capture_default_str();
+  app.add_flag("--offload-optimizer", o.offload_optimizer,
+               "Keep the fp32 master shards, their gradients and AdamW state in host memory and run AdamW on the CPU "
+               "(DeepSpeed's offload_optimizer); the device keeps a compute-dtype copy of its shards. Implies sharding");
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
   app.add_option("--offload-checkpoints", o.offload_checkpoints,

@@ -45,6 +45,7 @@ double ModelStates::clip(double max_norm) {
 void ModelStates::step(double lr) {
   optimizer_->step(lr);
   for (auto& [name, t] : trained_) t.mutable_grad() = torch::Tensor();
+  if (sharded()) model_->sharded_states()->refresh();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ModelStates::whole_gradients() {
@@ -125,12 +126,29 @@ void ModelStates::load_whole(Part part, const std::string& name, const torch::Te
   (squared ? sq : avg).copy_(whole);
 }
 
-StateBytes ModelStates::bytes() const {
+namespace {
+
+StateBytes fp32_states(const NamedTensors& trained) {   // weights, gradients, two moments: 4 + 4 + 8 bytes each
   StateBytes b;
-  for (const auto& [name, t] : trained_) b.weights += t.numel() * 4;   // fp32 masters (or the modules' own)
+  for (const auto& [name, t] : trained) b.weights += t.numel() * 4;
   b.grads = b.weights;
   b.optimizer = 2 * b.weights;
   return b;
+}
+
+}  // namespace
+
+StateBytes ModelStates::device_bytes() const {
+  const auto& states = model_->sharded_states();
+  if (!states || !states->offloaded()) return fp32_states(trained_);
+  StateBytes b;
+  for (const auto& g : states->groups()) b.weights += static_cast<std::int64_t>(g.compute.nbytes());
+  return b;
+}
+
+StateBytes ModelStates::host_bytes() const {
+  const auto& states = model_->sharded_states();
+  return states && states->offloaded() ? fp32_states(trained_) : StateBytes{};
 }
 
 }  // namespace ulysses::train

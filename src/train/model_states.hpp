@@ -22,7 +22,7 @@
 
 namespace ulysses::train {
 
-struct StateBytes {   // per rank
+struct StateBytes {   // per rank, in one place (device or host memory)
   std::int64_t weights = 0, grads = 0, optimizer = 0;
   std::int64_t total() const { return weights + grads + optimizer; }
 };
@@ -51,7 +51,8 @@ class ModelStates {
   void load_whole(Part part, const std::string& name, const torch::Tensor& whole);   // a name of whole_list
   AdamW& optimizer() { return *optimizer_; }
 
-  StateBytes bytes() const;
+  StateBytes device_bytes() const;   // the weights (masters, or their compute-dtype copies when offloaded) ...
+  StateBytes host_bytes() const;     // ... and what the optimizer offload keeps in host memory
 
  private:
   std::pair<std::string, bool> split_moment(const std::string& name) const;   // "exp_avg_sq.x" -> {"x", true}

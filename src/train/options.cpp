@@ -15,7 +15,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
           {"device", o.device},              {"precision", o.precision},
           {"tiled_logits", o.tiled_logits},  {"logits_chunk_tokens", o.logits_chunk_tokens},
-          {"sharding", o.sharding}, {"activation_checkpointing", o.activation_checkpointing}, {"offload_checkpoints", o.offload_checkpoints},
+          {"sharding", o.sharding}, {"offload_optimizer", o.offload_optimizer}, {"activation_checkpointing", o.activation_checkpointing}, {"offload_checkpoints", o.offload_checkpoints},
           {"tiled_mlp", o.tiled_mlp},        {"mlp_tile_tokens", o.mlp_tile_tokens},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
           {"peak_tflops", o.peak_tflops},

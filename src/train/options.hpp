@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
   std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
   std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: full_shard when world > 1
+  bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory (AdamW on CPU)
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
   std::int64_t offload_checkpoints = 0;    // keep the first N layers' inputs in host memory (implies the above)
   bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)

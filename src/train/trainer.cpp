@@ -95,9 +95,13 @@ double max_over_ranks(double value, comm::Communicator& world) {
 
 enum class ShardingMode { kNone, kFull, kHybrid };
 
-// --sharding: auto is full_shard when there is more than one rank (FSDP's names; DeepSpeed ZeRO-3).
-ShardingMode sharding_mode(const std::string& name, int world) {
-  if (name == "full_shard" || (name == "auto" && world > 1)) return ShardingMode::kFull;
+// --sharding: auto is full_shard when there is more than one rank or the optimizer is offloaded (FSDP's names;
+// DeepSpeed ZeRO-3).
+ShardingMode sharding_mode(const std::string& name, int world, bool offload_optimizer) {
+  if (name == "no_shard" && offload_optimizer)
+    throw BadInput("--offload-optimizer offloads the shards of sharded states, and --sharding is no_shard",
+                   "drop --sharding no_shard (auto shards; at one rank it means full_shard over that rank)");
+  if (name == "full_shard" || (name == "auto" && (world > 1 || offload_optimizer))) return ShardingMode::kFull;
   if (name == "hybrid_shard") return ShardingMode::kHybrid;
   return ShardingMode::kNone;
 }
@@ -153,14 +157,14 @@ struct Run {
 // Where the shards go: every rank (full), or the SP group with the DP replicas all-reducing (hybrid).
 model::Sharding sharding_of(const Run& r) {
   switch (r.sharding) {
-    case ShardingMode::kFull: return {r.grad_group.get(), nullptr, r.device};
-    case ShardingMode::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device};
+    case ShardingMode::kFull: return {r.grad_group.get(), nullptr, r.device, r.o.offload_optimizer};
+    case ShardingMode::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device, r.o.offload_optimizer};
     case ShardingMode::kNone: break;
   }
   return {};
 }
 
-double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
 
 void print_plan(const Run& r, const data::DataLoader& loader) {
   log_line(topology_line(r.layout, r.topo, std::getenv("SLURM_NTASKS")));
@@ -197,11 +201,14 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
-  const StateBytes b = r.states->bytes();
-  log_info("model states: {}{}; per rank weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} = {:.3f} GiB (fp32)",
-           sharding_name(r.sharding),
+  log_info("model states: {}{}{}", sharding_name(r.sharding),
            shards > 0 ? fmt::format(" over {} ranks{}", shards, r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "") : "",
-           gib(b.weights), gib(b.grads), gib(b.optimizer), gib(b.total()));
+           r.o.offload_optimizer ? "; optimizer offloaded (AdamW on the CPU)" : "");
+  for (const auto& [where, b] : {std::pair{"device", r.states->device_bytes()}, std::pair{"host", r.states->host_bytes()}})
+    if (b.total() > 0)
+      log_info("model states per rank in {} memory: weights {} + grads {} + AdamW {} = {}", where, human_bytes(static_cast<std::uint64_t>(b.weights)),
+               human_bytes(static_cast<std::uint64_t>(b.grads)), human_bytes(static_cast<std::uint64_t>(b.optimizer)),
+               human_bytes(static_cast<std::uint64_t>(b.total())));
   log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
@@ -276,7 +283,10 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                   : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
-  r.sharding = sharding_mode(o.sharding, layout.world());
+  if (bad_input_on_any_rank(world, groups.rank(), [&] {
+        r.sharding = sharding_mode(o.sharding, layout.world(), o.offload_optimizer);
+      }))
+    return kExitBadInput;
   if (r.sharding == ShardingMode::kHybrid) r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
   std::optional<data::DataLoader> dataset;
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every

@@ -2,8 +2,9 @@
 // of a model whose weights, gradients and AdamW state are split over the ranks equal those of the
 // replicated model at SP=1 on one rank (≤ 1e-5 relative in fp32), at SP=P sharded over every rank, at
 // SP=2 × DP=2 sharded over every rank and inside each SP group (hybrid), and over 3 ranks (shards padded);
-// with the memory features on, tied embeddings, bf16; 20 optimizer steps track the replicated run; and the
-// sharded AdamW update equals the replicated one bit for bit.
+// with the memory features on, tied embeddings, bf16, the optimizer offloaded to host memory (a separate
+// host buffer on CPU, the same code path); 20 optimizer steps track the replicated run; and the sharded
+// AdamW update, offloaded or not, equals the replicated one bit for bit.
 #include "spmd_fixtures.hpp"
 
 #include <ATen/ops/allclose.h>
@@ -30,14 +31,15 @@ struct Layout {
     const auto& l = groups.layout();
     return {SequenceParallel(l, groups.rank(), &sp), l.dp(), l.dp_rank(groups.rank()), 1, 1, seed, kVocab, "train"};
   }
-  model::Sharding full() { return {&world, nullptr, torch::kCPU}; }
-  model::Sharding hybrid() { return {&sp, &dp, torch::kCPU}; }
+  model::Sharding full(bool offload = false) { return {&world, nullptr, torch::kCPU, offload}; }
+  model::Sharding hybrid(bool offload = false) { return {&sp, &dp, torch::kCPU, offload}; }
 };
 
 struct Case {
   std::string name;
   bool tied;
   model::ModelOptions options;
+  bool offload = false;
 };
 
 class ShardedGradients : public ::testing::TestWithParam<Case> {};
@@ -52,7 +54,7 @@ TEST_P(ShardedGradients, FullShardAtSpPEqualsReplicatedSpOne) {
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 1, c.tied));
   Layout l(P);
   for (std::int64_t seq : {0, 1, 2}) {
-    Result got = gradients(cfg, l.world, dir, l.loader(5), seq, c.options, l.full());
+    Result got = gradients(cfg, l.world, dir, l.loader(5), seq, c.options, l.full(c.offload));
     Result want = gradients(cfg, l.self, dir, reference(1, 5), seq);
     expect_same(got, want, fmt::format("{}: full_shard SP={} vs replicated SP=1, sequence {}", c.name, P, seq));
   }
@@ -63,7 +65,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"plain", false, model::ModelOptions()},
                       Case{"tied", true, model::ModelOptions()},
                       Case{"memory_features", true,   // every memory feature on, a tile that does not divide S/P
-                           model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2).mlp_tile_tokens(5).logits_chunk_tokens(3)}),
+                           model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2).mlp_tile_tokens(5).logits_chunk_tokens(3)},
+                      Case{"offload_optimizer", false, model::ModelOptions(), true}),
     [](const auto& info) { return info.param.name; });
 
 // World 4 as SP=2 × DP=2, sharded over every rank and inside each SP group (HSDP), against one rank
@@ -80,6 +83,8 @@ TEST(ShardedSpTimesDp, FullAndHybridEqualReplicated) {
                 fmt::format("full_shard SP=2 x DP=2 step {}", step));
     expect_same(gradients(cfg, l.world, dir, l.loader(9), step, {}, l.hybrid()), want,
                 fmt::format("hybrid_shard SP=2 x DP=2 step {}", step));
+    expect_same(gradients(cfg, l.world, dir, l.loader(9), step, {}, l.hybrid(/*offload=*/true)), want,
+                fmt::format("hybrid_shard, optimizer offloaded, SP=2 x DP=2 step {}", step));
   }
 }
 
@@ -134,25 +139,31 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
                           [&](const std::string& n, const torch::Tensor& t) { weights[n] = t.clone(); });
     return std::make_pair(losses, weights);
   };
-  const auto [got_losses, got] = run(l.world, l.loader(5), l.full());
   const auto [want_losses, want] = run(l.self, reference(1, 5), {});
-  for (int i = 0; i < 20; ++i) EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i])) << "step " << i + 1;
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) {
-    const double rel = (got.at(name) - w).norm().item<double>() / w.norm().item<double>();
-    EXPECT_LE(rel, 1e-5) << name << " after 20 steps";
+  for (bool offload : {false, true}) {
+    const auto [got_losses, got] = run(l.world, l.loader(5), l.full(offload));
+    for (int i = 0; i < 20; ++i)
+      EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i])) << "offload " << offload << " step " << i + 1;
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, w] : want) {
+      const double rel = (got.at(name) - w).norm().item<double>() / w.norm().item<double>();
+      EXPECT_LE(rel, 1e-5) << name << " after 20 steps, offload " << offload;
+    }
   }
   EXPECT_GT(std::abs(want_losses.front() - want_losses.back()), 1e-3) << "the run did not train";
 }
 
 // The same gradients in: the sharded AdamW update (over flat shards, decay per group) equals the replicated
 // update bit for bit, weights and both moments.
-TEST(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
+class ShardedAdamW : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
   const int P = world_size();
-  const fs::path dir = shared_dir(fmt::format("shard-adamw-{}", P));
+  const fs::path dir = shared_dir(fmt::format("shard-adamw-{}-{}", P, GetParam()));
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2));
   comm::MpiCommunicator world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
-  model::CausalLm sharded(cfg, SequenceParallel(), model::ModelOptions(), model::Sharding{&world, nullptr, torch::kCPU});
+  model::CausalLm sharded(cfg, SequenceParallel(), model::ModelOptions(),
+                          model::Sharding{&world, nullptr, torch::kCPU, /*offload_optimizer=*/GetParam()});
   model::CausalLm replicated(cfg);
   model::init_weights(sharded, 3);
   model::init_weights(replicated, 3);
@@ -164,7 +175,7 @@ TEST(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
       const torch::Tensor g = torch::randn(w.shape);
       for (auto& item : replicated->named_parameters())
         if (item.key() == w.name) item.value().mutable_grad() = g.clone();
-      const auto& states = *sharded->sharded_states();
+      auto& states = *sharded->sharded_states();
       for (const auto& grp : states.groups())
         if (!grp.master.grad().defined()) grp.master.mutable_grad() = torch::zeros_like(grp.master);
       states.load(w.name, g, [](const model::ShardedStates::Group& grp) { return grp.master.grad(); });
@@ -183,5 +194,8 @@ TEST(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
     EXPECT_EQ(seen, want.size());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Offload, ShardedAdamW, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "offloaded" : "on_device"; });
 
 }  // namespace
