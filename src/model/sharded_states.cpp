@@ -26,11 +26,7 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
-                             const Sharding& sharding, const c10::Device& device)
-    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device),
-      offload_(sharding.offload_optimizer) {
-  ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
+void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
   std::map<std::string, int> group_index;
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
     const Parameter& p = params_[i];
@@ -55,6 +51,28 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
     units_.back().params.push_back(i);
     index_[p.name] = i;
   }
+}
+
+ShardedStates::ShardSize ShardedStates::shard_size(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
+                                                   int world) {
+  ShardedStates plan;
+  plan.params_ = params;
+  plan.group_parameters(compute_dtype);
+  ShardSize size;
+  for (const Group& g : plan.groups_) {
+    const std::int64_t n = (g.numel + world - 1) / world;
+    size.elements += n;
+    size.compute_copy_bytes += n * static_cast<std::int64_t>(c10::elementSize(g.gather_dtype));
+  }
+  return size;
+}
+
+ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
+                             const Sharding& sharding, const c10::Device& device)
+    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device),
+      offload_(sharding.offload_optimizer) {
+  ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
+  group_parameters(compute_dtype);
   const std::int64_t W = shard_group_->size();
   const auto master_options = offload_ ? torch::dtype(torch::kFloat).pinned_memory(device_.is_cuda())
                                        : torch::dtype(torch::kFloat).device(device_);

@@ -72,6 +72,13 @@ class ShardedStates {
   ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const Sharding& sharding,
                 const c10::Device& device);
 
+  // What a rank of `world` holds for these parameters, without building anything (plans, --dry-run):
+  // elements of its fp32 shards (Σ over groups of ceil(numel / W)) and bytes of their gather-dtype copies.
+  struct ShardSize {
+    std::int64_t elements = 0, compute_copy_bytes = 0;
+  };
+  static ShardSize shard_size(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, int world);
+
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
   std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
   std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
@@ -108,6 +115,9 @@ class ShardedStates {
     int group;
     std::int64_t offset;       // in the group's flat vector
   };
+  ShardedStates() = default;   // for shard_size's plan
+  // Units, groups and places of params_ (the tensors are left empty).
+  void group_parameters(c10::ScalarType compute_dtype);
   const Place& place(const std::string& name) const;
   void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
 
@@ -116,10 +126,10 @@ class ShardedStates {
   std::map<std::string, int> index_;
   std::vector<Group> groups_;
   std::vector<Unit> units_;
-  comm::Communicator* shard_group_;
-  comm::Communicator* replica_group_;
-  c10::Device device_;
-  bool offload_;
+  comm::Communicator* shard_group_ = nullptr;
+  comm::Communicator* replica_group_ = nullptr;
+  c10::Device device_ = c10::kCPU;
+  bool offload_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh
 };
 

@@ -126,29 +126,14 @@ void ModelStates::load_whole(Part part, const std::string& name, const torch::Te
   (squared ? sq : avg).copy_(whole);
 }
 
-namespace {
-
-StateBytes fp32_states(const NamedTensors& trained) {   // weights, gradients, two moments: 4 + 4 + 8 bytes each
-  StateBytes b;
-  for (const auto& [name, t] : trained) b.weights += t.numel() * 4;
-  b.grads = b.weights;
-  b.optimizer = 2 * b.weights;
-  return b;
-}
-
-}  // namespace
-
-StateBytes ModelStates::device_bytes() const {
-  const auto& states = model_->sharded_states();
-  if (!states || !states->offloaded()) return fp32_states(trained_);
-  StateBytes b;
-  for (const auto& g : states->groups()) b.weights += static_cast<std::int64_t>(g.compute.nbytes());
-  return b;
-}
-
-StateBytes ModelStates::host_bytes() const {
-  const auto& states = model_->sharded_states();
-  return states && states->offloaded() ? fp32_states(trained_) : StateBytes{};
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, c10::ScalarType compute_dtype) {
+  std::vector<model::ShardedStates::Parameter> params;
+  for (const auto& p : arch::parameters(c)) params.push_back({p.name, p.shape});
+  const auto size = shards > 0 ? model::ShardedStates::shard_size(params, compute_dtype, shards)
+                               : model::ShardedStates::ShardSize{arch::parameter_count(c), 0};
+  const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
+  if (offload_optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
+  return {fp32, {}};
 }
 
 }  // namespace ulysses::train

@@ -27,6 +27,13 @@ struct StateBytes {   // per rank, in one place (device or host memory)
   std::int64_t total() const { return weights + grads + optimizer; }
 };
 
+// Model-state bytes per rank from the model description alone (nothing built; --dry-run and the start-up log):
+// replicated (shards = 0) or sharded over `shards` ranks, the optimizer offloaded or not.
+struct StatePlan {
+  StateBytes device, host;
+};
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, c10::ScalarType compute_dtype);
+
 class ModelStates {
  public:
   // grad_group: where replicated gradients are summed (SP × DP); the sharded model has its own groups.
@@ -51,8 +58,6 @@ class ModelStates {
   void load_whole(Part part, const std::string& name, const torch::Tensor& whole);   // a name of whole_list
   AdamW& optimizer() { return *optimizer_; }
 
-  StateBytes device_bytes() const;   // the weights (masters, or their compute-dtype copies when offloaded) ...
-  StateBytes host_bytes() const;     // ... and what the optimizer offload keeps in host memory
 
  private:
   std::pair<std::string, bool> split_moment(const std::string& name) const;   // "exp_avg_sq.x" -> {"x", true}

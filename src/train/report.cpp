@@ -41,22 +41,20 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
 }
 
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, const model::ModelOptions& options, std::int64_t shards) {
+                           const SequenceParallel& sp, const model::ModelOptions& options, const StateBytes& states,
+                           bool sharded) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   const bool bf16 = options.precision() == model::Precision::kBf16;
   const std::int64_t logits_chunk_tokens = options.logits_chunk_tokens();
-  const std::int64_t params = arch::parameter_count(c);
+  const auto params = static_cast<double>(arch::parameter_count(c));
+  // sharded: one unit whole (a layer in the compute dtype, or the fp32 embedding table) and its gradient
+  const double unit = std::max((bf16 ? 2.0 : 4.0) * static_cast<double>(arch::layer_parameter_count(c)),
+                               4.0 * static_cast<double>(c.vocab_size * c.hidden_size));
+  const double extra = sharded ? 2 * unit : bf16 ? 2 * params : 0;   // replicated bf16: autocast's weight copies
   MemoryPlan m;
-  if (shards > 0) {   // fp32 masters per rank; one unit whole (the layer in the compute dtype, the fp32 table) + its grad
-    const double unit = std::max((bf16 ? 2.0 : 4.0) * static_cast<double>(arch::layer_parameter_count(c)),
-                                 4.0 * static_cast<double>(c.vocab_size * c.hidden_size));
-    m.weights_gib = (4.0 * static_cast<double>(params) / static_cast<double>(shards) + 2 * unit) / kGiB;
-    m.grads_gib = 4.0 * static_cast<double>(params) / static_cast<double>(shards) / kGiB;
-  } else {
-    m.weights_gib = (bf16 ? 6.0 : 4.0) * static_cast<double>(params) / kGiB;   // bf16: + autocast's weight copies
-    m.grads_gib = 4.0 * static_cast<double>(params) / kGiB;
-  }
-  m.optimizer_gib = 2 * m.grads_gib;
+  m.weights_gib = (static_cast<double>(states.weights) + extra) / kGiB;
+  m.grads_gib = static_cast<double>(states.grads) / kGiB;
+  m.optimizer_gib = static_cast<double>(states.optimizer) / kGiB;
   const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "the dataset's seq_len").size());
   const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);

@@ -13,6 +13,7 @@
 #include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
 #include "model/options.hpp"
+#include "train/model_states.hpp"
 
 namespace ulysses::train {
 
@@ -29,15 +30,18 @@ struct MemoryPlan {
   double weights_gib = 0, grads_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double total() const { return weights_gib + grads_gib + optimizer_gib + activations_gib; }
 };
-// fp32 weights, grads and two AdamW moments (bf16: plus the bf16 weight copies autocast makes) — or, sharded
-// over `shards` ranks, 1/shards of those plus the largest unit gathered whole with its gradient; activations
+// Device memory of one rank: the model states in device memory (`states`, from plan_states: fp32 weights,
+// grads and two AdamW moments, sharded or not, or only the compute-dtype shard copies when the optimizer is
+// offloaded) — plus, replicated in bf16, the bf16 weight copies autocast makes, and, sharded, the largest unit
+// gathered whole with its gradient; activations
 // of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32): every layer's
 // intermediates (the MLP's of one tile with TiledMLP), or with activation checkpointing each layer's fp32
 // input plus one layer's intermediates;
 // fp32 logits of every token, or of one chunk with tiled logits; plus the [H/P, S, S] scores per layer when
 // a sliding window forces an explicit mask.
 MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, const model::ModelOptions& options, std::int64_t shards = 0);
+                           const SequenceParallel& sp, const model::ModelOptions& options, const StateBytes& states,
+                           bool sharded);
 
 // Model FLOPs of one step over all ranks: 6·M·T + 12·layers·H·D·S·T (M = arch::matmul_parameter_count, T
 // tokens in the step; attention counted dense, as FLOP counters count it; recomputation not counted).

@@ -146,11 +146,13 @@ struct Run {
   std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
   std::unique_ptr<comm::Communicator> dp_group;               // hybrid_shard only: replicas of a shard
   ShardingMode sharding = ShardingMode::kNone;
+  int shards = 0;                                             // ranks a shard group has (0: replicated)
   SequenceParallel sp;                                        // this rank's SP group (sp_group inside)
   std::optional<double> peak_tflops;                          // per device, for MFU
   arch::ModelConfig config;
   fs::path config_path;
-  model::CausalLm model{nullptr};
+  model::ModelOptions options;
+  model::CausalLm model{nullptr};                             // not built by --dry-run
   std::unique_ptr<ModelStates> states;
 };
 
@@ -164,8 +166,6 @@ model::Sharding sharding_of(const Run& r) {
   return {};
 }
 
-
-
 void print_plan(const Run& r, const data::DataLoader& loader) {
   log_line(topology_line(r.layout, r.topo, std::getenv("SLURM_NTASKS")));
   if (r.o.dry_run || r.layout.world() <= kFullRankMapUpTo) {
@@ -173,8 +173,9 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const std::int64_t shards = r.sharding == ShardingMode::kNone ? 0 : r.model->sharded_states()->world();
-  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.model->options(), shards);
+  const StatePlan states = plan_states(r.config, r.shards, r.o.offload_optimizer, model::compute_dtype(r.precision));
+  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.options, states.device,
+                                       r.shards > 0);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
            arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
@@ -186,8 +187,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
   log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
                                                     r.config.head_dim, r.config.sliding_window.has_value()));
-  const std::int64_t chunk = r.model->options().logits_chunk_tokens();
-  const model::ModelOptions& mo = r.model->options();
+  const std::int64_t chunk = r.options.logits_chunk_tokens();
+  const model::ModelOptions& mo = r.options;
   log_info("activations: {}{}", mo.activation_checkpointing()
                                     ? "checkpointed per decoder layer (inputs kept, each layer recomputed in backward)"
                                     : "every layer's intermediates kept for backward",
@@ -202,14 +203,14 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
   log_info("model states: {}{}{}", sharding_name(r.sharding),
-           shards > 0 ? fmt::format(" over {} ranks{}", shards, r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "") : "",
+           r.shards > 0 ? fmt::format(" over {} ranks{}", r.shards, r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "") : "",
            r.o.offload_optimizer ? "; optimizer offloaded (AdamW on the CPU)" : "");
-  for (const auto& [where, b] : {std::pair{"device", r.states->device_bytes()}, std::pair{"host", r.states->host_bytes()}})
+  for (const auto& [where, b] : {std::pair{"device", states.device}, std::pair{"host", states.host}})
     if (b.total() > 0)
       log_info("model states per rank in {} memory: weights {} + grads {} + AdamW {} = {}", where, human_bytes(static_cast<std::uint64_t>(b.weights)),
                human_bytes(static_cast<std::uint64_t>(b.grads)), human_bytes(static_cast<std::uint64_t>(b.optimizer)),
                human_bytes(static_cast<std::uint64_t>(b.total())));
-  log_info("memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
+  log_info("device memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
            r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
@@ -288,20 +289,29 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   if (r.sharding == ShardingMode::kHybrid) r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
+  r.shards = r.sharding == ShardingMode::kFull ? layout.world() : r.sharding == ShardingMode::kHybrid ? layout.sp() : 0;
   std::optional<data::DataLoader> dataset;
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
+  // --dry-run stops before the model is built: its plan comes from the model description alone.
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         r.config_path = model_config_path(o);
         r.config = arch::read_model_config(r.config_path);
-        r.model = model::CausalLm(r.config, r.sp, model_options(o, r.config, r.precision, r.sharding), sharding_of(r));
+        arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
+        r.options = model_options(o, r.config, r.precision, r.sharding);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
+        if (o.dry_run) return;
+        r.model = model::CausalLm(r.config, r.sp, r.options, sharding_of(r));
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);
         else model::load_hf_weights(r.model, o.init_from);
       }))
     return kExitBadInput;
   data::DataLoader& loader = *dataset;
+  if (o.dry_run) {
+    if (r.rank == 0) print_plan(r, loader);
+    return kExitOk;
+  }
   if (r.sharding == ShardingMode::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
   r.states = std::make_unique<ModelStates>(r.model, *r.grad_group, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
@@ -323,7 +333,6 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     if (r.rank == 0) log_info("resumed from {} at step {}", from->string(), state.step);
   }
   if (r.rank == 0) print_plan(r, loader);
-  if (o.dry_run) return kExitOk;
 
   if (r.rank == 0) fs::create_directories(o.output);
   world.barrier();
