@@ -1,0 +1,92 @@
+"""Sharded model states through ulysses-train's command line under mpiexec, on the sample corpus and tiny model:
+a checkpoint saved by 4 ranks sharding their states resumes unsharded at 2 ranks and sharded at 1 rank, and the
+losses continue as the uninterrupted run's; merge + export-hf of a sharded run's checkpoint equals the export of
+an unsharded run's byte for byte (same seed, lr 0: the weights are the seeded init); kill -9 during a sharded save
+leaves `latest` on an intact checkpoint that resumes; --offload-optimizer trains as the plain run does.
+
+usage: test_sharding_cli.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
+"""
+import pathlib
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
+from cli_checks import TINY_CONFIG as CONFIG, PackedSample, kill_mid_write, losses  # noqa: E402
+
+TRAIN, PACK, CKPT, MPIEXEC = sys.argv[1:5]
+del sys.argv[1:5]
+
+
+def train_cmd(n, data, out, *extra, lr=3e-3):
+    return [MPIEXEC, "-n", str(n), TRAIN, "--data", str(data), "--model-config", str(CONFIG), "--output", str(out),
+            "--threads", "1", "--lr", str(lr), "--warmup", "2", *map(str, extra)]
+
+
+class ShardedCli(PackedSample):
+    PACK = PACK
+
+    def run_ok(self, cmd, code=0):
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, code, p.stderr[-3000:])
+        return p
+
+    def assert_track(self, got, want, what):
+        self.assertEqual(len(got), len(want), what)
+        for step, (x, y) in enumerate(zip(got, want), 1):
+            self.assertLessEqual(abs(x - y), 1e-5 * max(1.0, abs(y)), f"{what}, step {step}: {x} vs {y}")
+
+    def test_sharded_checkpoint_resumes_at_other_layouts_and_modes(self):
+        full = self.root / "full"
+        p = self.run_ok(train_cmd(4, self.data, full, "--sp", 2, "--steps", 20, "--save-every", 10,
+                                  "--sharding", "full_shard"))
+        self.assertIn("model states: full_shard over 4 ranks", p.stderr)
+        middle = full / "checkpoints/step-0000010"
+        # the same two sequences per step in every layout: DP=2, or one rank accumulating two micro-batches
+        for n, sp, accum, mode in [(2, 1, 1, "no_shard"), (1, 1, 2, "full_shard"), (4, 2, 1, "hybrid_shard")]:
+            out = self.root / f"resumed-{n}-{mode}"
+            p = self.run_ok(train_cmd(n, self.data, out, "--sp", sp, "--grad-accum", accum, "--steps", 20,
+                                      "--sharding", mode, "--resume", middle))
+            self.assertIn("resumed from", p.stderr)
+            self.assert_track(losses(out), losses(full)[10:], f"resumed at {n} ranks, SP={sp}, {mode}")
+
+    def test_export_of_a_sharded_run_equals_the_unsharded_runs(self):
+        runs = {"sharded": (4, "full_shard"), "replicated": (1, "no_shard")}
+        exports = {}
+        for name, (n, mode) in runs.items():   # lr 0: one step leaves the seeded init, which must be the same
+            out = self.root / f"lr0-{name}"
+            self.run_ok(train_cmd(n, self.data, out, "--sp", 1, "--steps", 1, "--sharding", mode, lr=0))
+            merged = self.root / f"merged-{name}"
+            self.run_ok([CKPT, "merge", out / "checkpoints", "-o", merged])
+            exports[name] = self.root / f"hf-{name}"
+            self.run_ok([CKPT, "export-hf", merged, "-o", exports[name], "--dtype", "fp32"])
+        a, b = (exports[k] / "model.safetensors" for k in runs)
+        self.assertEqual(a.read_bytes(), b.read_bytes())
+
+    def test_kill_during_a_sharded_save_keeps_latest_intact(self):
+        out = self.root / "killed-save"
+        cmd = train_cmd(4, self.data, out, "--sp", 2, "--steps", 3, "--save-every", 1, "--sharding", "full_shard")
+        watch = out / "checkpoints/.step-0000002.tmp-*/model.safetensors"
+        self.assertTrue(kill_mid_write(cmd, watch), "every run finished before its second save could be caught")
+        self.assertEqual((out / "checkpoints/latest").read_text().strip(), "step-0000001")
+        self.run_ok(train_cmd(4, self.data, out, "--sp", 2, "--steps", 3, "--sharding", "full_shard",
+                              "--resume", "auto"))
+        self.assertEqual((out / "checkpoints/latest").read_text().strip(), "step-0000003")
+
+    def test_offloaded_optimizer_trains_as_the_plain_run(self):
+        plain, offloaded = self.root / "plain", self.root / "offloaded"
+        self.run_ok(train_cmd(2, self.data, plain, "--sp", 2, "--steps", 10, "--sharding", "no_shard"))
+        p = self.run_ok(train_cmd(2, self.data, offloaded, "--sp", 2, "--steps", 10, "--offload-optimizer"))
+        self.assertIn("optimizer offloaded", p.stderr)
+        self.assertIn("model states per rank in host memory", p.stderr)
+        self.assert_track(losses(offloaded), losses(plain), "offloaded optimizer")
+
+    def test_offload_without_sharding_is_bad_input(self):
+        p = self.run_ok(train_cmd(2, self.data, self.root / "bad", "--sp", 2, "--offload-optimizer",
+                                  "--sharding", "no_shard", "--dry-run"), code=2)
+        self.assertIn("--offload-optimizer", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
