@@ -87,7 +87,7 @@ int run_export_hf(const ExportOptions& o) {
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));
   std::future<void> checksums = std::async(std::launch::async, [&c] {
-    verify_checksums(c.dir, c.manifest, {checkpoint::kModel, checkpoint::kConfig, checkpoint::kTrainerState});
+    verify_checksums(c.dir, c.manifest, c.model_files);
   });
   Progress progress("export", tensors.size(), "tensors", "bytes");
   std::vector<std::vector<std::string>> sums;

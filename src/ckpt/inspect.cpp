@@ -68,8 +68,8 @@ int inspect_checkpoint(const InspectOptions& o, const fs::path& dir) {
   print_spec(c.spec.config);
   fmt::print("trainer state: step {}, {} sequences consumed, {} tokens trained; optimizer steps {}\n", c.state.step,
              c.state.cursor, c.state.tokens_seen, c.optimizer_steps);
-  print_tensors("model.safetensors", c.model, o.tensors);
-  print_tensors("optimizer.safetensors", c.optimizer, false);
+  print_tensors(c.model.path().filename().string(), c.model, o.tensors);   // sharded: "model-*-of-WWWWW..."
+  print_tensors(c.optimizer.path().filename().string(), c.optimizer, false);
   return 0;
 }
 

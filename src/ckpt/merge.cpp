@@ -1,8 +1,7 @@
-// merge: today every checkpoint already holds whole tensors (the trainer writes weights and the
-// replicated optimizer state once), so merging is: check everything (manifest, checksums, shapes against
-// the config, optimizer against the weights, trainer state), then stream the tensors bit for bit into a
-// new checkpoint whose manifest says consolidated. A sharded optimizer_layout, once the trainer writes
-// one, is gathered here: open_checkpoint refuses the layouts this build does not know.
+// merge: check everything (manifest, checksums, shapes against the config, optimizer against the weights,
+// trainer state), then stream the tensors bit for bit, whole, into a new checkpoint whose manifest says
+// consolidated and replicated. A sharded checkpoint's tensors are gathered from its per-rank files one piece
+// at a time on the way (ckpt/source.hpp); open_checkpoint refuses the layouts this build does not know.
 #include "ckpt/commands.hpp"
 #include "ckpt/output.hpp"
 #include "ckpt/source.hpp"
@@ -47,6 +46,8 @@ int run_merge(const MergeOptions& o) {
   verify_tensors(out.tmp() / checkpoint::kOptimizer, optimizer, opt_sums);
   checkpoint::Manifest m = c.manifest;
   m.consolidated = true;
+  m.optimizer_layout = checkpoint::kOptimizerReplicated;
+  m.shards = nullptr;
   m.files.clear();
   for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
     m.files.push_back(checkpoint::file_entry(out.tmp(), f));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -26,8 +27,21 @@ std::string first_few(const std::vector<std::string>& v) {
   return fmt::format("{}{}", fmt::join(head, ", "), v.size() > 3 ? fmt::format(" (+{} more)", v.size() - 3) : "");
 }
 
-// Every file the manifest lists: present, the size it says, the checksum it says; the four we read listed.
-void check_files(const fs::path& dir, const checkpoint::Manifest& m, Verify verify) {
+// The files a checkpoint is read from: replicated (layout null) or sharded.
+std::vector<std::string> needed_files(const checkpoint::ShardLayout* layout) {
+  std::vector<std::string> out{checkpoint::kTrainerState, checkpoint::kConfig};
+  if (!layout) {
+    out.insert(out.end(), {checkpoint::kModel, checkpoint::kOptimizer});
+    return out;
+  }
+  for (const char* stem : {checkpoint::kModelStem, checkpoint::kOptimizerStem})
+    for (int r = 0; r < layout->world; ++r) out.push_back(checkpoint::shard_file(stem, r, layout->world));
+  return out;
+}
+
+// Every file the manifest lists: present, the size it says, the checksum it says; the ones we read listed.
+void check_files(const fs::path& dir, const checkpoint::Manifest& m, const std::vector<std::string>& needed,
+                 Verify verify) {
   const fs::path manifest = dir / checkpoint::kManifest;
   for (const auto& f : m.files) {
     if (!plain_name(f.file))
@@ -46,7 +60,7 @@ void check_files(const fs::path& dir, const checkpoint::Manifest& m, Verify veri
                        kCorrupt);
     }
   }
-  for (const char* need : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
+  for (const std::string& need : needed)
     if (std::none_of(m.files.begin(), m.files.end(), [&](const auto& f) { return f.file == need; }))
       throw BadInput(fmt::format("{} does not list {}", manifest.string(), need), kCorrupt);
 }
@@ -133,18 +147,28 @@ const st::TensorInfo& Weights::info(const std::string& name) const {
   return *it->second;
 }
 
+Weights Weights::sharded(const fs::path& dir, const checkpoint::ShardLayout& layout, const std::string& stem) {
+  Weights w;
+  w.shards_ = std::make_shared<checkpoint::ShardedTensors>(dir, layout, stem);
+  w.path_ = w.shards_->pattern();
+  w.names_ = w.shards_->names();
+  for (const std::string& n : w.names_) w.index_[n] = w.shards_->find(n);
+  return w;
+}
+
 const fs::path& Weights::file_of(const std::string& name) const {
-  return file_ ? file_->path() : dir_->file_of(name);
+  return file_ ? file_->path() : dir_ ? dir_->file_of(name) : path_;
 }
 
 void Weights::read_range(const std::string& name, std::uint64_t offset, std::uint64_t n, void* dst) const {
   if (file_) file_->read_range(info(name), offset, n, dst);
-  else dir_->read_range(name, offset, n, dst);
+  else if (dir_) dir_->read_range(name, offset, n, dst);
+  else shards_->read_range(info(name), offset, n, dst);
 }
 
 const std::map<std::string, std::string>& Weights::metadata() const {
   static const std::map<std::string, std::string> none;
-  return file_ ? file_->metadata() : none;
+  return file_ ? file_->metadata() : shards_ ? shards_->metadata() : none;
 }
 
 void Weights::read_f32(const std::string& name, std::uint64_t first, std::uint64_t count, float* dst,
@@ -186,19 +210,27 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
                                checkpoint::kLatest),
                    "pass a step-NNNNNNN checkpoint, a run's checkpoints/ directory or the run directory");
   Checkpoint c{*dir, checkpoint::read_manifest(*dir)};
-  if (c.manifest.optimizer_layout != checkpoint::kOptimizerReplicated)
-    throw BadInput(fmt::format("{}: optimizer_layout \"{}\" is not supported by this build (it reads \"{}\")",
-                               (*dir / checkpoint::kManifest).string(), c.manifest.optimizer_layout,
-                               checkpoint::kOptimizerReplicated),
+  const fs::path manifest = *dir / checkpoint::kManifest;
+  const bool sharded = c.manifest.optimizer_layout == checkpoint::kOptimizerSharded;
+  if (!sharded && c.manifest.optimizer_layout != checkpoint::kOptimizerReplicated)
+    throw BadInput(fmt::format("{}: optimizer_layout \"{}\" is not supported by this build (it reads \"{}\" and \"{}\")",
+                               manifest.string(), c.manifest.optimizer_layout, checkpoint::kOptimizerReplicated,
+                               checkpoint::kOptimizerSharded),
                    "use the ulysses-ckpt of the ulysses build that wrote the checkpoint");
-  check_files(*dir, c.manifest, verify);
+  std::optional<checkpoint::ShardLayout> layout;
+  if (sharded) layout = checkpoint::parse_shard_layout(c.manifest.shards, manifest);
+  const std::vector<std::string> needed = needed_files(layout ? &*layout : nullptr);
+  check_files(*dir, c.manifest, needed, verify);
   c.spec = arch::read_model_config_file(*dir / checkpoint::kConfig);
   if (c.spec.config.architecture != c.manifest.architecture)
     throw BadInput(fmt::format("{}: architecture {} disagrees with {} ({})", (*dir / checkpoint::kManifest).string(),
                                c.manifest.architecture, c.spec.path.string(), c.spec.config.architecture), kCorrupt);
-  c.model = Weights::file(*dir / checkpoint::kModel);
+  c.model = layout ? Weights::sharded(*dir, *layout, checkpoint::kModelStem) : Weights::file(*dir / checkpoint::kModel);
   check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
-  c.optimizer = Weights::file(*dir / checkpoint::kOptimizer);
+  c.optimizer = layout ? Weights::sharded(*dir, *layout, checkpoint::kOptimizerStem)
+                       : Weights::file(*dir / checkpoint::kOptimizer);
+  for (const std::string& f : needed)   // the weights' files, the config and the trainer state: not the optimizer's
+    if (!f.starts_with(checkpoint::kOptimizerStem)) c.model_files.push_back(f);
   c.optimizer_steps = check_optimizer(c.optimizer, c.model);
   c.state = read_trainer_state(*dir / checkpoint::kTrainerState, c.manifest.step);
   return c;

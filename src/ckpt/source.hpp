@@ -1,7 +1,8 @@
 // The inputs of ulysses-ckpt, opened and checked before any output is written:
 //
 //   Weights     a named set of tensors readable in pieces: one safetensors file (a checkpoint's
-//               model.safetensors / optimizer.safetensors) or a Hugging Face directory (single or sharded).
+//               model.safetensors / optimizer.safetensors), a Hugging Face directory (single or sharded),
+//               or the per-rank files of a sharded checkpoint (io/sharded_checkpoint.hpp), seen whole.
 //   Checkpoint  a step-NNNNNNN directory of the trainer (io/checkpoint_format.hpp), found from the
 //               directory itself, a run's checkpoints/ (following `latest`) or the run directory; every
 //               file the manifest lists is checked (bytes, xxh3), the weights and optimizer state against
@@ -25,6 +26,7 @@
 #include "ckpt/hf_files.hpp"
 #include "io/checkpoint_format.hpp"
 #include "io/safetensors.hpp"
+#include "io/sharded_checkpoint.hpp"
 
 namespace ulysses::ckpt {
 
@@ -35,6 +37,8 @@ class Weights {
   Weights() = default;
   static Weights file(const std::filesystem::path& safetensors_file);
   static Weights hf_dir(const std::filesystem::path& dir);
+  static Weights sharded(const std::filesystem::path& checkpoint_dir, const checkpoint::ShardLayout& layout,
+                         const std::string& stem);   // stem: checkpoint::kModelStem or kOptimizerStem
 
   const std::filesystem::path& path() const { return path_; }
   const std::vector<std::string>& names() const { return names_; }   // file order (a directory: sorted)
@@ -52,6 +56,7 @@ class Weights {
   std::filesystem::path path_;
   std::shared_ptr<st::Reader> file_;
   std::shared_ptr<st::HfWeights> dir_;
+  std::shared_ptr<checkpoint::ShardedTensors> shards_;
   std::vector<std::string> names_;
   std::map<std::string, const st::TensorInfo*> index_;
 };
@@ -67,6 +72,7 @@ struct Checkpoint {
   checkpoint::Manifest manifest;
   arch::ModelConfigFile spec;   // its config.json
   Weights model, optimizer;
+  std::vector<std::string> model_files;   // the files the weights are read from, with config and trainer state
   std::int64_t optimizer_steps = 0;
   TrainerStateSummary state;
 };

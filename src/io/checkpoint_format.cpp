@@ -40,9 +40,11 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 nlohmann::json to_json(const Manifest& m) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files) files.push_back({{"file", f.file}, {"bytes", f.bytes}, {"xxh3", f.xxh3}});
-  return {{"format", kFormatName}, {"format_version", m.format_version}, {"step", m.step},
-          {"layout", {{"world", m.world}, {"sp", m.sp}, {"dp", m.dp}}}, {"architecture", m.architecture},
-          {"optimizer_layout", m.optimizer_layout}, {"consolidated", m.consolidated}, {"files", files}};
+  nlohmann::json j = {{"format", kFormatName}, {"format_version", m.format_version}, {"step", m.step},
+                      {"layout", {{"world", m.world}, {"sp", m.sp}, {"dp", m.dp}}}, {"architecture", m.architecture},
+                      {"optimizer_layout", m.optimizer_layout}, {"consolidated", m.consolidated}, {"files", files}};
+  if (!m.shards.is_null()) j["shards"] = m.shards;
+  return j;
 }
 
 Manifest read_manifest(const fs::path& dir) {
@@ -82,6 +84,7 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
   m.architecture = field<std::string>(j, "architecture", path);
   if (j.contains("optimizer_layout")) m.optimizer_layout = field<std::string>(j, "optimizer_layout", path);
   if (j.contains("consolidated")) m.consolidated = field<bool>(j, "consolidated", path);
+  if (j.contains("shards")) m.shards = j["shards"];
   const auto files = field<nlohmann::json>(j, "files", path);
   if (!files.is_array()) throw BadInput(fmt::format("{}: field \"files\" must be an array", path.string()));
   for (const auto& f : files)

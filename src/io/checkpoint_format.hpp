@@ -7,6 +7,7 @@
 //       manifest.json             format, version, step, the layout it was written with, files + checksums
 //       model.safetensors         fp32 weights, Hugging Face names (written once: identical on all ranks)
 //       optimizer.safetensors     AdamW state: exp_avg.<param>, exp_avg_sq.<param>; metadata "steps"
+//       (sharded states: per-rank model-/optimizer-RRRRR-of-WWWWW.safetensors instead, see optimizer_layout)
 //       trainer_state.json        step, data cursor, tokens seen, seed, the resolved options
 //       config.json               the Hugging Face model config
 //
@@ -42,10 +43,11 @@ struct FileEntry {
 // The entry of `file` (a name inside `dir`): its size and XXH3, read from the disk.
 FileEntry file_entry(const std::filesystem::path& dir, const std::string& file);
 
-// How the optimizer state is stored. Today's trainer keeps AdamW state identical on every rank and
-// writes it once ("replicated": one optimizer.safetensors holding every tensor whole). A trainer that
-// shards it (ZeRO-1 style) would write another value here and per-rank files; readers dispatch on this
-// field and refuse a value they do not know, so such a layout is added without breaking old readers.
+// How the weights and optimizer state are stored; readers dispatch on this field and refuse a value they do
+// not know. "replicated": model.safetensors and optimizer.safetensors hold every tensor whole (written once:
+// replicated states, and what `ulysses-ckpt merge` writes). "sharded" (io/sharded_checkpoint.hpp): each shard
+// rank's model-RRRRR-of-WWWWW / optimizer-RRRRR-of-WWWWW files, written in parallel without gathering, and
+// the layout in the manifest's "shards".
 inline constexpr const char* kOptimizerReplicated = "replicated";
 
 struct Manifest {
@@ -55,6 +57,7 @@ struct Manifest {
   std::string architecture;                 // e.g. "LlamaForCausalLM"
   std::string optimizer_layout = kOptimizerReplicated;   // absent in older manifests: replicated
   bool consolidated = false;                // written by `ulysses-ckpt merge` (absent: false)
+  nlohmann::json shards;                    // "sharded" only: the ShardLayout (io/sharded_checkpoint.hpp)
   std::vector<FileEntry> files;
 };
 

@@ -181,17 +181,28 @@ double ShardedStates::grad_norm(double max_norm) {
   return norm;
 }
 
-void ShardedStates::load(const std::string& name, const torch::Tensor& whole,
+std::pair<std::int64_t, std::int64_t> ShardedStates::held(const std::string& name) const {
+  const Place& at = place(name);
+  const Group& g = groups_[at.group];
+  const std::int64_t numel = numel_of(params_[index_.at(name)].shape);
+  const std::int64_t mine = g.shard_numel * shard_group_->rank();   // where this rank's shard starts
+  const std::int64_t lo = std::max(mine, at.offset), hi = std::min(mine + g.shard_numel, at.offset + numel);
+  return lo < hi ? std::pair{lo - at.offset, hi - lo} : std::pair{std::int64_t{0}, std::int64_t{0}};
+}
+
+void ShardedStates::load(const std::string& name, std::int64_t first, const torch::Tensor& values,
                          const std::function<torch::Tensor(const Group&)>& shard_of) {
   const Place& at = place(name);
   const Group& g = groups_[at.group];
-  ULY_CHECK(whole.numel() == numel_of(params_[index_.at(name)].shape), "{}: {} elements, the parameter has {}", name,
-            whole.numel(), numel_of(params_[index_.at(name)].shape));
+  const std::int64_t numel = numel_of(params_[index_.at(name)].shape);
+  ULY_CHECK(first >= 0 && first + values.numel() <= numel, "{}: elements [{}, {}) of a parameter of {}", name, first,
+            first + values.numel(), numel);
   const std::int64_t mine = g.shard_numel * shard_group_->rank();   // where this rank's shard starts
-  const std::int64_t lo = std::max(mine, at.offset), hi = std::min(mine + g.shard_numel, at.offset + whole.numel());
+  const std::int64_t begin = at.offset + first;                      // the values' place in the group
+  const std::int64_t lo = std::max(mine, begin), hi = std::min(mine + g.shard_numel, begin + values.numel());
   if (lo >= hi) return;
   torch::NoGradGuard no_grad;
-  shard_of(g).narrow(0, lo - mine, hi - lo).copy_(whole.reshape(-1).narrow(0, lo - at.offset, hi - lo));
+  shard_of(g).narrow(0, lo - mine, hi - lo).copy_(values.reshape(-1).narrow(0, lo - begin, hi - lo));
   stale_ = true;
 }
 
@@ -206,6 +217,17 @@ void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group
       for (int i : g.slots)
         fn(params_[i].name, all.narrow(0, places_[i].offset, numel_of(params_[i].shape)).view(params_[i].shape));
     }
+}
+
+checkpoint::ShardLayout ShardedStates::layout() const {
+  checkpoint::ShardLayout l;
+  l.world = world();
+  for (const Group& g : groups_) {
+    checkpoint::ShardLayout::Group out{g.name, g.numel, g.shard_numel, {}};
+    for (int i : g.slots) out.parameters.push_back({params_[i].name, params_[i].shape, places_[i].offset});
+    l.groups.push_back(std::move(out));
+  }
+  return l;
 }
 
 std::vector<ShardedStates::Parameter> ShardedStates::whole_order() const {

@@ -38,6 +38,7 @@
 #include <torch/types.h>
 
 #include "comm/communicator.hpp"
+#include "io/sharded_checkpoint.hpp"
 
 namespace ulysses::model {
 
@@ -88,17 +89,24 @@ class ShardedStates {
   void refresh();   // offloaded: the device copies from the masters (after an optimizer step; loads mark it due)
   double grad_norm(double max_norm);   // global L2 norm of the gradient; scales it as clip_grad_norm does
 
-  // Copies this rank's slice of the whole tensor `name` into shard_of(its group).
-  void load(const std::string& name, const torch::Tensor& whole,
+  // The elements [first, first + count) of parameter `name` (flattened) that this rank holds (count 0: none).
+  std::pair<std::int64_t, std::int64_t> held(const std::string& name) const;
+  // Copies `values`, elements [first, first + values.numel()) of parameter `name` (flattened), into
+  // shard_of(its group) where this rank holds them; the rest is ignored.
+  void load(const std::string& name, std::int64_t first, const torch::Tensor& values,
             const std::function<torch::Tensor(const Group&)>& shard_of);
-  void load(const std::string& name, const torch::Tensor& whole) {
-    load(name, whole, [](const Group& g) { return g.master; });
+  void load(const std::string& name, const torch::Tensor& whole) {   // the whole tensor, into the masters
+    load(name, 0, whole, [](const Group& g) { return g.master; });
   }
   // Collective: gathers shard_of(group) for every group in turn (fp32) and calls fn(name, whole tensor) for its
   // parameters, in whole_order(). Every rank gets every tensor.
   void for_each_whole(const std::function<torch::Tensor(const Group&)>& shard_of,
                       const std::function<void(const std::string&, const torch::Tensor&)>& fn) const;
   std::vector<Parameter> whole_order() const;   // the order for_each_whole emits
+  checkpoint::ShardLayout layout() const;        // what a sharded checkpoint's manifest records
+  int shard_rank() const { return shard_group_->rank(); }
+  // One copy of each shard is written: by the ranks of the first replica (hybrid), by every rank otherwise.
+  bool writes_checkpoint() const { return !replica_group_ || replica_group_->rank() == 0; }
 
   const std::vector<Group>& groups() const { return groups_; }
   const std::vector<Parameter>& parameters() const { return params_; }

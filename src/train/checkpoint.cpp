@@ -1,5 +1,6 @@
 #include "train/checkpoint.hpp"
 
+#include <cstring>
 #include <fstream>
 #include <optional>
 
@@ -11,6 +12,7 @@
 #include "core/output_dir.hpp"
 #include "io/checkpoint_format.hpp"
 #include "io/safetensors.hpp"
+#include "io/sharded_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 
@@ -19,67 +21,150 @@ namespace {
 
 using Part = ModelStates::Part;
 
-// The whole fp32 tensors of one part → one safetensors file, streamed one tensor at a time. Every rank calls it
-// (sharded states gather as they go); only the writer opens the file.
-void write_part(const fs::path& path, ModelStates& states, Part part, const std::map<std::string, std::string>& meta,
-                bool writer) {
-  std::optional<st::Writer> out;
-  if (writer) {
-    std::vector<st::Writer::Decl> decls;
-    for (const auto& w : states.whole_list(part)) decls.push_back({w.name, st::DType::kF32, w.shape});
-    out.emplace(path, decls, meta);
-  }
+// Replicated states: the whole fp32 tensors of one part → one safetensors file, one tensor at a time.
+void write_part(const fs::path& path, ModelStates& states, Part part, const std::map<std::string, std::string>& meta) {
+  std::vector<st::Writer::Decl> decls;
+  for (const auto& w : states.whole_list(part)) decls.push_back({w.name, st::DType::kF32, w.shape});
+  st::Writer out(path, decls, meta);
   states.for_each_whole(part, [&](const std::string&, const torch::Tensor& t) {
-    if (!out) return;
     torch::Tensor host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    out->write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
+    out.write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
   });
-  if (out) out->finish();
+  out.finish();
 }
 
-// Every tensor of one part from `reader`'s file into the states (shape-checked), one whole tensor at a time.
-void read_part(const st::Reader& reader, const fs::path& path, ModelStates& states, Part part) {
+// Named fp32 tensors → one safetensors file.
+void write_tensors(const fs::path& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                   const std::map<std::string, std::string>& meta) {
+  std::vector<st::Writer::Decl> decls;
+  for (const auto& [name, t] : tensors) decls.push_back({name, st::DType::kF32, t.sizes().vec()});
+  st::Writer out(path, decls, meta);
+  for (const auto& [name, t] : tensors) {
+    torch::Tensor host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    out.write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
+  }
+  out.finish();
+}
+
+// Sharded states: this rank's shards (when it writes one copy of them) → its model and optimizer files in
+// `dir`; returns their entries (none when it writes nothing).
+std::vector<checkpoint::FileEntry> write_shards(const fs::path& dir, ModelStates& states) {
+  const model::ShardedStates& s = *states.sharded_states();
+  if (!s.writes_checkpoint()) return {};
+  std::vector<std::pair<std::string, torch::Tensor>> masters, moments;
+  for (const auto& g : s.groups()) masters.emplace_back(g.name, g.master);
+  for (const char* prefix : {"exp_avg.", "exp_avg_sq."})
+    for (const auto& g : s.groups()) {
+      const auto [avg, sq] = states.optimizer().moments(g.name);
+      moments.emplace_back(prefix + g.name, std::string(prefix) == "exp_avg." ? avg : sq);
+    }
+  const std::string model = checkpoint::shard_file(checkpoint::kModelStem, s.shard_rank(), s.world());
+  const std::string optimizer = checkpoint::shard_file(checkpoint::kOptimizerStem, s.shard_rank(), s.world());
+  write_tensors(dir / model, masters, {{"format", "pt"}});
+  write_tensors(dir / optimizer, moments, {{"steps", std::to_string(states.optimizer().steps())}});
+  return {checkpoint::file_entry(dir, model), checkpoint::file_entry(dir, optimizer)};
+}
+
+// Rank 0's temporary checkpoint directory, told to every rank.
+fs::path broadcast_path(const fs::path& path, comm::Communicator& world) {
+  constexpr std::int64_t kMax = 4096;
+  const std::string text = path.string();
+  ULY_CHECK(text.size() < kMax, "checkpoint path of {} bytes (at most {})", text.size(), kMax - 1);
+  torch::Tensor bytes = torch::zeros({kMax}, torch::kUInt8);   // [kMax] NUL-terminated
+  std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  if (world.size() > 1) world.broadcast(bytes, 0);
+  return fs::path(std::string(static_cast<const char*>(bytes.data_ptr())));
+}
+
+// Every rank's file entries (at most two each), at every rank.
+std::vector<checkpoint::FileEntry> gather_entries(const std::vector<checkpoint::FileEntry>& mine,
+                                                  comm::Communicator& world) {
+  constexpr std::int64_t kName = 64, kHash = 16, kRecord = kName + 8 + kHash, kPerRank = 2;
+  torch::Tensor rec = torch::zeros({kPerRank * kRecord}, torch::kUInt8);   // [2 × (name, bytes, xxh3)]
+  auto* p = static_cast<char*>(rec.data_ptr());
+  ULY_CHECK(mine.size() <= kPerRank, "{} files from one rank", mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    char* r = p + kRecord * static_cast<std::int64_t>(i);
+    ULY_CHECK(mine[i].file.size() < kName && mine[i].xxh3.size() == kHash, "file entry {}", mine[i].file);
+    std::memcpy(r, mine[i].file.data(), mine[i].file.size());
+    std::memcpy(r + kName, &mine[i].bytes, 8);
+    std::memcpy(r + kName + 8, mine[i].xxh3.data(), kHash);
+  }
+  const torch::Tensor all = world.size() > 1 ? world.all_gather(rec) : rec;   // [world × 2 × record]
+  std::vector<checkpoint::FileEntry> out;
+  const auto* q = static_cast<const char*>(all.data_ptr());
+  for (std::int64_t i = 0; i < all.numel() / kRecord; ++i) {
+    const char* r = q + kRecord * i;
+    if (r[0] == '\0') continue;
+    checkpoint::FileEntry e{std::string(r), 0, std::string(r + kName + 8, kHash)};
+    std::memcpy(&e.bytes, r + kName, 8);
+    out.push_back(e);
+  }
+  return out;
+}
+
+// Every tensor of one part from `source` into the states: only the elements this rank holds are read
+// (source: an st::Reader over a replicated file, or checkpoint::ShardedTensors over per-rank files).
+template <typename Source>
+void read_part(const Source& source, const fs::path& path, ModelStates& states, Part part) {
   for (const auto& w : states.whole_list(part)) {
-    const st::TensorInfo* info = reader.find(w.name);
+    const st::TensorInfo* info = source.find(w.name);
     if (!info) throw BadInput(fmt::format("{}: tensor {} is missing", path.string(), w.name),
                               "the checkpoint was written for another model");
     if (info->dtype != st::DType::kF32 || info->shape != w.shape)
       throw BadInput(fmt::format("{}: tensor {} is {} {}, the model expects F32 {}", path.string(), w.name,
                                  st::dtype_name(info->dtype), fmt::join(info->shape, "x"), fmt::join(w.shape, "x")));
-    torch::Tensor host = torch::empty(w.shape, torch::kFloat32);
-    reader.read(*info, host.data_ptr());
-    states.load_whole(part, w.name, host);
+    const auto [first, count] = states.held(part, w.name);
+    torch::Tensor host = torch::empty({count}, torch::kFloat32);   // [count]
+    if (count > 0)
+      source.read_range(*info, static_cast<std::uint64_t>(first) * sizeof(float),
+                        static_cast<std::uint64_t>(count) * sizeof(float), host.data_ptr());
+    states.load_held(part, w.name, host);
   }
+}
+
+std::int64_t steps_of(const std::map<std::string, std::string>& metadata, const fs::path& path) {
+  const auto it = metadata.find("steps");
+  if (it == metadata.end()) throw BadInput(fmt::format("{}: metadata \"steps\" is missing", path.string()));
+  return std::stoll(it->second);
 }
 
 }  // namespace
 
 fs::path save_checkpoint(const fs::path& root, ModelStates& states, const TrainerState& state,
                          const RankLayout& layout, const fs::path& model_config, const std::string& architecture,
-                         int keep_last, bool writer) {
+                         int keep_last, comm::Communicator& world) {
+  const bool writer = world.rank() == 0;
   const std::string name = checkpoint::step_dir_name(state.step);
   std::optional<OutputDir> out;
   if (writer) {
     fs::create_directories(root);
     out.emplace(root / name, /*overwrite=*/true);
   }
-  const fs::path tmp = out ? out->tmp() : fs::path();
-  write_part(tmp / checkpoint::kModel, states, Part::kWeights, {{"format", "pt"}}, writer);
-  write_part(tmp / checkpoint::kOptimizer, states, Part::kOptimizer,
-             {{"steps", std::to_string(states.optimizer().steps())}}, writer);
+  checkpoint::Manifest m;
+  fs::path tmp = out ? out->tmp() : fs::path();
+  if (states.sharded()) {   // every rank writes its own files, in parallel; nothing is gathered
+    tmp = broadcast_path(tmp, world);
+    m.files = gather_entries(write_shards(tmp, states), world);
+    m.optimizer_layout = checkpoint::kOptimizerSharded;
+    m.shards = checkpoint::to_json(states.sharded_states()->layout());
+  } else if (writer) {
+    write_part(tmp / checkpoint::kModel, states, Part::kWeights, {{"format", "pt"}});
+    write_part(tmp / checkpoint::kOptimizer, states, Part::kOptimizer,
+               {{"steps", std::to_string(states.optimizer().steps())}});
+    for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer}) m.files.push_back(checkpoint::file_entry(tmp, f));
+  }
   if (!writer) return {};
   nlohmann::json ts = {{"step", state.step}, {"cursor", state.cursor}, {"tokens_seen", state.tokens_seen},
                        {"options", state.options}};
   std::ofstream(tmp / checkpoint::kTrainerState) << ts.dump(2) << "\n";
   fs::copy_file(model_config, tmp / checkpoint::kConfig);
-  checkpoint::Manifest m;
   m.step = state.step;
   m.world = layout.world();
   m.sp = layout.sp();
   m.dp = layout.dp();
   m.architecture = architecture;
-  for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer, checkpoint::kTrainerState, checkpoint::kConfig})
-    m.files.push_back(checkpoint::file_entry(tmp, f));
+  for (const char* f : {checkpoint::kTrainerState, checkpoint::kConfig}) m.files.push_back(checkpoint::file_entry(tmp, f));
   checkpoint::write_manifest(m, tmp);
   out->commit();
   checkpoint::set_latest(root, name);
@@ -89,15 +174,26 @@ fs::path save_checkpoint(const fs::path& root, ModelStates& states, const Traine
 
 TrainerState load_checkpoint(const fs::path& dir, ModelStates& states) {
   checkpoint::Manifest m = checkpoint::read_manifest(dir);
-  const fs::path model_path = dir / checkpoint::kModel;
-  read_part(st::Reader(model_path), model_path, states, Part::kWeights);
-  const fs::path opt_path = dir / checkpoint::kOptimizer;
-  const st::Reader opt_reader(opt_path);
-  auto steps_it = opt_reader.metadata().find("steps");
-  if (steps_it == opt_reader.metadata().end())
-    throw BadInput(fmt::format("{}: metadata \"steps\" is missing", opt_path.string()));
-  read_part(opt_reader, opt_path, states, Part::kOptimizer);
-  states.optimizer().set_steps(std::stoll(steps_it->second));
+  if (m.optimizer_layout == checkpoint::kOptimizerSharded) {
+    const auto shards = checkpoint::parse_shard_layout(m.shards, dir / checkpoint::kManifest);
+    const checkpoint::ShardedTensors model(dir, shards, checkpoint::kModelStem),
+        optimizer(dir, shards, checkpoint::kOptimizerStem);
+    read_part(model, model.pattern(), states, Part::kWeights);
+    const std::int64_t steps = steps_of(optimizer.metadata(), optimizer.pattern());
+    read_part(optimizer, optimizer.pattern(), states, Part::kOptimizer);
+    states.optimizer().set_steps(steps);
+  } else if (m.optimizer_layout == checkpoint::kOptimizerReplicated) {
+    const fs::path model_path = dir / checkpoint::kModel, opt_path = dir / checkpoint::kOptimizer;
+    read_part(st::Reader(model_path), model_path, states, Part::kWeights);
+    const st::Reader optimizer(opt_path);
+    const std::int64_t steps = steps_of(optimizer.metadata(), opt_path);
+    read_part(optimizer, opt_path, states, Part::kOptimizer);
+    states.optimizer().set_steps(steps);
+  } else {
+    throw BadInput(fmt::format("{}: optimizer_layout \"{}\" is not one this build reads (\"{}\", \"{}\")",
+                               (dir / checkpoint::kManifest).string(), m.optimizer_layout,
+                               checkpoint::kOptimizerReplicated, checkpoint::kOptimizerSharded));
+  }
   std::ifstream in(dir / checkpoint::kTrainerState);
   nlohmann::json ts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (ts.is_discarded() || !ts.contains("step") || !ts.contains("cursor"))

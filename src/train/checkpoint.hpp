@@ -1,8 +1,9 @@
 // Saving and loading the trainer's state in the torch-free checkpoint format (io/checkpoint_format.hpp).
-// The files hold whole tensors by Hugging Face name whatever the layout: replicated states are written by
-// rank 0 as they are; sharded ones are gathered one unit at a time (every rank takes part) and rank 0
-// writes them. Every rank loads what it holds (its shards' slices, read one tensor at a time), so any layout
-// and any sharding mode resumes any checkpoint without conversion.
+// Replicated states are written by rank 0 as whole tensors (model.safetensors, optimizer.safetensors);
+// sharded ones by every rank that holds a copy of a shard, in parallel, without gathering (per-rank files,
+// io/sharded_checkpoint.hpp), rank 0 adding the manifest with the layout and every file's checksum. Either
+// is read as whole tensors by name, each rank reading only the elements it holds, so any layout and any
+// sharding mode resumes any checkpoint without conversion.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.hpp"
 #include "core/rank_layout.hpp"
 #include "train/model_states.hpp"
 
@@ -23,12 +25,13 @@ struct TrainerState {
   nlohmann::json options;           // the resolved options of the run that wrote it
 };
 
-// Every rank (collective when sharded); `writer` (rank 0) writes checkpoints_dir/step-NNNNNNN atomically,
-// then points `latest` at it, then prunes, and returns its path (the others return an empty path).
+// Every rank of `world` (collective when sharded). Rank 0 makes checkpoints_dir/step-NNNNNNN under a temporary
+// name, renames it when every file is complete, then points `latest` at it, then prunes, and returns its path
+// (the others return an empty path).
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, ModelStates& states,
                                       const TrainerState& state, const RankLayout& layout,
                                       const std::filesystem::path& model_config, const std::string& architecture,
-                                      int keep_last, bool writer);
+                                      int keep_last, comm::Communicator& world);
 
 // Every rank. Loads the weights and the optimizer state into `states` (by name; all must be present with their
 // shapes) and returns the trainer state. BadInput naming the checkpoint otherwise.

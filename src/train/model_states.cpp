@@ -99,31 +99,39 @@ std::pair<std::string, bool> ModelStates::split_moment(const std::string& name) 
   return {};
 }
 
-void ModelStates::load_whole(Part part, const std::string& name, const torch::Tensor& whole) {
+std::pair<std::int64_t, std::int64_t> ModelStates::held(Part part, const std::string& name) const {
+  const std::string param = part == Part::kWeights ? name : split_moment(name).first;
+  if (sharded()) return model_->sharded_states()->held(param);
+  for (const auto& [n, t] : trained_)
+    if (n == param) return {0, t.numel()};
+  ULY_CHECK(false, "no parameter named {}", param);
+  return {};
+}
+
+void ModelStates::load_held(Part part, const std::string& name, const torch::Tensor& values) {
   torch::NoGradGuard no_grad;
   using Group = model::ShardedStates::Group;
-  if (part == Part::kWeights) {
-    if (sharded()) {
-      model_->sharded_states()->load(name, whole);
-      return;
-    }
-    for (auto& [n, t] : trained_)
-      if (n == name) {
-        t.copy_(whole);
-        return;
-      }
-    ULY_CHECK(false, "no parameter named {}", name);
-  }
-  const auto [param, squared] = split_moment(name);
+  const auto [first, count] = held(part, name);
+  ULY_CHECK(values.numel() == count, "{}: {} values for the {} elements this rank holds", name, values.numel(), count);
+  const bool squared = part == Part::kOptimizer && split_moment(name).second;
+  const std::string param = part == Part::kWeights ? name : split_moment(name).first;
   if (sharded()) {
-    model_->sharded_states()->load(param, whole, [&](const Group& g) {
+    model_->sharded_states()->load(param, first, values, [&](const Group& g) {
+      if (part == Part::kWeights) return g.master;
       auto [avg, sq] = optimizer_->moments(g.name);
       return squared ? sq : avg;
     });
     return;
   }
-  auto [avg, sq] = optimizer_->moments(param);
-  (squared ? sq : avg).copy_(whole);
+  torch::Tensor target;
+  if (part == Part::kWeights) {
+    for (auto& [n, t] : trained_)
+      if (n == param) target = t;
+  } else {
+    auto [avg, sq] = optimizer_->moments(param);
+    target = squared ? sq : avg;
+  }
+  target.copy_(values.view_as(target));
 }
 
 StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, c10::ScalarType compute_dtype) {

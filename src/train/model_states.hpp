@@ -6,8 +6,8 @@
 //                     Σ token losses / global count, identical on every rank that holds it)
 //   clip, step        global-norm clipping (from the shards when sharded) and AdamW on what this rank holds
 //   whole tensors     checkpoints see Hugging Face-named whole tensors in both modes: for_each_whole gathers
-//                     them per unit when sharded (collective: every rank calls it), load_whole keeps this
-//                     rank's part of one
+//                     them per unit when sharded (collective: every rank calls it); held says which elements
+//                     of one this rank keeps, load_held takes just those (a rank reads only its part)
 #pragma once
 
 #include <cstdint>
@@ -55,7 +55,10 @@ class ModelStates {
   };
   std::vector<Whole> whole_list(Part part) const;   // the order for_each_whole gives
   void for_each_whole(Part part, const std::function<void(const std::string&, const torch::Tensor&)>& fn);
-  void load_whole(Part part, const std::string& name, const torch::Tensor& whole);   // a name of whole_list
+  // The elements [first, first + count) of the whole tensor `name` (of whole_list) that this rank holds.
+  std::pair<std::int64_t, std::int64_t> held(Part part, const std::string& name) const;
+  void load_held(Part part, const std::string& name, const torch::Tensor& values);   // those elements, flat
+  const std::shared_ptr<model::ShardedStates>& sharded_states() const { return model_->sharded_states(); }
   AdamW& optimizer() { return *optimizer_; }
 
 

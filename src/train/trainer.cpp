@@ -345,7 +345,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
 
   auto save = [&] {
     const fs::path dir = save_checkpoint(ckpts, *r.states, state, layout, r.config_path, r.config.architecture,
-                                         o.keep_last, r.rank == 0);
+                                         o.keep_last, world);
     if (r.rank == 0) log_info("saved {}", dir.string());
     world.barrier();
   };

@@ -13,6 +13,7 @@
 usage: test_ckpt_cli.py ULYSSES_CKPT ULYSSES_TRAIN ULYSSES_PACK CKPT_LOGITS MPIEXEC REPO_ROOT
 """
 import json
+import math
 import pathlib
 import shutil
 import struct
@@ -115,16 +116,46 @@ def step_dir(run_dir):
     return c / (c / "latest").read_text().strip()
 
 
+def checkpoint_tensors(step, stem="model"):
+    """name -> torch tensor of a checkpoint's weights (stem "model") or AdamW state ("optimizer"), whole: read by
+    the official safetensors library from model.safetensors, or from a sharded checkpoint's per-rank files put
+    together here from the manifest's layout (an outside reading of our sharded format)."""
+    if (step / f"{stem}.safetensors").exists():
+        return pt_load(str(step / f"{stem}.safetensors"))
+    layout = json.loads((step / "manifest.json").read_text())["shards"]
+    world = layout["world"]
+    files = [safe_open(str(step / f"{stem}-{r:05d}-of-{world:05d}.safetensors"), framework="pt") for r in range(world)]
+    out = {}
+    for prefix in [""] if stem == "model" else ["exp_avg.", "exp_avg_sq."]:
+        for g in layout["groups"]:
+            flat = torch.cat([f.get_tensor(prefix + g["name"]) for f in files])   # [world * shard_numel], padded
+            for p in g["parameters"]:
+                n = math.prod(p["shape"])
+                out[prefix + p["name"]] = flat[p["offset"]:p["offset"] + n].reshape(p["shape"]).clone()
+    return out
+
+
+def as_bytes(named):
+    return {k: (str(t.dtype), tuple(t.shape), t.contiguous().view(torch.uint8).numpy().tobytes())
+            for k, t in named.items()}
+
+
+def whole_weights(step):
+    return as_bytes(checkpoint_tensors(step))
+
+
 class Export(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.env = Env.get()
         cls.root = cls.env.root / "export"
         cls.root.mkdir(exist_ok=True)
-        # our logits, straight from each checkpoint, in one process
+        # our logits, from each (sharded, 2-rank) checkpoint consolidated by merge, in one process
         args = [",".join(map(str, IDS))]
         for name, r in cls.env.runs.items():
-            args += [step_dir(r), cls.root / f"ours-{name}.safetensors"]
+            merged = cls.root / f"merged-{name}"
+            ckpt("merge", step_dir(r), "-o", merged)
+            args += [merged, cls.root / f"ours-{name}.safetensors"]
         run(LOGITS, *args)
         cls.ours = {n: pt_load(str(cls.root / f"ours-{n}.safetensors"))["logits"] for n in ARCHS}
 
@@ -162,7 +193,7 @@ class Export(unittest.TestCase):
                     self.assertEqual(model.lm_head.weight.data_ptr(), model.model.embed_tokens.weight.data_ptr())
                     self.assertNotIn("lm_head.weight", hf_tensors(fp32))
                 # the bf16 file holds torch's round-to-nearest-even cast of the fp32 weights, bit for bit
-                w32 = pt_load(str(step_dir(r) / "model.safetensors"))
+                w32 = checkpoint_tensors(step_dir(r))
                 wbf = pt_load(str(bf16 / "model.safetensors"))
                 self.assertEqual(sorted(w32), sorted(wbf))
                 for k, v in w32.items():
@@ -179,7 +210,7 @@ class Export(unittest.TestCase):
         self.assertEqual(shards[0], f"model-00001-of-{len(shards):05d}.safetensors")
         got = hf_tensors(out)
         self.assertEqual(index["metadata"]["total_size"], sum(len(b) for _, _, b in got.values()))
-        w32 = pt_load(str(step_dir(r) / "model.safetensors"))
+        w32 = checkpoint_tensors(step_dir(r))
         for k, v in w32.items():
             self.assertEqual(got[k][2], v.to(torch.float16).view(torch.uint8).numpy().tobytes(), k)
         theirs, _ = self.hf_logits(out)
@@ -247,13 +278,16 @@ class Export(unittest.TestCase):
         r = self.env.runs["qwen3"]
         merged = self.root / "qwen3-merged"
         ckpt("merge", r, "-o", merged)
-        src = step_dir(r)
-        for f in ["model.safetensors", "optimizer.safetensors"]:
-            self.assertEqual(tensors(src / f), tensors(merged / f), f)
+        src = step_dir(r)   # sharded (2 ranks): merge gathers it, bit for bit
+        for stem in ["model", "optimizer"]:
+            self.assertEqual(as_bytes(checkpoint_tensors(src, stem)), tensors(merged / f"{stem}.safetensors"), stem)
+        self.assertEqual(json.loads((src / "manifest.json").read_text())["optimizer_layout"], "sharded")
         with safe_open(str(merged / "optimizer.safetensors"), framework="pt") as f:
             self.assertEqual(f.metadata()["steps"], "3")
         m = json.loads((merged / "manifest.json").read_text())
         self.assertTrue(m["consolidated"])
+        self.assertEqual(m["optimizer_layout"], "replicated")
+        self.assertNotIn("shards", m)
         self.assertEqual((m["step"], m["layout"]), (3, {"world": 2, "sp": 2, "dp": 1}))
         ckpt("diff", r, merged, "--optimizer")
         p = ckpt("inspect", merged)
@@ -303,16 +337,16 @@ class StartFromHuggingFace(unittest.TestCase):
         # at lr 0 both runs end with exactly the weights they started from: the trained run's
         init = self.start(root / "init0", ["--init-from", hf], 0)
         resumed = self.start(root / "resume0", ["--resume", imported, "--model-config", imported / "config.json"], 0)
-        want = tensors(trained / "model.safetensors")
-        self.assertEqual(tensors(init / "model.safetensors"), want)
-        self.assertEqual(tensors(resumed / "model.safetensors"), want)
+        want = whole_weights(trained)
+        self.assertEqual(whole_weights(init), want)
+        self.assertEqual(whole_weights(resumed), want)
         # training from there: both routes take the same steps, bit for bit (zero AdamW state, step 0, cursor 0)
         a = self.start(root / "init", ["--init-from", hf], 3e-3)
         b = self.start(root / "resume", ["--resume", imported, "--model-config", imported / "config.json"], 3e-3)
         self.assertEqual(losses(root / "init"), losses(root / "resume"))
         self.assertEqual(len(losses(root / "init")), 3)
-        self.assertEqual(tensors(a / "model.safetensors"), tensors(b / "model.safetensors"))
-        self.assertNotEqual(tensors(a / "model.safetensors"), want)
+        self.assertEqual(whole_weights(a), whole_weights(b))
+        self.assertNotEqual(whole_weights(a), want)
 
 
 class CrashSafety(unittest.TestCase):
@@ -455,13 +489,29 @@ class BadInput(BadInputCase):
     def test_damaged_checkpoint(self):
         c = self.root / "ckpt"
         shutil.copytree(step_dir(self.env.runs["llama3"]), c)
-        with open(c / "model.safetensors", "r+b") as f:
+        shard = "model-00001-of-00002.safetensors"   # rank 1's file of the (sharded, 2-rank) checkpoint
+        with open(c / shard, "r+b") as f:
             f.seek(-3, 2)
             f.write(b"\x01\x02\x03")
-        self.expect_bad(["merge", c, "-o", self.out], "model.safetensors", "xxh3")
-        (c / "model.safetensors").write_bytes(b"short")
-        self.expect_bad(["export-hf", c, "-o", self.out], "model.safetensors", "5 bytes")
+        self.expect_bad(["merge", c, "-o", self.out], shard, "xxh3")
+        (c / shard).write_bytes(b"short")
+        self.expect_bad(["export-hf", c, "-o", self.out], shard, "5 bytes")
+        (c / shard).unlink()
+        self.expect_bad(["export-hf", c, "-o", self.out], shard, "missing")
         self.expect_bad(["merge", self.root, "-o", self.out], "not a checkpoint")
+
+    def test_inconsistent_shard_layout(self):
+        """A sharded checkpoint's layout is checked against itself and its files before anything is read."""
+        for what, edit, needles in [
+                ("shard_numel", lambda g: g.update(shard_numel=g["shard_numel"] + 1), ["shard_numel", "ceil"]),
+                ("offset", lambda g: g["parameters"][-1].update(offset=1), ["offset"]),
+                ("name", lambda g: g.update(name="no.such.group"), ["no.such.group", "missing"])]:
+            c = self.root / f"ckpt-shards-{what}"
+            shutil.copytree(step_dir(self.env.runs["llama3"]), c)
+            m = json.loads((c / "manifest.json").read_text())
+            edit(m["shards"]["groups"][1])
+            (c / "manifest.json").write_text(json.dumps(m))
+            self.expect_bad(["merge", c, "-o", self.out], "manifest.json" if what != "name" else "model-0000", *needles)
 
     def test_unknown_optimizer_layout(self):
         """A layout a later trainer may write (sharded optimizer state) is refused, not misread."""

@@ -178,7 +178,7 @@ TEST_P(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
       auto& states = *sharded->sharded_states();
       for (const auto& grp : states.groups())
         if (!grp.master.grad().defined()) grp.master.mutable_grad() = torch::zeros_like(grp.master);
-      states.load(w.name, g, [](const model::ShardedStates::Group& grp) { return grp.master.grad(); });
+      states.load(w.name, 0, g, [](const model::ShardedStates::Group& grp) { return grp.master.grad(); });
     }
     a.step(1e-2 * step);
     b.step(1e-2 * step);

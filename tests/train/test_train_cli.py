@@ -88,7 +88,9 @@ class Train(PackedSample):
         self.assertTrue((cut / "checkpoints" / f"step-{stopped_at:07d}").is_dir())
         self.run_ok(train_cmd(2, self.data, cut, *args, "--resume", "auto"))
         self.assertEqual(losses(cut), losses(full))   # bit for bit
-        for f in ("model.safetensors", "optimizer.safetensors"):   # and so are the final weights and AdamW state
+        files = sorted(p.name for p in (full / "checkpoints/step-0000030").glob("*.safetensors"))
+        self.assertEqual(len(files), 4, files)   # 2 ranks' sharded weights and AdamW state: the defaults' layout
+        for f in files:   # and so are the final weights and AdamW state
             self.assertEqual((cut / "checkpoints/step-0000030" / f).read_bytes(),
                              (full / "checkpoints/step-0000030" / f).read_bytes(), f)
 
