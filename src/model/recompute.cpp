@@ -37,14 +37,14 @@ std::vector<torch::Tensor> gathered(const Recompute& o) {
   return out;
 }
 
-// Hands each unit its slice of the leaves' gradients (reduce-scattered into its shards).
-void scatter_gradients(const Recompute& o, const std::vector<torch::Tensor>& leaves) {
+// Hands each unit its slice of the gathered weights' gradients (reduce-scattered into its shards).
+void scatter_gradients(const Recompute& o, const std::vector<torch::Tensor>& grads) {
   if (!o.states) return;
   std::size_t next = 0;
   for (int u : o.units) {
-    std::vector<torch::Tensor> grads;
-    for (std::size_t k = 0; k < o.states->gather_count(u); ++k) grads.push_back(leaves[next++].grad());
-    o.states->add_gradients(u, grads);
+    const auto first = grads.begin() + static_cast<std::ptrdiff_t>(next);
+    next += o.states->gather_count(u);
+    o.states->add_gradients(u, std::vector<torch::Tensor>(first, grads.begin() + static_cast<std::ptrdiff_t>(next)));
   }
 }
 
@@ -79,6 +79,7 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
         }
       torch::autograd::backward(ys, dys);
     }
+    for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before the gradients are reduced
     scatter_gradients(call->options, leaves);
     return {x.is_floating_point() ? x.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
