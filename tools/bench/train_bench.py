@@ -36,17 +36,17 @@ def llama_config(hidden, layers, heads, kv, inter):
             "mlp_bias": False}
 
 
-def pack(build, work, name, seq_len, sequences, sp):
+def pack(build, work, name, seq_len, sequences, sp, vocab=VOCAB):
     """A dataset of one-document sequences of exactly seq_len tokens (so HF's causal attention is exact)."""
     import random
     rng = random.Random(seq_len)
     src = work / f"{name}.jsonl"
     with open(src, "w") as f:
         for _ in range(sequences):
-            f.write(json.dumps({"input_ids": [rng.randrange(VOCAB) for _ in range(seq_len)]}) + "\n")
+            f.write(json.dumps({"input_ids": [rng.randrange(vocab) for _ in range(seq_len)]}) + "\n")
     out = work / name
     subprocess.run([f"{build}/src/pack/ulysses-pack", "pack", str(src), "-o", str(out), "--seq-len", str(seq_len),
-                    "--sp", str(sp), "--align", "1", "--vocab-size", str(VOCAB), "--overwrite"], check=True,
+                    "--sp", str(sp), "--align", "1", "--vocab-size", str(vocab), "--overwrite"], check=True,
                    capture_output=True)
     return out
 
