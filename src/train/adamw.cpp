@@ -37,26 +37,40 @@ AdamW::AdamW(const NamedTensors& params, AdamWOptions options, const std::vector
 }
 
 void AdamW::step(double lr) {
-  torch::NoGradGuard no_grad;
   ++steps_;
+  std::vector<const Slot*> batch;   // tensors of at most kStepBatchElements together (one alone may exceed it)
+  std::int64_t elements = 0;
+  for (const auto& s : slots_) {
+    if (!s.param.grad().defined()) continue;
+    if (!batch.empty() && elements + s.param.numel() > kStepBatchElements) {
+      update(batch, lr);
+      batch.clear();
+      elements = 0;
+    }
+    batch.push_back(&s);
+    elements += s.param.numel();
+  }
+  if (!batch.empty()) update(batch, lr);
+}
+
+void AdamW::update(const std::vector<const Slot*>& slots, double lr) const {
+  torch::NoGradGuard no_grad;
   const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   const double bc2_sqrt = std::sqrt(1 - std::pow(o_.beta2, static_cast<double>(steps_)));
-  // The multi-tensor ("foreach") form of torch.optim.AdamW: one kernel per operation over all parameters.
+  // The multi-tensor ("foreach") form of torch.optim.AdamW: one kernel per operation over the batch.
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, decayed;
-  for (auto& s : slots_) {
-    if (!s.param.grad().defined()) continue;
-    params.push_back(s.param);
-    grads.push_back(s.param.grad());
-    exp_avgs.push_back(s.exp_avg);
-    exp_avg_sqs.push_back(s.exp_avg_sq);
-    if (s.decay) decayed.push_back(s.param);
+  for (const Slot* s : slots) {
+    params.push_back(s->param);
+    grads.push_back(s->param.grad());
+    exp_avgs.push_back(s->exp_avg);
+    exp_avg_sqs.push_back(s->exp_avg_sq);
+    if (s->decay) decayed.push_back(s->param);
   }
-  if (params.empty()) return;
   if (o_.weight_decay != 0 && !decayed.empty()) at::_foreach_mul_(decayed, 1 - lr * o_.weight_decay);
   at::_foreach_lerp_(exp_avgs, grads, 1 - o_.beta1);
   at::_foreach_mul_(exp_avg_sqs, o_.beta2);
   at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - o_.beta2);
-  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sqs);   // the batch's one temporary
   at::_foreach_div_(denom, bc2_sqrt);
   at::_foreach_add_(denom, o_.eps);
   at::_foreach_addcdiv_(params, exp_avgs, denom, -lr / bc1);

@@ -1,8 +1,10 @@
 // AdamW with the exact update of torch.optim.AdamW (decoupled weight decay, bias correction, eps added
 // after the square root), fp32 state. By default parameters with fewer than 2 dimensions (norm weights,
 // biases) get no weight decay; flat shards (model/sharded_states.hpp) say per tensor. The update is
-// elementwise, so a shard's update equals the same elements' update of the whole tensor bit for bit. The
-// state is a list of named tensors: "exp_avg.<name>", "exp_avg_sq.<name>", plus the step count.
+// elementwise, so a shard's update equals the same elements' update of the whole tensor bit for bit — and
+// so does updating the tensors in batches of about kStepBatchElements, which bounds the update's temporary
+// (the denominator) to a batch instead of a copy of every parameter. The state is a list of named tensors:
+// "exp_avg.<name>", "exp_avg_sq.<name>", plus the step count.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,8 @@ struct AdamWOptions {
 
 class AdamW {
  public:
+  static constexpr std::int64_t kStepBatchElements = std::int64_t{16} << 20;   // 64 MiB of fp32 temporaries
+
   AdamW(const NamedTensors& params, AdamWOptions options);                              // decay: dim >= 2
   AdamW(const NamedTensors& params, AdamWOptions options, const std::vector<bool>& decay);
 
@@ -39,6 +43,8 @@ class AdamW {
     torch::Tensor param, exp_avg, exp_avg_sq;
     bool decay;
   };
+  void update(const std::vector<const Slot*>& slots, double lr) const;   // the foreach update of one batch
+
   AdamWOptions o_;
   std::vector<Slot> slots_;
   std::int64_t steps_ = 0;

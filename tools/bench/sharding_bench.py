@@ -57,7 +57,7 @@ def run(a, work, cfg, data, ranks, tag, *extra, steps=2, init_from=None):
 
 
 def peak(a, work, cfg, data, w, tag, *extra, init_from=None):
-    return statistics.median(run(a, work, cfg, data, w, f"{tag}-{r}", *extra, init_from=init_from)[-1]["peak_mib"]
+    return statistics.median(run(a, work, cfg, data, w, f"{tag}-{r}", *extra, init_from=init_from)[-1]["peak_rss_mib"]
                              for r in range(a.repeat))
 
 
