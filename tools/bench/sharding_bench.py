@@ -14,7 +14,8 @@
           checkpointing (sharded units are always recomputed: the like-for-like anchor) — target <= 1.3;
           against replicated without checkpointing, printed for information.
 
-usage: tools/bench/sharding_bench.py [memory|init|step|all] [--build build] [--repeat 3]
+usage: tools/bench/sharding_bench.py [memory|init|step|all] [--build build] [--repeat 3] [--check R]
+CI runs `init --repeat 1 --check 1.2` as the test train_init_from_memory (a memory bound, not a timing).
 Every rank is a process on this machine (mpiexec, oversubscribed on small machines): medians and ratios only.
 """
 import argparse
@@ -78,6 +79,8 @@ def bench_memory(a, work, init=False):
         ideal = 16 * n / w + 2 * unit
         print(f"W={w} --init-from: model states {got / 2**20:.0f} MiB; 16N/W + 2U = {ideal / 2**20:.0f} MiB")
         print(f"RATIO model-state bytes with --init-from W={w} / (16N/W + 2U) = {got / ideal:.2f}  (target <= 1.10)")
+        if a.check is not None and got > a.check * ideal:
+            sys.exit(f"--init-from held {got / ideal:.2f} x (16N/W + 2U) per rank, more than --check {a.check}")
         return
     for w in (1, 2, 4):
         data = pack(a.build, work, f"mem-{w}", 32 * w, 4, w, VOCAB)
@@ -113,6 +116,7 @@ def main():
     ap.add_argument("what", nargs="?", default="all", choices=["memory", "init", "step", "all"])
     ap.add_argument("--build", default="build")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--check", type=float, help="init: exit 1 when the ratio exceeds this (the CI test's bound)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
