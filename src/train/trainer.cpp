@@ -308,8 +308,20 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   data::DataLoader& loader = *dataset;
-  if (o.dry_run) {
-    if (r.rank == 0) print_plan(r, loader);
+  const fs::path ckpts = o.output / "checkpoints";
+  std::optional<fs::path> from;
+  if (o.resume == "auto") from = checkpoint::latest(ckpts);
+  else if (!o.resume.empty()) from = fs::path(o.resume);
+  if (o.dry_run) {   // the checks a real run makes first, without touching anything
+    if (!o.overwrite) check_output(o, r.rank);
+    if (r.rank == 0) {
+      print_plan(r, loader);
+      if (from) {
+        const checkpoint::Manifest m = checkpoint::read_manifest(*from);
+        log_info("would resume from {}: step {}, written at world {} = sp {} x dp {}, {} states", from->string(), m.step,
+                 m.world, m.sp, m.dp, m.optimizer_layout);
+      }
+    }
     return kExitOk;
   }
   if (r.sharding == ShardingMode::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
@@ -320,10 +332,6 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
 
   TrainerState state;
   state.options = to_json(o);
-  const fs::path ckpts = o.output / "checkpoints";
-  std::optional<fs::path> from;
-  if (o.resume == "auto") from = checkpoint::latest(ckpts);
-  else if (!o.resume.empty()) from = fs::path(o.resume);
   if (from) {
     TrainerState loaded = load_checkpoint(*from, *r.states);
     state.step = loaded.step;

@@ -81,6 +81,22 @@ class ShardedCli(PackedSample):
         self.assertIn("model states per rank in host memory", p.stderr)
         self.assert_track(losses(offloaded), losses(plain), "offloaded optimizer")
 
+    def test_dry_run_builds_nothing_and_reports_states(self):
+        out = self.root / "dry"
+        p = self.run_ok(train_cmd(4, self.data, out, "--sp", 2, "--sharding", "hybrid_shard", "--offload-optimizer",
+                                  "--dry-run"))
+        for needle in ["model states: hybrid_shard over 2 ranks", "optimizer offloaded",
+                       "model states per rank in device memory", "model states per rank in host memory"]:
+            self.assertIn(needle, p.stderr)
+        self.assertFalse(out.exists())
+        resumed = self.root / "dry-resume"
+        self.run_ok(train_cmd(2, self.data, resumed, "--sp", 2, "--steps", 1))
+        p = self.run_ok(train_cmd(2, self.data, resumed, "--sp", 2, "--steps", 2, "--resume", "auto", "--dry-run"))
+        self.assertIn("would resume from", p.stderr)
+        self.assertIn("sharded states", p.stderr)
+        p = self.run_ok(train_cmd(2, self.data, resumed, "--sp", 2, "--steps", 2, "--dry-run"), code=2)
+        self.assertIn("already holds checkpoints", p.stderr)
+
     def test_offload_without_sharding_is_bad_input(self):
         p = self.run_ok(train_cmd(2, self.data, self.root / "bad", "--sp", 2, "--offload-optimizer",
                                   "--sharding", "no_shard", "--dry-run"), code=2)
