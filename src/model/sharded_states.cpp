@@ -161,10 +161,6 @@ void ShardedStates::finish_gradients(double global_count) {
   }
 }
 
-void ShardedStates::zero_gradients() {
-  for (Group& g : groups_) g.master.mutable_grad() = torch::Tensor();
-}
-
 double ShardedStates::grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
   torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(groups_[0].master.device()));   // [1]
@@ -181,28 +177,30 @@ double ShardedStates::grad_norm(double max_norm) {
   return norm;
 }
 
+std::pair<std::int64_t, std::int64_t> ShardedStates::overlap(const Place& at, std::int64_t begin,
+                                                              std::int64_t count) const {
+  const std::int64_t n = groups_[at.group].shard_numel, mine = n * shard_group_->rank();   // this rank's shard
+  return {std::max(mine, at.offset + begin), std::min(mine + n, at.offset + begin + count)};
+}
+
 std::pair<std::int64_t, std::int64_t> ShardedStates::held(const std::string& name) const {
   const Place& at = place(name);
-  const Group& g = groups_[at.group];
-  const std::int64_t numel = numel_of(params_[index_.at(name)].shape);
-  const std::int64_t mine = g.shard_numel * shard_group_->rank();   // where this rank's shard starts
-  const std::int64_t lo = std::max(mine, at.offset), hi = std::min(mine + g.shard_numel, at.offset + numel);
+  const auto [lo, hi] = overlap(at, 0, numel_of(params_[index_.at(name)].shape));
   return lo < hi ? std::pair{lo - at.offset, hi - lo} : std::pair{std::int64_t{0}, std::int64_t{0}};
 }
 
 void ShardedStates::load(const std::string& name, std::int64_t first, const torch::Tensor& values,
                          const std::function<torch::Tensor(const Group&)>& shard_of) {
   const Place& at = place(name);
-  const Group& g = groups_[at.group];
   const std::int64_t numel = numel_of(params_[index_.at(name)].shape);
   ULY_CHECK(first >= 0 && first + values.numel() <= numel, "{}: elements [{}, {}) of a parameter of {}", name, first,
             first + values.numel(), numel);
-  const std::int64_t mine = g.shard_numel * shard_group_->rank();   // where this rank's shard starts
-  const std::int64_t begin = at.offset + first;                      // the values' place in the group
-  const std::int64_t lo = std::max(mine, begin), hi = std::min(mine + g.shard_numel, begin + values.numel());
+  const auto [lo, hi] = overlap(at, first, values.numel());
   if (lo >= hi) return;
+  const Group& g = groups_[at.group];
   torch::NoGradGuard no_grad;
-  shard_of(g).narrow(0, lo - mine, hi - lo).copy_(values.reshape(-1).narrow(0, lo - begin, hi - lo));
+  shard_of(g).narrow(0, lo - g.shard_numel * shard_group_->rank(), hi - lo)
+      .copy_(values.reshape(-1).narrow(0, lo - at.offset - first, hi - lo));
   stale_ = true;
 }
 

@@ -85,7 +85,6 @@ class ShardedStates {
   std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
   void add_gradients(int unit, const std::vector<torch::Tensor>& grads);      // the same order; undefined = zero
   void finish_gradients(double global_count);
-  void zero_gradients();
   void refresh();   // offloaded: the device copies from the masters (after an optimizer step; loads mark it due)
   double grad_norm(double max_norm);   // global L2 norm of the gradient; scales it as clip_grad_norm does
 
@@ -127,6 +126,8 @@ class ShardedStates {
   // Units, groups and places of params_ (the tensors are left empty).
   void group_parameters(c10::ScalarType compute_dtype);
   const Place& place(const std::string& name) const;
+  // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds
+  std::pair<std::int64_t, std::int64_t> overlap(const Place& at, std::int64_t begin, std::int64_t count) const;
   void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
 
   std::vector<Parameter> params_;
