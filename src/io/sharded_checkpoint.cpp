@@ -58,7 +58,8 @@ ShardLayout parse_shard_layout(const nlohmann::json& j, const fs::path& where) {
   if (l.world < 1 || l.world > kMaxWorld)
     throw BadInput(fmt::format("{}: shards world {} is not in [1, {}]", where.string(), l.world, kMaxWorld), kDamaged);
   const auto groups = get<nlohmann::json>(j, "groups", where);
-  if (!groups.is_array()) throw BadInput(fmt::format("{}: shards \"groups\" must be an array", where.string()), kDamaged);
+  if (!groups.is_array())
+    throw BadInput(fmt::format("{}: shards \"groups\" must be an array", where.string()), kDamaged);
   std::set<std::string> seen;
   for (const auto& gj : groups) {
     ShardLayout::Group g{get<std::string>(gj, "name", where), get<std::int64_t>(gj, "numel", where),

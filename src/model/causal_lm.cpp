@@ -93,7 +93,8 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
   const UnitForward lookup = [pad](const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
-  return recomputed(lookup, input_ids, {options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")}})[0];
+  const Recompute recompute{options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")}};
+  return recomputed(lookup, input_ids, recompute)[0];
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,

@@ -51,7 +51,8 @@ void scatter_gradients(const Recompute& o, const std::vector<torch::Tensor>& gra
 struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
   // anchor: a tensor that requires grad, so the outputs do (and backward runs) even when x is token ids
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& /*anchor*/, const c10::intrusive_ptr<UnitCall>& call) {
+                                                const torch::Tensor& /*anchor*/,
+                                                const c10::intrusive_ptr<UnitCall>& call) {
     ctx->save_for_backward({kept_input(x, call->options)});
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
     return call->f(x, gathered(call->options));   // no graph: Function::apply runs this without grad
@@ -61,7 +62,8 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
                                                  torch::autograd::variable_list grad_out) {
     const auto call = c10::static_intrusive_pointer_cast<UnitCall>(ctx->saved_data["call"].toCapsule());
     const torch::Tensor saved = ctx->get_saved_variables()[0];
-    const torch::Tensor x = saved.to(call->device).detach().requires_grad_(saved.is_floating_point());   // back on its device
+    const torch::Tensor x =   // back on its device
+        saved.to(call->device).detach().requires_grad_(saved.is_floating_point());
     std::vector<torch::Tensor> leaves = gathered(call->options);
     for (auto& w : leaves) w = w.detach().requires_grad_(true);   // their .grad: the unit's whole gradients
     {

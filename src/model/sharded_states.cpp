@@ -44,7 +44,8 @@ void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
       units_.back().groups.push_back(it->second);
     }
     Group& g = groups_[it->second];
-    ULY_CHECK(g.decay == (p.shape.size() >= 2), "group {} would mix decayed and undecayed parameters ({})", group, p.name);
+    ULY_CHECK(g.decay == (p.shape.size() >= 2), "group {} would mix decayed and undecayed parameters ({})", group,
+              p.name);
     places_.push_back({it->second, g.numel});
     g.numel += numel_of(p.shape);
     g.slots.push_back(i);

@@ -91,7 +91,8 @@ void init_weights(CausalLm& model, std::uint64_t seed) {
     const auto& module = item.value();
     if (auto* linear = module->as<torch::nn::LinearImpl>()) {
       set_parameter(model, prefix + "weight", linear->weight, normal);
-      if (linear->bias.defined()) set_parameter(model, prefix + "bias", linear->bias, [](torch::Tensor& t) { t.zero_(); });
+      if (linear->bias.defined())
+        set_parameter(model, prefix + "bias", linear->bias, [](torch::Tensor& t) { t.zero_(); });
     } else if (auto* embedding = module->as<torch::nn::EmbeddingImpl>()) {
       const auto pad = embedding->options.padding_idx();
       set_parameter(model, prefix + "weight", embedding->weight, [&](torch::Tensor& t) {

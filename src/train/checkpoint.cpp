@@ -152,7 +152,8 @@ fs::path save_checkpoint(const fs::path& root, ModelStates& states, const Traine
     write_part(tmp / checkpoint::kModel, states, Part::kWeights, {{"format", "pt"}});
     write_part(tmp / checkpoint::kOptimizer, states, Part::kOptimizer,
                {{"steps", std::to_string(states.optimizer().steps())}});
-    for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer}) m.files.push_back(checkpoint::file_entry(tmp, f));
+    for (const char* f : {checkpoint::kModel, checkpoint::kOptimizer})
+      m.files.push_back(checkpoint::file_entry(tmp, f));
   }
   if (!writer) return {};
   nlohmann::json ts = {{"step", state.step}, {"cursor", state.cursor}, {"tokens_seen", state.tokens_seen},
@@ -164,7 +165,8 @@ fs::path save_checkpoint(const fs::path& root, ModelStates& states, const Traine
   m.sp = layout.sp();
   m.dp = layout.dp();
   m.architecture = architecture;
-  for (const char* f : {checkpoint::kTrainerState, checkpoint::kConfig}) m.files.push_back(checkpoint::file_entry(tmp, f));
+  for (const char* f : {checkpoint::kTrainerState, checkpoint::kConfig})
+    m.files.push_back(checkpoint::file_entry(tmp, f));
   checkpoint::write_manifest(m, tmp);
   out->commit();
   checkpoint::set_latest(root, name);

@@ -202,14 +202,15 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
+  const char* hybrid = r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "";
   log_info("model states: {}{}{}", sharding_name(r.sharding),
-           r.shards > 0 ? fmt::format(" over {} ranks{}", r.shards, r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "") : "",
+           r.shards > 0 ? fmt::format(" over {} ranks{}", r.shards, hybrid) : "",
            r.o.offload_optimizer ? "; optimizer offloaded (AdamW on the CPU)" : "");
+  auto size = [](std::int64_t bytes) { return human_bytes(static_cast<std::uint64_t>(bytes)); };
   for (const auto& [where, b] : {std::pair{"device", states.device}, std::pair{"host", states.host}})
     if (b.total() > 0)
-      log_info("model states per rank in {} memory: weights {} + grads {} + AdamW {} = {}", where, human_bytes(static_cast<std::uint64_t>(b.weights)),
-               human_bytes(static_cast<std::uint64_t>(b.grads)), human_bytes(static_cast<std::uint64_t>(b.optimizer)),
-               human_bytes(static_cast<std::uint64_t>(b.total())));
+      log_info("model states per rank in {} memory: weights {} + grads {} + AdamW {} = {}", where, size(b.weights),
+               size(b.grads), size(b.optimizer), size(b.total()));
   log_info("device memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
            m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
@@ -288,7 +289,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.sharding = sharding_mode(o.sharding, layout.world(), o.offload_optimizer);
       }))
     return kExitBadInput;
-  if (r.sharding == ShardingMode::kHybrid) r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
+  if (r.sharding == ShardingMode::kHybrid)
+    r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
   r.shards = r.sharding == ShardingMode::kFull ? layout.world() : r.sharding == ShardingMode::kHybrid ? layout.sp() : 0;
   std::optional<data::DataLoader> dataset;
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
@@ -325,7 +327,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitOk;
   }
   if (r.sharding == ShardingMode::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
-  r.states = std::make_unique<ModelStates>(r.model, *r.grad_group, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+  r.states =
+      std::make_unique<ModelStates>(r.model, *r.grad_group, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
   check_output(o, r.rank);
   world.barrier();
