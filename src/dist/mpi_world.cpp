@@ -1,9 +1,11 @@
 #include "dist/mpi_world.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include <mpi.h>
 
@@ -78,6 +80,9 @@ void abort_all(int code, std::string_view message) {
   int rank = world_rank_or_minus_one();
   print_line(rank, message);
   if (rank < 0) std::exit(code);
+  // The line is in the pipe to the launcher; MPI_Abort makes it kill every rank, and under load MPICH's hydra
+  // was seen to exit before forwarding it (CI: an "exit 2" with an empty stderr). A moment lets it read.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);   // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so
 }
