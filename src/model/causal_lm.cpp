@@ -93,7 +93,9 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
   const UnitForward lookup = [pad](const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
-  const Recompute recompute{options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")}};
+  // its backward scatters the output gradient into rows: it needs the table's shape, not its values
+  const Recompute recompute{options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")},
+                            /*weights_in_backward=*/false};
   return recomputed(lookup, input_ids, recompute)[0];
 }
 

@@ -26,12 +26,13 @@ torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
   return host;
 }
 
-// The units' parameters, gathered from their shards, in order (nothing when not sharded).
-std::vector<torch::Tensor> gathered(const Recompute& o) {
+// The units' parameters, gathered from their shards (or placeholders of their shapes), in order; nothing when
+// not sharded.
+std::vector<torch::Tensor> gathered(const Recompute& o, bool placeholders = false) {
   std::vector<torch::Tensor> out;
   if (!o.states) return out;
   for (int u : o.units) {
-    auto w = o.states->gather(u);
+    auto w = placeholders ? o.states->placeholders(u) : o.states->gather(u);
     out.insert(out.end(), w.begin(), w.end());
   }
   return out;
@@ -64,7 +65,7 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
     const torch::Tensor saved = ctx->get_saved_variables()[0];
     const torch::Tensor x =   // back on its device
         saved.to(call->device).detach().requires_grad_(saved.is_floating_point());
-    std::vector<torch::Tensor> leaves = gathered(call->options);
+    std::vector<torch::Tensor> leaves = gathered(call->options, !call->options.weights_in_backward);
     for (auto& w : leaves) w = w.detach().requires_grad_(true);   // their .grad: the unit's whole gradients
     {
       const torch::AutoGradMode grad_mode(true);

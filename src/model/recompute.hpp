@@ -44,6 +44,7 @@ struct Recompute {
   std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes;   // counts what offload copied (may be null)
   std::shared_ptr<ShardedStates> states;              // null: not sharded
   std::vector<int> units;                             // the units f computes with (states only), in order
+  bool weights_in_backward = true;                    // false: backward passes placeholders (f is a lookup)
 };
 
 // f(x, weights) with only x kept for backward (on the host when options.offload). Outputs that get no

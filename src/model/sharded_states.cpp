@@ -132,6 +132,14 @@ std::vector<torch::Tensor> ShardedStates::gather(int unit) {
   return out;
 }
 
+std::vector<torch::Tensor> ShardedStates::placeholders(int unit) const {
+  std::vector<torch::Tensor> out;
+  for (int i : units_[unit].params)
+    out.push_back(torch::zeros({}, torch::dtype(groups_[places_[i].group].gather_dtype).device(device_))
+                      .expand(params_[i].shape));
+  return out;
+}
+
 void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
   const Unit& u = units_[unit];

@@ -83,6 +83,9 @@ class ShardedStates {
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
   std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
   std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
+  // Stand-ins for a unit's parameters where only their shapes matter (a lookup's backward needs no weights):
+  // zeros of the gather dtype with every stride 0, one element of storage each.
+  std::vector<torch::Tensor> placeholders(int unit) const;
   void add_gradients(int unit, const std::vector<torch::Tensor>& grads);      // the same order; undefined = zero
   void finish_gradients(double global_count);
   void refresh();   // offloaded: the device copies from the masters (after an optimizer step; loads mark it due)
