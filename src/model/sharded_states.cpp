@@ -5,6 +5,8 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/stack.h>
 
 #include "core/error.hpp"
 
@@ -172,9 +174,12 @@ void ShardedStates::finish_gradients(double global_count) {
 
 double ShardedStates::grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
-  torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(groups_[0].master.device()));   // [1]
+  std::vector<torch::Tensor> grads;
   for (const Group& g : groups_)
-    if (g.master.grad().defined()) squares += g.master.grad().to(torch::kFloat64).pow(2).sum();
+    if (g.master.grad().defined()) grads.push_back(g.master.grad());
+  if (grads.empty()) return 0;
+  // one fp32 norm per shard (no temporary of the shard's size), their squares summed in float64 over the group
+  torch::Tensor squares = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum().reshape({1});
   if (world() > 1) sum_over(*shard_group_, squares);
   const double norm = std::sqrt(squares.item<double>());
   if (max_norm > 0) {
