@@ -71,6 +71,16 @@ std::string device_line(const c10::Device& d) {
   return d.str();
 }
 
+std::int64_t device_memory_bytes(const c10::Device& d) {
+#if ULYSSES_CUDA
+  cudaDeviceProp p{};
+  if (d.is_cuda() && cudaGetDeviceProperties(&p, d.index()) == cudaSuccess)
+    return static_cast<std::int64_t>(p.totalGlobalMem);
+#endif
+  (void)d;
+  return 0;
+}
+
 std::optional<double> known_peak_tflops(std::string_view gpu_name) {
   // Vendor datasheets, dense bf16 (half the "with sparsity" figure). Order matters: first match wins.
   static constexpr std::array<std::pair<std::string_view, double>, 12> kPeaks{{

@@ -2,6 +2,7 @@
 // the peak TFLOPS that MFU is measured against (--peak-tflops, or a table of known GPUs).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@ void use_device(const c10::Device& d);   // makes a CUDA device this thread's cu
 bool cuda_built();                         // this build links CUDA LibTorch
 std::string device_name(const c10::Device& d);   // "NVIDIA H100 80GB HBM3" or "cpu"
 std::string device_line(const c10::Device& d);   // "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)"
+std::int64_t device_memory_bytes(const c10::Device& d);   // a GPU's total memory; 0 on the CPU
 
 // Dense bf16 tensor-core peak of a GPU by its name (no sparsity), in TFLOPS; nullopt when unknown.
 std::optional<double> known_peak_tflops(std::string_view gpu_name);

@@ -29,6 +29,7 @@
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/device.hpp"
+#include "train/memory_check.hpp"
 #include "train/model_states.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
@@ -301,6 +302,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
         r.options = model_options(o, r.config, r.precision, r.sharding);
+        check_states_fit(plan_states(r.config, r.shards, o.offload_optimizer, model::compute_dtype(r.precision)),
+                         r.device, ranks_here, r.shards > 0, o.offload_optimizer);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
         if (o.dry_run) return;

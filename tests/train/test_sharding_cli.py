@@ -6,9 +6,11 @@ leaves `latest` on an intact checkpoint that resumes; --offload-optimizer trains
 
 usage: test_sharding_cli.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
+import json
 import pathlib
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
@@ -96,6 +98,25 @@ class ShardedCli(PackedSample):
         self.assertIn("sharded states", p.stderr)
         p = self.run_ok(train_cmd(2, self.data, resumed, "--sp", 2, "--steps", 2, "--dry-run"), code=2)
         self.assertIn("already holds checkpoints", p.stderr)
+
+    def test_states_that_cannot_fit_are_refused_before_anything_is_built(self):
+        """A Llama-3.1-70B shape at 8 ranks on one node: 16 bytes per parameter between them (~1.1 TB) is more than
+        any CI machine has, so the plan alone refuses it, in the dry run too."""
+        cfg = self.root / "llama70b.json"
+        cfg.write_text(json.dumps({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 320, "hidden_size": 8192,
+            "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+            "tie_word_embeddings": False}))
+        for extra in (["--dry-run"], []):
+            start = time.time()
+            p = self.run_ok([MPIEXEC, "-n", 8, TRAIN, "--data", self.data, "--model-config", cfg, "--output",
+                             self.root / "big", "--sp", 8, "--threads", 1, *extra], code=2)
+            self.assertLess(time.time() - start, 30)
+            for needle in ["model states of the 8 ranks on this node need", "MemTotal", "more nodes"]:
+                self.assertIn(needle, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertFalse((self.root / "big").exists())
 
     def test_offload_without_sharding_is_bad_input(self):
         p = self.run_ok(train_cmd(2, self.data, self.root / "bad", "--sp", 2, "--offload-optimizer",
