@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -73,6 +74,8 @@ bool any_rank(bool flag, comm::Communicator& world) {
 
 // Runs check on every rank; when it throws BadInput on any rank, the lowest such rank prints its line and
 // every rank learns of it (true): they all exit 2 together instead of aborting or waiting in a collective.
+// From then on a rank ignores SIGTERM: under `srun --kill-on-bad-exit` the first rank to exit makes srun
+// terminate the others, which would turn their exit 2 into 143 (and the job's code with it).
 bool bad_input_on_any_rank(comm::Communicator& world, int rank, const std::function<void()>& check) {
   std::optional<std::string> why;
   try {
@@ -85,6 +88,7 @@ bool bad_input_on_any_rank(comm::Communicator& world, int rank, const std::funct
   const auto first = all.nonzero();                                                    // [failing ranks, 1]
   if (first.size(0) == 0) return false;
   if (first[0][0].item<std::int64_t>() == rank) fmt::print(stderr, "[rank {}] error: {}\n", rank, *why);
+  std::signal(SIGTERM, SIG_IGN);   // exiting 2 anyway, within moments
   return true;
 }
 
