@@ -21,14 +21,19 @@ namespace {
 
 using Part = ModelStates::Part;
 
+// The next tensor of `out`, as fp32 in host memory.
+void write_f32(st::Writer& out, const torch::Tensor& t) {
+  const torch::Tensor host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  out.write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
+}
+
 // Replicated states: the whole fp32 tensors of one part → one safetensors file, one tensor at a time.
 void write_part(const fs::path& path, ModelStates& states, Part part, const std::map<std::string, std::string>& meta) {
   std::vector<st::Writer::Decl> decls;
   for (const auto& w : states.whole_list(part)) decls.push_back({w.name, st::DType::kF32, w.shape});
   st::Writer out(path, decls, meta);
   states.for_each_whole(part, [&](const std::string&, const torch::Tensor& t) {
-    torch::Tensor host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    out.write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
+    write_f32(out, t);
   });
   out.finish();
 }
@@ -40,8 +45,7 @@ void write_tensors(const fs::path& path, const std::vector<std::pair<std::string
   for (const auto& [name, t] : tensors) decls.push_back({name, st::DType::kF32, t.sizes().vec()});
   st::Writer out(path, decls, meta);
   for (const auto& [name, t] : tensors) {
-    torch::Tensor host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    out.write_next(host.data_ptr(), static_cast<std::uint64_t>(host.numel()) * sizeof(float));
+    write_f32(out, t);
   }
   out.finish();
 }

@@ -157,6 +157,7 @@ struct Run {
   arch::ModelConfig config;
   fs::path config_path;
   model::ModelOptions options;
+  StatePlan states_plan;                                      // model-state bytes per rank, from the arithmetic
   model::CausalLm model{nullptr};                             // not built by --dry-run
   std::unique_ptr<ModelStates> states;
 };
@@ -178,7 +179,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const StatePlan states = plan_states(r.config, r.shards, r.o.offload_optimizer, model::compute_dtype(r.precision));
+  const StatePlan& states = r.states_plan;
   const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.options, states.device,
                                        r.shards > 0);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
@@ -306,8 +307,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
         r.options = model_options(o, r.config, r.precision, r.sharding);
-        check_states_fit(plan_states(r.config, r.shards, o.offload_optimizer, model::compute_dtype(r.precision)),
-                         r.device, ranks_here, r.shards > 0, o.offload_optimizer);
+        r.states_plan = plan_states(r.config, r.shards, o.offload_optimizer, model::compute_dtype(r.precision));
+        check_states_fit(r.states_plan, r.device, ranks_here, r.shards > 0, o.offload_optimizer);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
         if (o.dry_run) return;

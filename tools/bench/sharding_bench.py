@@ -20,6 +20,7 @@ Every rank is a process on this machine (mpiexec, oversubscribed on small machin
 """
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -43,7 +44,6 @@ def parameters(c):
 
 
 def run(a, work, cfg, data, ranks, tag, *extra, steps=2, init_from=None):
-    import os
     path = work / f"{tag}.json"
     path.write_text(json.dumps(cfg))
     out = work / f"run-{tag}"
