@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   return guarded([&] {
     if (app.got_subcommand("merge")) return uc::run_merge(st.merge);
     if (app.got_subcommand("export-hf")) {
-      st.export_hf.max_shard_bytes = uc::parse_size(st.max_shard_size, "--max-shard-size");
+      st.export_hf.max_shard_bytes = ulysses::parse_size(st.max_shard_size, "--max-shard-size");
       return uc::run_export_hf(st.export_hf);
     }
     if (app.got_subcommand("import-hf")) return uc::run_import_hf(st.import_hf);

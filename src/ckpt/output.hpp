@@ -47,8 +47,6 @@ void require_free_space(const std::filesystem::path& output, std::uint64_t bytes
 void write_text(const std::filesystem::path& path, const std::string& text);   // runtime_error on short write
 void copy_file_checked(const std::filesystem::path& from, const std::filesystem::path& to);
 
-// "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput otherwise.
-std::uint64_t parse_size(const std::string& text, const std::string& flag);
 
 
 }  // namespace ulysses::ckpt

@@ -1,7 +1,11 @@
 #include "core/log.hpp"
 
+#include "core/error.hpp"
+
 #include <cstdio>
 #include <mutex>
+#include <cctype>
+#include <cmath>
 #include <string>
 
 namespace ulysses {
@@ -27,6 +31,27 @@ std::string human_bytes(std::uint64_t b) {
   if (b >= (std::uint64_t{1} << 20)) return fmt::format("{:.2f} MiB", x / (1 << 20));
   if (b >= 1024) return fmt::format("{:.1f} KiB", x / 1024);
   return fmt::format("{} B", b);
+}
+
+std::uint64_t parse_size(const std::string& text, const std::string& flag) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},       {"b", 1},          {"kb", 1e3},  {"mb", 1e6},  {"gb", 1e9},  {"tb", 1e12},
+      {"kib", 1024}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double value = -1;
+  try {
+    std::size_t used = 0;
+    if (i > 0) value = std::stod(text.substr(0, i), &used);
+    if (used != i) value = -1;
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  for (const auto& [name, scale] : kUnits)
+    if (value > 0 && unit == name) return static_cast<std::uint64_t>(std::llround(value * scale));
+  throw BadInput(fmt::format("{} \"{}\" is not a size", flag, text), "write e.g. 5GB, 500MB, 2GiB or a byte count");
 }
 
 }  // namespace ulysses

@@ -13,6 +13,9 @@ void set_log_tag(std::string_view tag);       // e.g. "pack", "train r3"
 void log_line(std::string_view message);      // one line, flushed
 
 std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB", "4.0 KiB", "12 B": how logs write a size
+// "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput naming
+// `flag` otherwise.
+std::uint64_t parse_size(const std::string& text, const std::string& flag);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

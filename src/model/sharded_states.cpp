@@ -13,13 +13,6 @@
 namespace ulysses::model {
 namespace {
 
-std::string unit_of(const std::string& name) {
-  static const std::string layers = "model.layers.";
-  if (name.starts_with("model.embed_tokens.")) return "model.embed_tokens";
-  if (name.starts_with(layers)) return name.substr(0, name.find('.', layers.size()));
-  return "head";   // model.norm.*, lm_head.*
-}
-
 std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
@@ -29,45 +22,12 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
-  std::map<std::string, int> group_index;
-  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
-    const Parameter& p = params_[i];
-    const std::string unit = unit_of(p.name);
-    const bool matrix = p.shape.size() == 2 && unit != "model.embed_tokens";
-    const std::string group = unit + (matrix ? ".matrices" : ".others");
-    if (units_.empty() || units_.back().name != unit) {
-      ULY_CHECK(std::none_of(units_.begin(), units_.end(), [&](const Unit& u) { return u.name == unit; }),
-                "parameter {} of unit {} comes after another unit's", p.name, unit);
-      units_.push_back({unit, {}, {}});
-    }
-    auto [it, added] = group_index.emplace(group, static_cast<int>(groups_.size()));
-    if (added) {
-      groups_.push_back({group, matrix ? compute_dtype : torch::kFloat, p.shape.size() >= 2, 0, 0, {}, {}});
-      units_.back().groups.push_back(it->second);
-    }
-    Group& g = groups_[it->second];
-    ULY_CHECK(g.decay == (p.shape.size() >= 2), "group {} would mix decayed and undecayed parameters ({})", group,
-              p.name);
-    places_.push_back({it->second, g.numel});
-    g.numel += numel_of(p.shape);
-    g.slots.push_back(i);
-    units_.back().params.push_back(i);
-    index_[p.name] = i;
-  }
-}
-
-ShardedStates::ShardSize ShardedStates::shard_size(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
-                                                   int world) {
-  ShardedStates plan;
-  plan.params_ = params;
-  plan.group_parameters(compute_dtype);
-  ShardSize size;
-  for (const Group& g : plan.groups_) {
-    const std::int64_t n = (g.numel + world - 1) / world;
-    size.elements += n;
-    size.compute_copy_bytes += n * static_cast<std::int64_t>(c10::elementSize(g.gather_dtype));
-  }
-  return size;
+  const plan::StateLayout layout = plan::state_layout(params_);
+  for (const auto& g : layout.groups)
+    groups_.push_back({g.name, g.matrix ? compute_dtype : torch::kFloat, g.decay, g.numel, 0, {}, {}, g.params});
+  for (const auto& u : layout.units) units_.push_back({u.name, u.params, u.groups});
+  for (const auto& at : layout.places) places_.push_back({at.group, at.offset});
+  for (int i = 0; i < static_cast<int>(params_.size()); ++i) index_[params_[i].name] = i;
 }
 
 ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,

@@ -39,6 +39,7 @@
 
 #include "comm/communicator.hpp"
 #include "io/sharded_checkpoint.hpp"
+#include "plan/state_layout.hpp"
 
 namespace ulysses::model {
 
@@ -54,10 +55,7 @@ struct Sharding {
 
 class ShardedStates {
  public:
-  struct Parameter {
-    std::string name;                 // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
-    std::vector<std::int64_t> shape;
-  };
+  using Parameter = plan::Parameter;   // name and shape
   struct Group {
     std::string name;                 // "<unit>.matrices" or "<unit>.others"
     c10::ScalarType gather_dtype;
@@ -72,13 +70,6 @@ class ShardedStates {
   // params: every parameter of the model in module order. Masters start at zero (load or init fills them).
   ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const Sharding& sharding,
                 const c10::Device& device);
-
-  // What a rank of `world` holds for these parameters, without building anything (plans, --dry-run):
-  // elements of its fp32 shards (Σ over groups of ceil(numel / W)) and bytes of their gather-dtype copies.
-  struct ShardSize {
-    std::int64_t elements = 0, compute_copy_bytes = 0;
-  };
-  static ShardSize shard_size(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, int world);
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
   std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
@@ -125,8 +116,7 @@ class ShardedStates {
     int group;
     std::int64_t offset;       // in the group's flat vector
   };
-  ShardedStates() = default;   // for shard_size's plan
-  // Units, groups and places of params_ (the tensors are left empty).
+  // Units, groups and places of params_ (plan::state_layout; the tensors are left empty).
   void group_parameters(c10::ScalarType compute_dtype);
   const Place& place(const std::string& name) const;
   // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds

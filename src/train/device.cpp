@@ -103,6 +103,15 @@ std::optional<double> peak_gpu_mib([[maybe_unused]] const c10::Device& d) {
   return std::nullopt;
 }
 
+void reset_peak_gpu_memory([[maybe_unused]] const c10::Device& d) {
+#if ULYSSES_CUDA
+  if (d.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+  }
+#endif
+}
+
 void synchronize([[maybe_unused]] const c10::Device& d) {
 #if ULYSSES_CUDA
   if (d.is_cuda()) c10::cuda::device_synchronize();

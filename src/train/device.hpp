@@ -28,6 +28,7 @@ std::optional<double> known_peak_tflops(std::string_view gpu_name);
 // The high-water mark of bytes allocated on a CUDA device by PyTorch's caching allocator, in MiB (nullopt on
 // the CPU: see report.hpp's peak_rss_mib), since the start of the process.
 std::optional<double> peak_gpu_mib(const c10::Device& d);
+void reset_peak_gpu_memory(const c10::Device& d);   // frees the allocator's cache and restarts its high-water mark
 
 void synchronize(const c10::Device& d);    // waits for the device's work (no-op on the CPU)
 

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <limits>
 
 #include "comm/mpi_communicator.hpp"
 #include "core/cli.hpp"
@@ -11,6 +10,8 @@
 #include "core/log.hpp"
 #include "dist/mpi_world.hpp"
 #include "dist/process_groups.hpp"
+#include "plan/memory_flags.hpp"
+#include "train/calibrate.hpp"
 #include "train/trainer.hpp"
 
 namespace ut = ulysses::train;
@@ -32,8 +33,10 @@ Examples:
   srun --mpi=pmi2 ulysses-train --config run.toml --activation-checkpointing --tiled-mlp --tiled-logits
   # debugging: 4 ranks share one GPU, collectives through MPI host staging
   mpiexec -n 4 ulysses-train --config run.toml --sp 4 --device cuda --comm mpi
-  # validate config, data and layout; print the rank map and a memory estimate
+  # validate config, data and layout; print the rank map and the memory plan (builds no model)
   mpiexec -n 4 ulysses-train --config run.toml --dry-run
+  # measure this device's memory profile for ulysses-plan (one rank, a small model of the family)
+  ulysses-train --calibrate-memory h100-bf16.json --model-config small/config.json --device cuda --precision bf16
   # GB200 NVL72 (4 GPUs per node, sbatch --segment=18): SP 8 spans 2 nodes of one 72-GPU NVLink domain
   srun --mpi=pmi2 ulysses-train --config run.toml --sp 8 --island-size 72
 
@@ -42,10 +45,10 @@ Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after s
 void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.set_config("--config", "", "TOML config file (flags given on the command line override it)");
   app.footer(kExamples);
-  app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack)")->required();
+  app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
   app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
-  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl")->required();
+  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl; required to train");
   app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
@@ -66,30 +69,16 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--sharding", o.sharding,
-                 "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
-                 "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
-      ->check(CLI::IsMember({"auto", "full_shard", "hybrid_shard", "no_shard"}))->capture_default_str();
-  app.add_flag("--offload-optimizer", o.offload_optimizer,
-               "Keep the fp32 master shards, their gradients and AdamW state in host memory and run AdamW on the CPU "
-               "(DeepSpeed's offload_optimizer); the device keeps a compute-dtype copy of its shards. Implies sharding");
-  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
-               "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
-  app.add_option("--offload-checkpoints", o.offload_checkpoints,
-                 "Keep the first N layers' checkpointed inputs in host memory (implies --activation-checkpointing; "
-                 "-1: every layer)")
-      ->check(CLI::Range(std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()))->capture_default_str();
-  app.add_flag("--tiled-mlp", o.tiled_mlp,
-               "Each layer's norm + MLP over tiles of tokens, recomputed per tile in backward (ALST's TiledMLP; exact)");
-  app.add_option("--mlp-tile-tokens", o.mlp_tile_tokens, "Tokens per MLP tile (implies --tiled-mlp; 0: hidden size)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_flag("--tiled-logits", o.tiled_logits,
-               "Head and cross-entropy over chunks of tokens: never the whole [S/P, vocab] logits (exact)");
-  app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,
-                 "Tokens per chunk of tiled logits (implies --tiled-logits; 0: about 1 GiB of fp32 logits)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--precision", o.precision, "fp32, or bf16 mixed precision (fp32 master weights and AdamW state)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  ulysses::plan::add_memory_flags(app, o.memory);
+  app.add_option("--memory-profile", o.memory_profile,
+                 "Constants of the memory plan that refuses runs which cannot fit: a file from --calibrate-memory, or "
+                 "built-in cpu, h100, h200 (default: by device)");
+  app.add_option("--calibrate-memory", o.calibrate_memory,
+                 "Measure this device's memory profile (3 feature sets × --calibrate-lengths, one rank, "
+                 "the --model-config model) and write it here for ulysses-plan --profile; no --data/--output needed")
+      ->configurable(false);
+  app.add_option("--calibrate-lengths", o.calibrate_lengths, "Two or more sequence lengths for --calibrate-memory")
+      ->capture_default_str();
   app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}))->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
@@ -129,6 +118,7 @@ int main(int argc, char** argv) {
     ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));
     ulysses::dist::ProcessGroups groups(layout);
     ulysses::comm::MpiCommunicator world_group(groups.world());   // control messages; the data groups are made per device
+    if (!o.calibrate_memory.empty()) return ut::run_calibration(o, world_group);
     return ut::run_training(o, groups, world_group);
   });
 }

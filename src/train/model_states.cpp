@@ -134,14 +134,4 @@ void ModelStates::load_held(Part part, const std::string& name, const torch::Ten
   target.copy_(values.view_as(target));
 }
 
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, c10::ScalarType compute_dtype) {
-  std::vector<model::ShardedStates::Parameter> params;
-  for (const auto& p : arch::parameters(c)) params.push_back({p.name, p.shape});
-  const auto size = shards > 0 ? model::ShardedStates::shard_size(params, compute_dtype, shards)
-                               : model::ShardedStates::ShardSize{arch::parameter_count(c), 0};
-  const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
-  if (offload_optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
-  return {fp32, {}};
-}
-
 }  // namespace ulysses::train

@@ -22,18 +22,6 @@
 
 namespace ulysses::train {
 
-struct StateBytes {   // per rank, in one place (device or host memory)
-  std::int64_t weights = 0, grads = 0, optimizer = 0;
-  std::int64_t total() const { return weights + grads + optimizer; }
-};
-
-// Model-state bytes per rank from the model description alone (nothing built; --dry-run and the start-up log):
-// replicated (shards = 0) or sharded over `shards` ranks, the optimizer offloaded or not.
-struct StatePlan {
-  StateBytes device, host;
-};
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, c10::ScalarType compute_dtype);
-
 class ModelStates {
  public:
   // grad_group: where replicated gradients are summed (SP × DP); the sharded model has its own groups.

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/memory_flags.hpp"
+
 namespace ulysses::train {
 
 struct TrainOptions {
@@ -28,15 +30,10 @@ struct TrainOptions {
   int keep_last = 3;
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
-  std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
-  std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: full_shard when world > 1
-  bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory (AdamW on CPU)
-  bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
-  std::int64_t offload_checkpoints = 0;    // keep the first N layers' inputs in host memory (implies the above)
-  bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)
-  std::int64_t mlp_tile_tokens = 0;        // tokens per tile, implies tiled_mlp (0: hidden size, as ALST)
-  bool tiled_logits = false;               // head + cross-entropy over token chunks (never the whole logits)
-  std::int64_t logits_chunk_tokens = 0;    // tokens per chunk, implies tiled_logits (0: ~1 GiB of fp32 logits)
+  plan::MemoryFlags memory;                // precision, sharding, offload and activation features (plan/memory_flags)
+  std::string memory_profile;              // the planner's constants: a built-in name or a calibration file ("": by device)
+  std::filesystem::path calibrate_memory;  // write a memory profile measured on this device, then exit
+  std::string calibrate_lengths = "1024,2048";   // the calibration's sequence lengths
   std::string comm = "auto";               // auto (nccl on cuda, mpi on cpu), nccl, mpi (CUDA: host staging)
   int comm_timeout = 600;                  // seconds a NCCL collective may take before the job is ended (0: none)
   double peak_tflops = 0;                  // MFU denominator per device (0: the detected GPU's bf16 peak, if known)

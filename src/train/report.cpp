@@ -40,50 +40,6 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
                      inside ? "inside islands" : "CROSS islands (--allow-sp-across-islands)");
 }
 
-MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, const model::ModelOptions& options, const StateBytes& states,
-                           bool sharded) {
-  constexpr double kGiB = 1024.0 * 1024 * 1024;
-  const bool bf16 = options.precision() == model::Precision::kBf16;
-  const std::int64_t logits_chunk_tokens = options.logits_chunk_tokens();
-  const auto params = static_cast<double>(arch::parameter_count(c));
-  // sharded: one unit whole (a layer in the compute dtype, or the fp32 embedding table) and its gradient
-  const double unit = std::max((bf16 ? 2.0 : 4.0) * static_cast<double>(arch::layer_parameter_count(c)),
-                               4.0 * static_cast<double>(c.vocab_size * c.hidden_size));
-  const double extra = sharded ? 2 * unit : bf16 ? 2 * params : 0;   // replicated bf16: autocast's weight copies
-  MemoryPlan m;
-  m.weights_gib = (static_cast<double>(states.weights) + extra) / kGiB;
-  m.grads_gib = static_cast<double>(states.grads) / kGiB;
-  m.optimizer_gib = static_cast<double>(states.optimizer) / kGiB;
-  const double tokens = static_cast<double>(micro_batch * sp.slice(seq_len, "the dataset's seq_len").size());
-  const double h = static_cast<double>(c.hidden_size), qkv = static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
-  const double attn_out = static_cast<double>(c.num_heads * c.head_dim), inter = static_cast<double>(c.intermediate_size);
-  // saved per token per layer: 2 norms + residual (3h), q/k/v (+ after RoPE), attention output, o_proj; and the
-  // MLP's gate/up/act for every token, or for one tile with TiledMLP
-  const double per_token_layer = 3 * h + 2 * qkv + 2 * attn_out + h;
-  const auto tile = static_cast<double>(options.mlp_tile_tokens());
-  const double mlp_rows = tile > 0 ? std::min(tokens, tile) : tokens;
-  // Attention runs per document through fused SDPA (no [S, S] scores), except with a sliding window, which
-  // needs the [B, 1, S, S] bool mask and the scores of H/P heads.
-  const double scores = !c.sliding_window ? 0.0
-                        : static_cast<double>(micro_batch) * static_cast<double>(arch::ulysses_heads(c, sp.degree()).q) *
-                              static_cast<double>(seq_len) * static_cast<double>(seq_len) * 1.25;   // fp32 probs + mask
-  const double logit_rows = logits_chunk_tokens > 0 ? std::min(tokens, static_cast<double>(logits_chunk_tokens)) : tokens;
-  const double logits = 4.0 * logit_rows * static_cast<double>(c.vocab_size) * 2;   // fp32 logits and their softmax
-  const double bytes = bf16 ? 2.0 : 4.0;                                        // saved activations
-  const double layer = bytes * (tokens * per_token_layer + mlp_rows * 3 * inter + scores);   // one layer's
-  const double layers = options.activation_checkpointing()
-                            ? static_cast<double>(c.num_layers) * 4.0 * tokens * h + layer   // fp32 inputs + one layer
-                            : static_cast<double>(c.num_layers) * layer;
-  m.activations_gib = (layers + logits) / kGiB;
-  return m;
-}
-
-double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len) {
-  return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
-         12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
-}
-
 double peak_rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

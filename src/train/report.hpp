@@ -1,4 +1,5 @@
-// What the trainer tells the user: the rank map, the memory plan, the per-step line and the JSONL metrics.
+// What the trainer tells the user: the rank map, the per-step line and the JSONL metrics (the memory plan:
+// plan/plan_report).
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "arch/model_config.hpp"
 #include "core/rank_layout.hpp"
-#include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
-#include "model/options.hpp"
-#include "train/model_states.hpp"
 
 namespace ulysses::train {
 
@@ -25,27 +22,6 @@ constexpr int kFullRankMapUpTo = 64;   // a real run prints the map up to this m
 
 // "world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; SP groups inside islands"
 std::string topology_line(const RankLayout& layout, const Topology& topo, const char* slurm_ntasks);
-
-struct MemoryPlan {
-  double weights_gib = 0, grads_gib = 0, optimizer_gib = 0, activations_gib = 0;
-  double total() const { return weights_gib + grads_gib + optimizer_gib + activations_gib; }
-};
-// Device memory of one rank: the model states in device memory (`states`, from plan_states: fp32 weights,
-// grads and two AdamW moments, sharded or not, or only the compute-dtype shard copies when the optimizer is
-// offloaded) — plus, replicated in bf16, the bf16 weight copies autocast makes, and, sharded, the largest unit
-// gathered whole with its gradient; activations
-// of one micro-batch on one rank (S/P tokens per sequence, 2 bytes each in bf16, 4 in fp32): every layer's
-// intermediates (the MLP's of one tile with TiledMLP), or with activation checkpointing each layer's fp32
-// input plus one layer's intermediates;
-// fp32 logits of every token, or of one chunk with tiled logits; plus the [H/P, S, S] scores per layer when
-// a sliding window forces an explicit mask.
-MemoryPlan estimate_memory(const arch::ModelConfig& c, std::int64_t micro_batch, std::int64_t seq_len,
-                           const SequenceParallel& sp, const model::ModelOptions& options, const StateBytes& states,
-                           bool sharded);
-
-// Model FLOPs of one step over all ranks: 6·M·T + 12·layers·H·D·S·T (M = arch::matmul_parameter_count, T
-// tokens in the step; attention counted dense, as FLOP counters count it; recomputation not counted).
-double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len);
 
 double peak_rss_mib();   // this process, from getrusage
 

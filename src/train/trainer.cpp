@@ -25,8 +25,9 @@
 #include "model/document_attention.hpp"
 #include "model/options.hpp"
 #include "model/precision.hpp"
-#include "model/tiled_loss.hpp"
 #include "model/weights.hpp"
+#include "plan/memory_model.hpp"
+#include "plan/plan_report.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/device.hpp"
@@ -98,45 +99,13 @@ double max_over_ranks(double value, comm::Communicator& world) {
   return t.max().item<double>();
 }
 
-enum class ShardingMode { kNone, kFull, kHybrid };
-
-// --sharding: auto is full_shard when there is more than one rank or the optimizer is offloaded (FSDP's names;
-// DeepSpeed ZeRO-3).
-ShardingMode sharding_mode(const std::string& name, int world, bool offload_optimizer) {
-  if (name == "no_shard" && offload_optimizer)
-    throw BadInput("--offload-optimizer offloads the shards of sharded states, and --sharding is no_shard",
-                   "drop --sharding no_shard (auto shards; at one rank it means full_shard over that rank)");
-  if (name == "full_shard" || (name == "auto" && (world > 1 || offload_optimizer))) return ShardingMode::kFull;
-  if (name == "hybrid_shard") return ShardingMode::kHybrid;
-  return ShardingMode::kNone;
-}
-
-const char* sharding_name(ShardingMode m) {
-  return m == ShardingMode::kFull ? "full_shard" : m == ShardingMode::kHybrid ? "hybrid_shard" : "no_shard";
-}
-
-model::ModelOptions model_options(const TrainOptions& o, const arch::ModelConfig& c, model::Precision precision,
-                                  ShardingMode sharding) {
-  const std::int64_t chunk = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens   // implies --tiled-logits
-                             : o.tiled_logits          ? model::logits_chunk_tokens(c.vocab_size)
-                                                       : 0;
-  const std::int64_t tile = o.mlp_tile_tokens > 0 ? o.mlp_tile_tokens   // implies --tiled-mlp
-                            : o.tiled_mlp            ? c.hidden_size      // ALST: ceil(S/P / hidden) tiles
-                                                     : 0;
+model::ModelOptions model_options(const plan::Features& f, model::Precision precision) {
   return model::ModelOptions()
       .precision(precision)
-      .activation_checkpointing(o.activation_checkpointing || o.offload_checkpoints != 0 ||   // sharded units
-                                sharding != ShardingMode::kNone)                            // always recompute
-      .offload_checkpoints(o.offload_checkpoints < 0 ? c.num_layers : o.offload_checkpoints)
-      .mlp_tile_tokens(tile)
-      .logits_chunk_tokens(chunk);
-}
-
-fs::path model_config_path(const TrainOptions& o) {
-  if (!o.init_from.empty()) return o.init_from / "config.json";
-  if (o.model_config.empty())
-    throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
-  return o.model_config;
+      .activation_checkpointing(f.activation_checkpointing)
+      .offload_checkpoints(f.offload_checkpoints)
+      .mlp_tile_tokens(f.mlp_tile_tokens)
+      .logits_chunk_tokens(f.logits_chunk_tokens);
 }
 
 struct Run {
@@ -150,14 +119,15 @@ struct Run {
   comm::Backend backend;
   std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
   std::unique_ptr<comm::Communicator> dp_group;               // hybrid_shard only: replicas of a shard
-  ShardingMode sharding = ShardingMode::kNone;
+  plan::Sharding sharding = plan::Sharding::kNone;
   int shards = 0;                                             // ranks a shard group has (0: replicated)
+  plan::Features features;                                    // the memory flags, resolved
   SequenceParallel sp;                                        // this rank's SP group (sp_group inside)
   std::optional<double> peak_tflops;                          // per device, for MFU
   arch::ModelConfig config;
   fs::path config_path;
   model::ModelOptions options;
-  StatePlan states_plan;                                      // model-state bytes per rank, from the arithmetic
+  MemoryPlan memory;                                          // this rank's memory plan (nothing built)
   model::CausalLm model{nullptr};                             // not built by --dry-run
   std::unique_ptr<ModelStates> states;
 };
@@ -165,9 +135,9 @@ struct Run {
 // Where the shards go: every rank (full), or the SP group with the DP replicas all-reducing (hybrid).
 model::Sharding sharding_of(const Run& r) {
   switch (r.sharding) {
-    case ShardingMode::kFull: return {r.grad_group.get(), nullptr, r.device, r.o.offload_optimizer};
-    case ShardingMode::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device, r.o.offload_optimizer};
-    case ShardingMode::kNone: break;
+    case plan::Sharding::kFull: return {r.grad_group.get(), nullptr, r.device, r.features.offload_optimizer};
+    case plan::Sharding::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device, r.features.offload_optimizer};
+    case plan::Sharding::kNone: break;
   }
   return {};
 }
@@ -179,15 +149,12 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
-  const StatePlan& states = r.states_plan;
-  const MemoryPlan m = estimate_memory(r.config, r.o.micro_batch, loader.seq_len(), r.sp, r.options, states.device,
-                                       r.shards > 0);
   log_info("model {}: {} parameters, {} layers, {} heads ({} KV), hidden {}", r.config.architecture,
            arch::parameter_count(r.config), r.config.num_layers, r.config.num_heads, r.config.num_kv_heads, r.config.hidden_size);
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
            r.o.data.string(), loader.num_sequences(), loader.seq_len(), loader.sequences_per_step(), r.layout.dp(),
            r.o.micro_batch, r.o.grad_accum);
-  log_info("device {}; precision {}; collectives {}{}", device_line(r.device), r.o.precision,
+  log_info("device {}; precision {}; collectives {}{}", device_line(r.device), r.o.memory.precision,
            comm::backend_name(r.backend),
            r.backend == comm::Backend::kMpi && r.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
   const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
@@ -208,17 +175,10 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
   if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
                               r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
-  const char* hybrid = r.sharding == ShardingMode::kHybrid ? " (each SP group; DP replicas all-reduce)" : "";
-  log_info("model states: {}{}{}", sharding_name(r.sharding),
-           r.shards > 0 ? fmt::format(" over {} ranks{}", r.shards, hybrid) : "",
-           r.o.offload_optimizer ? "; optimizer offloaded (AdamW on the CPU)" : "");
-  auto size = [](std::int64_t bytes) { return human_bytes(static_cast<std::uint64_t>(bytes)); };
-  for (const auto& [where, b] : {std::pair{"device", states.device}, std::pair{"host", states.host}})
-    if (b.total() > 0)
-      log_info("model states per rank in {} memory: weights {} + grads {} + AdamW {} = {}", where, size(b.weights),
-               size(b.grads), size(b.optimizer), size(b.total()));
-  log_info("device memory per rank (estimate): weights {:.3f} GiB + grads {:.3f} + AdamW {:.3f} + activations {:.3f} = {:.3f} GiB",
-           m.weights_gib, m.grads_gib, m.optimizer_gib, m.activations_gib, m.total());
+  log_info("memory: {}", plan::features_line(r.features, r.config, r.memory.layout));
+  log_info("memory plan at S = {} (profile {}: {}):", loader.seq_len(), r.memory.profile.name, r.memory.profile.source);
+  for (const auto& line : plan::breakdown_lines(r.memory.breakdown, r.memory.layout, r.memory.machine))
+    log_info("  {}", line);
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
            r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
            r.o.output.string());
@@ -241,7 +201,7 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
   rep.tokens_per_s = tokens / rep.seconds;
-  rep.tflops = step_flops(r.config, tokens, loader.seq_len()) / rep.seconds / 1e12;
+  rep.tflops = plan::step_flops(r.config, tokens, loader.seq_len()) / rep.seconds / 1e12;
   rep.tflops_per_device = rep.tflops / r.layout.world();
   if (r.peak_tflops) rep.mfu = rep.tflops_per_device / *r.peak_tflops;
   rep.peak_mib = max_over_ranks(peak_rss_mib(), r.world);
@@ -262,7 +222,17 @@ void check_output(const TrainOptions& o, int rank) {
 
 }  // namespace
 
+fs::path model_config_path(const TrainOptions& o) {
+  if (!o.init_from.empty()) return o.init_from / "config.json";
+  if (o.model_config.empty())
+    throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
+  return o.model_config;
+}
+
 int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& world) {
+  if (o.data.empty() || o.output.empty())
+    throw BadInput(fmt::format("--{} is required to train", o.data.empty() ? "data" : "output"),
+                   "pass --data PACKED_DIR --output RUN_DIR (only --calibrate-memory runs without them)");
   const RankLayout& layout = groups.layout();
   const std::vector<RankSelf> selves = gather_rank_selves(world);
   std::optional<Topology> placed;
@@ -275,7 +245,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
         device = choose_device(o.device, placed->place(groups.rank()).local_rank);
         backend = comm::choose_backend(o.comm, *device);
-        precision = model::precision_from_name(o.precision);
+        precision = model::precision_from_name(o.memory.precision);
       }))
     return kExitBadInput;
   const Topology& topo = *placed;
@@ -292,12 +262,12 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
-        r.sharding = sharding_mode(o.sharding, layout.world(), o.offload_optimizer);
+        r.sharding = plan::resolve_sharding(o.memory, layout.world());
       }))
     return kExitBadInput;
-  if (r.sharding == ShardingMode::kHybrid)
+  if (r.sharding == plan::Sharding::kHybrid)
     r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
-  r.shards = r.sharding == ShardingMode::kFull ? layout.world() : r.sharding == ShardingMode::kHybrid ? layout.sp() : 0;
+  r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
   std::optional<data::DataLoader> dataset;
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
@@ -306,11 +276,14 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.config_path = model_config_path(o);
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
-        r.options = model_options(o, r.config, r.precision, r.sharding);
-        r.states_plan = plan_states(r.config, r.shards, o.offload_optimizer, model::compute_dtype(r.precision));
-        check_states_fit(r.states_plan, r.device, ranks_here, r.shards > 0, o.offload_optimizer);
+        r.features = plan::resolve(o.memory, r.config, layout.world());
+        r.options = model_options(r.features, r.precision);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
+        const int world = layout.world();
+        const plan::Layout where{world % ranks_here == 0 ? world / ranks_here : topo.num_nodes(), ranks_here,
+                                 layout.sp(), o.micro_batch};
+        r.memory = check_memory_fits(r.config, o.memory, where, r.device, o.memory_profile, dataset->seq_len());
         if (o.dry_run) return;
         r.model = model::CausalLm(r.config, r.sp, r.options, sharding_of(r));
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);
@@ -334,7 +307,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     }
     return kExitOk;
   }
-  if (r.sharding == ShardingMode::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
+  if (r.sharding == plan::Sharding::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
   r.states =
       std::make_unique<ModelStates>(r.model, *r.grad_group, AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};

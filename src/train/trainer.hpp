@@ -13,4 +13,7 @@ namespace ulysses::train {
 // Returns the exit code: 0 when the run reached options.steps, kExitPreempted after a signal-triggered save.
 int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& world);
 
+// --init-from's config.json, else --model-config; BadInput when neither is given.
+std::filesystem::path model_config_path(const TrainOptions& options);
+
 }  // namespace ulysses::train

@@ -9,6 +9,7 @@
 #include "ckpt/dtype.hpp"
 #include "ckpt/output.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace ulysses::ckpt {
 namespace {

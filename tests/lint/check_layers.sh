@@ -14,9 +14,10 @@ declare -A allowed=(
   [data]="core io data"
   [pack]="core io arch pack"
   [ckpt]="core io arch ckpt"
+  [plan]="core arch plan"
   [comm]="core dist comm"
-  [model]="core io arch comm model"
-  [train]="core io arch dist comm data model train"
+  [model]="core io arch plan comm model"
+  [train]="core io arch plan dist comm data model train"
 )
 for d in "$src"/*/; do
   d=$(basename "$d")
@@ -28,13 +29,13 @@ for d in "$src"/*/; do
     if [[ " ${allowed[$d]} " != *" $folder "* ]]; then echo "src/$d may not include $folder/: $hit"; fail=1; fi
   done < <(grep -rnE '#include *"[a-z_]+/' "$src/$d")
 done
-for d in core io arch dist data pack ckpt; do
+for d in core io arch dist data pack ckpt plan; do
   [[ -d $src/$d ]] || continue
   if hits=$(grep -rnE '#include *[<"](torch|ATen|c10)/' "$src/$d"); then
     echo "LibTorch included in torch-free src/$d:"; echo "$hits"; fail=1
   fi
 done
-for d in core io arch data pack ckpt; do
+for d in core io arch data pack ckpt plan; do
   [[ -d $src/$d ]] || continue
   if hits=$(grep -rnE '#include *[<"]mpi\.h[>"]' "$src/$d"); then
     echo "MPI included in MPI-free src/$d:"; echo "$hits"; fail=1

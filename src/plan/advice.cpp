@@ -1,0 +1,103 @@
+#include "plan/advice.hpp"
+
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::plan {
+namespace {
+
+bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p, const Machine& m,
+          std::int64_t seq_len) {
+  if (seq_len % sequence_unit(l.sp) != 0) return false;
+  return check_fit(predict(c, l, resolve(flags, c, l.world()), p, seq_len), l, m).fits;
+}
+
+}  // namespace
+
+std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world) {
+  std::vector<int> out;
+  for (int sp = 1; sp <= world; ++sp) {
+    if (world % sp != 0) continue;
+    try {
+      arch::check_heads_for_sp(c, sp, "");
+      out.push_back(sp);
+    } catch (const BadInput&) {
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                       const Profile& p, const Machine& m, std::int64_t seq_len) {
+  struct Change {
+    std::string flag;
+    std::function<void(MemoryFlags&)> apply;
+  };
+  const std::vector<Change> changes = {
+      {"--sharding full_shard", [](MemoryFlags& f) { f.sharding = "full_shard"; }},
+      {"--offload-optimizer", [](MemoryFlags& f) { f.offload_optimizer = true; }},
+      {"--activation-checkpointing", [](MemoryFlags& f) { f.activation_checkpointing = true; }},
+      {"--tiled-mlp", [](MemoryFlags& f) { f.tiled_mlp = true; }},
+      {"--tiled-logits", [](MemoryFlags& f) { f.tiled_logits = true; }},
+      {"--offload-checkpoints -1", [](MemoryFlags& f) { f.offload_checkpoints = -1; }},
+  };
+  const Features now = resolve(flags, c, l.world());
+  for (const Change& ch : changes) {
+    MemoryFlags f = flags;
+    ch.apply(f);
+    if (f.sharding == "no_shard" && f.offload_optimizer) continue;
+    const Features next = resolve(f, c, l.world());
+    const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
+                      next.activation_checkpointing == now.activation_checkpointing &&
+                      next.mlp_tile_tokens == now.mlp_tile_tokens &&
+                      next.logits_chunk_tokens == now.logits_chunk_tokens &&
+                      next.offload_checkpoints == now.offload_checkpoints;
+    if (!same && fits(c, l, f, p, m, seq_len)) return ch.flag;
+  }
+  for (int sp : valid_sp_degrees(c, l.world())) {
+    Layout bigger = l;
+    bigger.sp = sp;
+    if (sp > l.sp && fits(c, bigger, flags, p, m, seq_len)) return fmt::format("--sp {}", sp);
+  }
+  for (int nodes = l.nodes + 1; nodes <= 16 * l.nodes; ++nodes) {
+    Layout more = l;
+    more.nodes = nodes;
+    for (int sp : valid_sp_degrees(c, more.world())) {
+      more.sp = sp;
+      if (sp >= l.sp && fits(c, more, flags, p, m, seq_len))
+        return fmt::format("{} nodes with --sp {} (world {})", nodes, sp, more.world());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus) {
+  for (int nodes = fewest_gpus ? 1 : l.nodes; nodes <= l.nodes; ++nodes) {
+    Layout at = l;
+    at.nodes = nodes;
+    std::vector<int> tried;
+    for (int sp : valid_sp_degrees(c, at.world())) {
+      at.sp = sp;
+      const std::int64_t s = (target + sequence_unit(sp) - 1) / sequence_unit(sp) * sequence_unit(sp);
+      if (!fits(c, at, flags, p, m, s)) {
+        tried.push_back(sp);
+        continue;
+      }
+      const std::string smaller = tried.empty() ? "" : fmt::format("; SP {} does not fit", fmt::join(tried, ", "));
+      return Choice{at, fewest_gpus
+                            ? fmt::format("{} GPUs ({} node{}) is the fewest that reach {} tokens, with SP {} the "
+                                          "smallest degree that fits there{}",
+                                          at.world(), nodes, nodes == 1 ? "" : "s", target, sp, smaller)
+                            : fmt::format("SP {} is the smallest degree that fits {} tokens on all {} GPUs: the rest "
+                                          "is data parallelism (DP {}), which needs no all-to-all{}",
+                                          sp, target, at.world(), at.world() / sp, smaller)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace ulysses::plan

@@ -1,0 +1,33 @@
+// What to change when a plan does not fit, and which layout to choose — the planner's and the trainer's
+// answers to "what would make it fit" come from here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/memory_model.hpp"
+
+namespace ulysses::plan {
+
+// The first single change that makes S fit, as the flag to pass ("--offload-optimizer", "--sp 8", ...), in
+// this order: shard the states, offload the optimizer, checkpoint, TiledMLP, tiled logits, offload every
+// layer's input, a larger SP degree among the ranks there are, more nodes (up to 16× as many). nullopt: none does.
+std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                       const Profile& p, const Machine& m, std::int64_t seq_len);
+
+// SP degrees the model's heads allow (H % P == 0, Hkv % P == 0 or P % Hkv == 0) that divide `world`.
+std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world);
+
+// --sp choose: the layout that reaches `target` tokens. fewest_gpus: the fewest whole nodes (of l.nodes), then
+// the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits (more
+// data parallelism, less all-to-all traffic per token). nullopt when no layout reaches it.
+struct Choice {
+  Layout layout;
+  std::string why;   // one sentence
+};
+std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus);
+
+}  // namespace ulysses::plan

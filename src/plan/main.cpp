@@ -1,0 +1,193 @@
+// ulysses-plan: how long a sequence fits, where the bytes go and which flags to use — before anything is queued.
+// Torch-free and instant: the arithmetic of plan/memory_model.hpp over a Hugging Face config.json, with the
+// constants of a memory profile (built-in, or measured by ulysses-train --calibrate-memory).
+// Exit codes: 0 the plan fits (or, without --seq-len, the longest length was found), 2 it does not / bad input.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "arch/model_config.hpp"
+#include "core/cli.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/main_guard.hpp"
+#include "plan/advice.hpp"
+#include "plan/host_memory.hpp"
+#include "plan/memory_model.hpp"
+#include "plan/plan_report.hpp"
+
+namespace up = ulysses::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kExamples = R"(
+Examples:
+  # Llama-3.1-8B at 1M tokens on 4 nodes of 8 H100 with the flags of slurm/train_1m.sbatch: fits?
+  ulysses-plan --model /models/Llama-3.1-8B --nodes 4 --gpus-per-node 8 --sp 8 --seq-len 1M --precision bf16 \
+      --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits
+  # the longest sequence one node reaches (no --seq-len), on H200s with 2 TiB of host memory
+  ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --gpu-memory 141GB --host-memory 2TiB --profile h200
+  # which SP degree and how many nodes reach 4M tokens with the fewest GPUs
+  ulysses-plan --model config.json --nodes 8 --sp choose --seq-len 4M --precision bf16 --offload-optimizer \
+      --offload-checkpoints -1 --tiled-mlp --tiled-logits
+  # ranks on this CPU machine (its memory), with the profile measured here by ulysses-train --calibrate-memory
+  ulysses-plan --model config.json --device cpu --gpus-per-node 4 --sp 4 --profile cpu-profile.json
+
+Sizes: 80GB (10^9), 80GiB (2^30); lengths: 1048576, 1M (2^20), 128K (2^17).
+Exit codes: 0 fits (or the longest length was found), 2 does not fit (one line with the flag that would) or bad input.)";
+
+struct Cli {
+  fs::path model;
+  int nodes = 1, gpus_per_node = 8;
+  std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
+  std::int64_t micro_batch = 1;
+  std::string corpus = "CORPUS", data = "DATA";
+  up::MemoryFlags flags;
+};
+
+std::int64_t parse_length(const std::string& text, const std::string& flag) {   // 1048576, 1M, 128K
+  if (text.empty()) return 0;
+  const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  const std::int64_t scale = unit == 'K' ? 1 << 10 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1 << 30 : 1;
+  try {
+    std::size_t used = 0;
+    const std::string digits = scale == 1 ? text : text.substr(0, text.size() - 1);
+    const double v = std::stod(digits, &used);
+    if (used == digits.size() && v > 0) return static_cast<std::int64_t>(v * static_cast<double>(scale));
+  } catch (const std::exception&) {
+  }
+  throw ulysses::BadInput(fmt::format("{} \"{}\" is not a sequence length", flag, text), "write e.g. 1048576, 1M or 128K");
+}
+
+void set_up(CLI::App& app, Cli& o) {
+  app.footer(kExamples);
+  app.add_option("--model", o.model, "Hugging Face config.json, or a model directory holding one")->required();
+  app.add_option("--nodes", o.nodes, "Nodes")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node, "Ranks per node (one per GPU)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--sp", o.sp, "Sequence-parallel degree, or 'choose' (needs --seq-len: the layout that reaches it)")
+      ->capture_default_str();
+  app.add_option("--objective", o.objective,
+                 "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP) or throughput (all "
+                 "nodes, the smallest SP that fits)")
+      ->check(CLI::IsMember({"fewest-gpus", "throughput"}))->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "Check this sequence length (exit 2 when it does not fit); also the target "
+                                         "of --sp choose. Without it: the longest length that fits");
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--device", o.device, "cuda (GPU ranks) or cpu (the ranks' memory is the node's)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  app.add_option("--gpu-memory", o.gpu_memory, "One GPU's memory (H100: 80GiB, H200: 141GB)")->capture_default_str();
+  app.add_option("--host-memory", o.host_memory, "One node's host memory (default: 2TiB on cuda, this machine's on cpu)");
+  app.add_option("--profile", o.profile,
+                 "Memory profile: a file from ulysses-train --calibrate-memory, or built-in cpu, h100, h200, alst-h100 "
+                 "(default: cpu or h100 by --device)");
+  app.add_option("--corpus", o.corpus, "Tokenized corpus named in the printed ulysses-pack command")->capture_default_str();
+  app.add_option("--data", o.data, "Packed dataset directory named in the printed commands")->capture_default_str();
+  up::add_memory_flags(app, o.flags);
+}
+
+std::string flags_text(const up::MemoryFlags& f) {   // the memory flags as ulysses-train takes them
+  std::string s = "--precision " + f.precision;
+  if (f.sharding != "auto") s += " --sharding " + f.sharding;
+  if (f.offload_optimizer) s += " --offload-optimizer";
+  if (f.activation_checkpointing) s += " --activation-checkpointing";
+  if (f.offload_checkpoints != 0) s += fmt::format(" --offload-checkpoints {}", f.offload_checkpoints);
+  if (f.mlp_tile_tokens > 0) s += fmt::format(" --mlp-tile-tokens {}", f.mlp_tile_tokens);
+  else if (f.tiled_mlp) s += " --tiled-mlp";
+  if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
+  else if (f.tiled_logits) s += " --tiled-logits";
+  return s;
+}
+
+int run(Cli& o) {
+  const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
+  const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
+  const bool cuda = o.device == "cuda";
+  const up::Profile profile = up::load_profile(o.profile.empty() ? up::default_profile_name(cuda, "") : o.profile);
+  up::Machine m{cuda, cuda ? static_cast<std::int64_t>(ulysses::parse_size(o.gpu_memory, "--gpu-memory")) : 0, 0};
+  std::string host_source = "--host-memory";
+  if (!o.host_memory.empty()) m.host_bytes = static_cast<std::int64_t>(ulysses::parse_size(o.host_memory, "--host-memory"));
+  else if (cuda) m.host_bytes = std::int64_t{2} << 40, host_source = "default 2 TiB";
+  else std::tie(m.host_bytes, host_source) = std::pair{up::host_memory().bytes, up::host_memory().source};
+  const std::int64_t target = parse_length(o.seq_len, "--seq-len");
+  up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch};
+  std::string why;
+  if (o.sp == "choose") {
+    if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
+    const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
+    if (!choice) {
+      const auto fix = up::suggest_fix(c, {o.nodes, o.gpus_per_node, up::valid_sp_degrees(c, l.world()).back(),
+                                           o.micro_batch}, o.flags, profile, m, target);
+      throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens", o.nodes,
+                                          o.nodes == 1 ? "" : "s", o.gpus_per_node, target),
+                              fix ? "try " + *fix : "more nodes, or a smaller model");
+    }
+    l = choice->layout;
+    why = choice->why;
+  } else {
+    try {
+      l.sp = std::stoi(o.sp);
+    } catch (const std::exception&) {
+      throw ulysses::BadInput(fmt::format("--sp \"{}\" is neither a degree nor 'choose'", o.sp), "write e.g. --sp 8");
+    }
+    if (l.sp < 1 || l.world() % l.sp != 0)
+      throw ulysses::BadInput(fmt::format("--sp {} does not divide the {} ranks", l.sp, l.world()),
+                              fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
+    ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
+  }
+  const up::Features f = up::resolve(o.flags, c, l.world());
+  fmt::print("model {} ({}): {:.2f}B parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
+             config_json.string(), c.architecture, static_cast<double>(ulysses::arch::parameter_count(c)) / 1e9,
+             c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size);
+  fmt::print("cluster: {} node{} × {} {}; {}host {} per node ({})\n", l.nodes, l.nodes == 1 ? "" : "s",
+             l.ranks_per_node, cuda ? "GPUs" : "CPU ranks",
+             cuda ? fmt::format("{} per GPU; ", ulysses::human_bytes(static_cast<std::uint64_t>(m.device_bytes))) : "",
+             ulysses::human_bytes(static_cast<std::uint64_t>(m.host_bytes)), host_source);
+  fmt::print("profile {}: {}\n", profile.name, profile.source);
+  fmt::print("layout: SP {} × DP {}; micro-batch {}; {}\n", l.sp, l.world() / l.sp, l.micro_batch,
+             up::features_line(f, c, l));
+  if (!why.empty()) fmt::print("chosen: {}\n", why);
+  const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
+  const std::int64_t S = target > 0 ? (target + up::sequence_unit(l.sp) - 1) / up::sequence_unit(l.sp) *
+                                          up::sequence_unit(l.sp)
+                                    : longest;
+  if (S > 0) {
+    const up::Breakdown b = up::predict(c, l, f, profile, S);
+    const double step_tokens = static_cast<double>(S) * static_cast<double>(l.micro_batch * (l.world() / l.sp));
+    fmt::print("\nat S = {} tokens ({} per rank):\n", S, S / l.sp * l.micro_batch);
+    for (const auto& line : up::breakdown_lines(b, l, m)) fmt::print("  {}\n", line);
+    fmt::print("  step: {:.3g} PFLOP of model FLOPs ({} sequences of {} tokens)\n",
+               up::step_flops(c, step_tokens, S) / 1e15, l.micro_batch * (l.world() / l.sp), S);
+  }
+  fmt::print("\nlongest sequence that fits: {} tokens ({} per rank; multiples of {})\n", longest, longest / l.sp,
+             up::sequence_unit(l.sp));
+  if (S > 0 && (target == 0 || S <= longest)) {
+    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}\n", o.corpus, o.data, S, l.sp);
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} DATA={} MEMORY_ARGS=\"{}\" sbatch slurm/train_1m.sbatch\n", l.nodes,
+               l.ranks_per_node, l.sp, o.data, flags_text(o.flags));
+  }
+  if (target > 0 && S > longest) {
+    const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);
+    const auto fix = up::suggest_fix(c, l, o.flags, profile, m, S);
+    throw ulysses::BadInput(
+        fmt::format("--seq-len {} does not fit: {} memory needs {} of {} usable; the longest that fits is {}", S,
+                    fit.limit == "device" ? "GPU" : "host", ulysses::human_bytes(static_cast<std::uint64_t>(fit.need)),
+                    ulysses::human_bytes(static_cast<std::uint64_t>(fit.have)), longest),
+        fix ? "add " + *fix : "more nodes, a larger SP degree, or a shorter --seq-len");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ulysses-plan: the memory of a training run before it is queued — longest sequence, bytes, flags"};
+  Cli o;
+  set_up(app, o);
+  if (auto code = ulysses::parse_command_line(app, argc, argv)) return *code;
+  return ulysses::run_guarded([&] { return run(o); });
+}

@@ -1,0 +1,71 @@
+#include "plan/memory_flags.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace ulysses::plan {
+
+void add_memory_flags(CLI::App& app, MemoryFlags& o) {
+  app.add_option("--precision", o.precision, "fp32, or bf16 mixed precision (fp32 master weights and AdamW state)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--sharding", o.sharding,
+                 "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
+                 "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
+      ->check(CLI::IsMember({"auto", "full_shard", "hybrid_shard", "no_shard"}))->capture_default_str();
+  app.add_flag("--offload-optimizer", o.offload_optimizer,
+               "Keep the fp32 master shards, their gradients and AdamW state in host memory and run AdamW on the CPU "
+               "(DeepSpeed's offload_optimizer); the device keeps a compute-dtype copy of its shards. Implies sharding");
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
+  app.add_option("--offload-checkpoints", o.offload_checkpoints,
+                 "Keep the first N layers' checkpointed inputs in host memory (implies --activation-checkpointing; "
+                 "-1: every layer)")
+      ->check(CLI::Range(std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()))->capture_default_str();
+  app.add_flag("--tiled-mlp", o.tiled_mlp,
+               "Each layer's norm + MLP over tiles of tokens, recomputed per tile in backward (ALST's TiledMLP; exact)");
+  app.add_option("--mlp-tile-tokens", o.mlp_tile_tokens, "Tokens per MLP tile (implies --tiled-mlp; 0: hidden size)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--tiled-logits", o.tiled_logits,
+               "Head and cross-entropy over chunks of tokens: never the whole [S/P, vocab] logits (exact)");
+  app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,
+                 "Tokens per chunk of tiled logits (implies --tiled-logits; 0: about 1 GiB of fp32 logits)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+}
+
+const char* sharding_name(Sharding s) {
+  return s == Sharding::kFull ? "full_shard" : s == Sharding::kHybrid ? "hybrid_shard" : "no_shard";
+}
+
+Sharding resolve_sharding(const MemoryFlags& o, int world) {
+  if (o.sharding == "no_shard" && o.offload_optimizer)
+    throw BadInput("--offload-optimizer offloads the shards of sharded states, and --sharding is no_shard",
+                   "drop --sharding no_shard (auto shards; at one rank it means full_shard over that rank)");
+  if (o.sharding == "full_shard" || (o.sharding == "auto" && (world > 1 || o.offload_optimizer))) return Sharding::kFull;
+  return o.sharding == "hybrid_shard" ? Sharding::kHybrid : Sharding::kNone;
+}
+
+Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world) {
+  Features f;
+  f.bf16 = o.precision == "bf16";
+  f.offload_optimizer = o.offload_optimizer;
+  f.sharding = resolve_sharding(o, world);
+  f.activation_checkpointing = o.activation_checkpointing || o.offload_checkpoints != 0 || f.sharding != Sharding::kNone;
+  f.offload_checkpoints = o.offload_checkpoints < 0 ? c.num_layers : std::min(o.offload_checkpoints, c.num_layers);
+  f.mlp_tile_tokens = o.mlp_tile_tokens > 0 ? o.mlp_tile_tokens : o.tiled_mlp ? c.hidden_size : 0;
+  f.logits_chunk_tokens = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens
+                          : o.tiled_logits          ? default_logits_chunk_tokens(c.vocab_size)
+                                                    : 0;
+  return f;
+}
+
+int shard_ranks(Sharding s, int world, int sp) {
+  return s == Sharding::kFull ? world : s == Sharding::kHybrid ? sp : 0;
+}
+
+std::int64_t default_logits_chunk_tokens(std::int64_t vocab, std::int64_t bytes) {
+  return std::max<std::int64_t>(1, bytes / (4 * vocab));
+}
+
+}  // namespace ulysses::plan

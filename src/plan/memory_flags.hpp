@@ -1,0 +1,54 @@
+// The memory flags, shared word for word by ulysses-train (what a run does) and ulysses-plan (what it would
+// need): how the model states are held (sharding, optimizer offload), the precision, and the activation
+// features. resolve() turns the flags into what actually happens — the rules live here once, so the planner's
+// arithmetic and the trainer's model agree by construction:
+//   sharding auto      full_shard when world > 1 or the optimizer is offloaded (FSDP's names; DeepSpeed ZeRO-3)
+//   sharded states     always recompute each layer in backward (their weights are gathered again there)
+//   --offload-checkpoints N (or -1: every layer) implies --activation-checkpointing
+//   --mlp-tile-tokens / --logits-chunk-tokens imply --tiled-mlp / --tiled-logits; their defaults: a tile of
+//   `hidden` tokens (ALST), a chunk of about 1 GiB of fp32 logits
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "arch/model_config.hpp"
+
+namespace ulysses::plan {
+
+struct MemoryFlags {
+  std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
+  std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: see above
+  bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory
+  bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
+  std::int64_t offload_checkpoints = 0;    // keep the first N layers' inputs in host memory (-1: all)
+  bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)
+  std::int64_t mlp_tile_tokens = 0;        // tokens per tile (0: hidden size)
+  bool tiled_logits = false;               // head + cross-entropy over token chunks
+  std::int64_t logits_chunk_tokens = 0;    // tokens per chunk (0: ~1 GiB of fp32 logits)
+};
+void add_memory_flags(CLI::App& app, MemoryFlags& flags);
+
+enum class Sharding { kNone, kFull, kHybrid };
+const char* sharding_name(Sharding s);
+
+struct Features {   // resolved
+  bool bf16 = false;
+  Sharding sharding = Sharding::kNone;
+  bool offload_optimizer = false;
+  bool activation_checkpointing = false;
+  std::int64_t offload_checkpoints = 0;   // layers, ≤ num_layers
+  std::int64_t mlp_tile_tokens = 0;       // 0: untiled
+  std::int64_t logits_chunk_tokens = 0;   // 0: whole logits
+  int compute_bytes() const { return bf16 ? 2 : 4; }
+};
+// BadInput for --sharding no_shard with --offload-optimizer.
+Sharding resolve_sharding(const MemoryFlags& flags, int world);
+Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world);
+// Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).
+int shard_ranks(Sharding s, int world, int sp);
+std::int64_t default_logits_chunk_tokens(std::int64_t vocab, std::int64_t bytes = std::int64_t{1} << 30);
+
+}  // namespace ulysses::plan

@@ -1,0 +1,114 @@
+#include "plan/memory_model.hpp"
+
+#include <algorithm>
+
+namespace ulysses::plan {
+namespace {
+
+// Elements one layer holds per token of this rank, counted from its tensors (attention after the all-to-all
+// holds S tokens × H/P heads: the same element count as T tokens × H heads; KV heads replicated up to P).
+struct LayerCounts {
+  double attention = 0;   // per token: norms, q/k/v before and after RoPE and the all-to-all, output, o_proj
+  double mlp_token = 0;   // per token: the MLP block's input and its norm
+  double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
+  double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back)
+};
+
+LayerCounts counts(const arch::ModelConfig& c, int sp) {
+  const auto heads = arch::ulysses_heads(c, sp);
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double q = static_cast<double>(c.num_heads) * d, kv = static_cast<double>(c.num_kv_heads) * d;
+  const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
+  LayerCounts n;
+  n.attention = 3 * h + 2 * (q + 2 * kv) + (qa + 2 * kva) + 2 * qa;
+  n.mlp_token = 2 * h;
+  n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
+  n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
+  return n;
+}
+
+std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
+
+std::int64_t usable(std::int64_t b) { return static_cast<std::int64_t>(kUsableFraction * static_cast<double>(b)); }
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::int64_t>> Breakdown::device_lines() const {
+  return {{"weights", weights},           {"gradients", gradients},
+          {"optimizer (AdamW)", optimizer}, {"gathered units", gathered},
+          {"saved activations", saved},   {"one layer's working set", working},
+          {"loss chunk", loss},           {"communication buffers", comm},
+          {"fixed (context, allocator)", device_fixed}};
+}
+
+std::vector<std::pair<std::string, std::int64_t>> Breakdown::host_lines() const {
+  return {{"offloaded model states", host_states},
+          {"offloaded layer inputs", host_checkpoints},
+          {"process (runtime, libraries)", host_fixed}};
+}
+
+Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+                  std::int64_t seq_len) {
+  const int shards = shard_ranks(f.sharding, l.world(), l.sp);
+  const StatePlan states = plan_states(c, shards, f.offload_optimizer, f.compute_bytes());
+  const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
+  const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
+  const double L = static_cast<double>(c.num_layers);
+  const LayerCounts n = counts(c, l.sp);
+  Breakdown b;
+  b.weights = states.device.weights +
+              (shards == 0 && f.bf16 ? 2 * arch::matmul_parameter_count(c) : 0);   // autocast's bf16 copies
+  b.gradients = states.device.grads;
+  b.optimizer = states.device.optimizer;
+  if (shards > 0) {
+    const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, f.compute_bytes());
+    b.gathered = u.gathered_bytes + 4 * u.elements;
+  }
+  const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
+  const double layer_tokens = T * (n.attention + n.mlp_token);
+  b.working = bytes(p.work_factor * act * 2 * (layer_tokens + mlp_rows * n.mlp_row));
+  if (f.activation_checkpointing) {
+    const double kept = static_cast<double>(p.checkpoint_bytes) * T * h;
+    b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints)));
+    b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));
+  } else {
+    const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only
+    b.saved = bytes(p.saved_factor * act * L * (layer_tokens + saved_mlp));
+  }
+  const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;
+  b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
+  b.comm = bytes(act * T * n.a2a);
+  b.device_fixed = p.device_fixed;
+  b.host_states = states.host.total();
+  b.host_fixed = p.host_fixed;
+  return b;
+}
+
+Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m) {
+  const std::int64_t node = (m.cuda ? b.host() : b.host() + b.device()) * l.ranks_per_node;
+  if (m.cuda && b.device() > usable(m.device_bytes)) return {false, "device", b.device(), usable(m.device_bytes)};
+  if (node > usable(m.host_bytes)) return {false, "host", node, usable(m.host_bytes)};
+  return {true, "", m.cuda ? b.device() : node, m.cuda ? usable(m.device_bytes) : usable(m.host_bytes)};
+}
+
+std::int64_t sequence_unit(int sp) { return std::int64_t{64} * sp; }
+
+std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+                              const Machine& m, std::int64_t ceiling) {
+  const std::int64_t unit = sequence_unit(l.sp);
+  auto fits = [&](std::int64_t k) { return check_fit(predict(c, l, f, p, k * unit), l, m).fits; };
+  std::int64_t lo = 0, hi = ceiling / unit;   // fits(lo) (or lo == 0), invariant: the answer is in [lo, hi]
+  if (hi >= 1 && fits(hi)) return hi * unit;
+  while (hi - lo > 1) {   // memory grows with S: bisect
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * unit;
+}
+
+double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len) {
+  return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
+         12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
+}
+
+}  // namespace ulysses::plan

@@ -1,0 +1,85 @@
+// The memory of one training rank, predicted from the model description, the layout and the memory features —
+// nothing built, torch-free (ulysses-plan, ulysses-train's start-up refusal and --dry-run share it).
+//
+// Per rank, T = micro_batch × S / P tokens (P the SP degree). Device memory, by category:
+//   weights, gradients, optimizer  plan_states: the exact shard arithmetic (+ the bf16 copies autocast keeps
+//                                  of replicated weights)
+//   gathered units                 sharded: the largest unit gathered whole in its gather dtypes, with its fp32
+//                                  gradient before the reduce-scatter
+//   saved activations              checkpointing: the kept layer inputs, ckpt_bytes × hidden × T per layer not
+//                                  offloaded; plain: every layer's intermediates, saved_factor × counted
+//   layer working set              one layer's forward + backward: work_factor × counted (MLP rows: one tile
+//                                  with TiledMLP, else T)
+//   loss chunk                     loss_factor × rows × V × 4 (rows: one chunk with tiled logits, else T)
+//   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1)
+//   fixed                          the profile's device_fixed (CUDA context, allocator, NCCL)
+// Host memory per rank: the offloaded optimizer states, the offloaded layer inputs and the process (the
+// profile's host_fixed). On a CPU device the host is the device: every byte above is host memory, and the
+// node's memory is shared by its ranks.
+//
+// "counted" is element arithmetic over the layer's tensors (memory_model.cpp); the factors that turn counts
+// into bytes and the fixed costs are a Profile: measured by `ulysses-train --calibrate-memory` (two lengths ×
+// three feature sets), or the built-in defaults of docs/planning.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arch/model_config.hpp"
+#include "plan/memory_flags.hpp"
+#include "plan/profile.hpp"
+#include "plan/state_layout.hpp"
+
+namespace ulysses::plan {
+
+struct Layout {
+  int nodes = 1, ranks_per_node = 1, sp = 1;
+  std::int64_t micro_batch = 1;
+  int world() const { return nodes * ranks_per_node; }
+};
+
+struct Machine {   // what one node offers
+  bool cuda = false;                 // false: the ranks' "device" is host memory
+  std::int64_t device_bytes = 0;     // one GPU's memory (cuda)
+  std::int64_t host_bytes = 0;       // the node's memory (cgroup limit or MemTotal)
+};
+
+inline constexpr double kUsableFraction = 0.92;   // of device and host memory a plan may fill
+
+struct Breakdown {   // bytes of one rank
+  std::int64_t weights = 0, gradients = 0, optimizer = 0, gathered = 0, saved = 0, working = 0, loss = 0, comm = 0,
+               device_fixed = 0;
+  std::int64_t host_states = 0, host_checkpoints = 0, host_fixed = 0;
+  std::int64_t device() const {
+    return weights + gradients + optimizer + gathered + saved + working + loss + comm + device_fixed;
+  }
+  std::int64_t host() const { return host_states + host_checkpoints + host_fixed; }
+  std::vector<std::pair<std::string, std::int64_t>> device_lines() const;   // label, bytes; for tables
+  std::vector<std::pair<std::string, std::int64_t>> host_lines() const;
+};
+
+Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+                  std::int64_t seq_len);
+
+// What binds: nothing (fits), the device (GPU memory per rank) or the node's host memory.
+struct Fit {
+  bool fits = true;
+  std::string limit;          // "" when it fits; else "device" or "host"
+  std::int64_t need = 0, have = 0;   // bytes of the binding limit: needed, and usable (kUsableFraction)
+};
+Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m);
+
+// Multiples of what packing needs (P × 64 tokens: ulysses-pack's default alignment).
+std::int64_t sequence_unit(int sp);
+// The longest sequence that fits, a multiple of sequence_unit(sp), up to `ceiling`; 0 when nothing fits.
+std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+                              const Machine& m, std::int64_t ceiling = std::int64_t{1} << 32);
+
+// Model FLOPs of one step over all ranks: 6·M·T + 12·layers·H·D·S·T (M = arch::matmul_parameter_count, T the
+// step's tokens; attention counted dense, as FLOP counters count it; recomputation not counted).
+double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len);
+
+}  // namespace ulysses::plan

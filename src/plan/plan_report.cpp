@@ -1,0 +1,55 @@
+#include "plan/plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include "core/log.hpp"
+
+namespace ulysses::plan {
+namespace {
+
+std::string size(std::int64_t b) { return human_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(b, 0))); }
+
+std::string verdict(std::int64_t need, std::int64_t of) {
+  const auto usable = static_cast<std::int64_t>(kUsableFraction * static_cast<double>(of));
+  return fmt::format("{} usable ({:.0f}% of {}): {}", size(usable), 100 * kUsableFraction, size(of),
+                     need <= usable ? "fits" : "DOES NOT FIT");
+}
+
+}  // namespace
+
+std::vector<std::string> breakdown_lines(const Breakdown& b, const Layout& l, const Machine& m) {
+  std::vector<std::string> out;
+  out.push_back(m.cuda ? "device memory per rank (GPU):" : "memory per rank (the host is the device):");
+  for (const auto& [label, bytes] : b.device_lines())
+    if (bytes > 0) out.push_back(fmt::format("  {:<32} {:>12}", label, size(bytes)));
+  std::int64_t rank_total = b.device();
+  if (m.cuda) {
+    out.push_back(fmt::format("  {:<32} {:>12}   of {}", "total", size(b.device()), verdict(b.device(), m.device_bytes)));
+    out.push_back("host memory per rank:");
+    rank_total = 0;
+  }
+  for (const auto& [label, bytes] : b.host_lines())
+    if (bytes > 0) out.push_back(fmt::format("  {:<32} {:>12}", label, size(bytes)));
+  rank_total += b.host();
+  out.push_back(fmt::format("  {:<32} {:>12}", "total", size(rank_total)));
+  out.push_back(fmt::format("host memory per node ({} rank{}): {} of {}", l.ranks_per_node,
+                            l.ranks_per_node == 1 ? "" : "s", size(rank_total * l.ranks_per_node), verdict(rank_total * l.ranks_per_node, m.host_bytes)));
+  return out;
+}
+
+std::string features_line(const Features& f, const arch::ModelConfig& c, const Layout& l) {
+  std::string s = f.bf16 ? "bf16" : "fp32";
+  const int shards = shard_ranks(f.sharding, l.world(), l.sp);
+  s += shards > 0 ? fmt::format("; {} over {} rank{}", sharding_name(f.sharding), shards, shards == 1 ? "" : "s")
+                  : "; no_shard (replicated states)";
+  if (f.offload_optimizer) s += "; optimizer offloaded";
+  if (f.activation_checkpointing)
+    s += f.offload_checkpoints > 0 ? fmt::format("; checkpointing ({} of {} layer inputs in host memory)",
+                                                 f.offload_checkpoints, c.num_layers)
+                                   : "; checkpointing";
+  if (f.mlp_tile_tokens > 0) s += fmt::format("; TiledMLP ({}-token tiles)", f.mlp_tile_tokens);
+  if (f.logits_chunk_tokens > 0) s += fmt::format("; tiled logits ({}-token chunks)", f.logits_chunk_tokens);
+  return s;
+}
+
+}  // namespace ulysses::plan

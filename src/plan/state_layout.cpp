@@ -1,0 +1,99 @@
+#include "plan/state_layout.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.hpp"
+
+namespace ulysses::plan {
+namespace {
+
+std::string unit_of(const std::string& name) {
+  static const std::string layers = "model.layers.";
+  if (name.starts_with("model.embed_tokens.")) return "model.embed_tokens";
+  if (name.starts_with(layers)) return name.substr(0, name.find('.', layers.size()));
+  return "head";   // model.norm.*, lm_head.*
+}
+
+}  // namespace
+
+std::int64_t Parameter::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+StateLayout state_layout(const std::vector<Parameter>& params) {
+  StateLayout l;
+  std::map<std::string, int> group_index;
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+    const Parameter& p = params[i];
+    const std::string unit = unit_of(p.name);
+    const bool matrix = p.shape.size() == 2 && unit != "model.embed_tokens";
+    const std::string group = unit + (matrix ? ".matrices" : ".others");
+    if (l.units.empty() || l.units.back().name != unit) {
+      ULY_CHECK(std::none_of(l.units.begin(), l.units.end(), [&](const auto& u) { return u.name == unit; }),
+                "parameter {} of unit {} comes after another unit's", p.name, unit);
+      l.units.push_back({unit, {}, {}});
+    }
+    auto [it, added] = group_index.emplace(group, static_cast<int>(l.groups.size()));
+    if (added) {
+      l.groups.push_back({group, matrix, p.shape.size() >= 2, 0, {}});
+      l.units.back().groups.push_back(it->second);
+    }
+    StateLayout::Group& g = l.groups[it->second];
+    ULY_CHECK(g.decay == (p.shape.size() >= 2), "group {} would mix decayed and undecayed parameters ({})", group,
+              p.name);
+    l.places.push_back({it->second, g.numel});
+    g.numel += p.numel();
+    g.params.push_back(i);
+    l.units.back().params.push_back(i);
+  }
+  return l;
+}
+
+std::vector<Parameter> parameters_of(const arch::ModelConfig& c) {
+  std::vector<Parameter> out;
+  for (const auto& p : arch::parameters(c)) out.push_back({p.name, p.shape});
+  return out;
+}
+
+ShardSize shard_size(const StateLayout& layout, int world, int compute_bytes) {
+  ShardSize size;
+  for (const auto& g : layout.groups) {
+    const std::int64_t n = (g.numel + world - 1) / world;
+    size.elements += n;
+    size.compute_copy_bytes += n * (g.matrix ? compute_bytes : 4);
+  }
+  return size;
+}
+
+UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compute_bytes) {
+  auto size_of = [&](const StateLayout::Unit& u) {
+    UnitSize s;
+    for (int gi : u.groups) {
+      const auto& g = layout.groups[gi];
+      s.gathered_bytes += g.numel * (g.matrix ? compute_bytes : 4);
+      s.elements += g.numel;
+    }
+    return s;
+  };
+  UnitSize largest, embed;
+  for (const auto& u : layout.units) {
+    UnitSize s = size_of(u);
+    if (u.name == "model.embed_tokens") embed = s;
+    if (u.name == "head" && tied_embeddings) s = {s.gathered_bytes + embed.gathered_bytes, s.elements + embed.elements};
+    if (s.gathered_bytes + 4 * s.elements > largest.gathered_bytes + 4 * largest.elements) largest = s;
+  }
+  return largest;
+}
+
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, int compute_bytes) {
+  const ShardSize size = shards > 0 ? shard_size(state_layout(parameters_of(c)), shards, compute_bytes)
+                                    : ShardSize{arch::parameter_count(c), 0};
+  const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
+  if (offload_optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
+  return {fp32, {}};
+}
+
+}  // namespace ulysses::plan

@@ -1,0 +1,77 @@
+// The layout of the model states when they are sharded, and their bytes per rank — from parameter names and
+// shapes alone (torch-free): the sharded model (model/sharded_states) builds its flat groups from this, and the
+// planner, --dry-run and the start-up refusal count bytes with the same arithmetic, nothing built.
+//
+// Units (what is gathered whole at once): model.embed_tokens, model.layers.N, and "head" (model.norm.*,
+// lm_head.*). A unit has at most two groups, each one flat vector split evenly over the shard group (the last
+// shard padded): "<unit>.matrices" (2-d weights of matrix products, gathered in the compute dtype, decayed) and
+// "<unit>.others" (norms, biases and the embedding table: gathered in fp32; decayed iff 2-d, the table).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "arch/model_config.hpp"
+
+namespace ulysses::plan {
+
+struct Parameter {
+  std::string name;                 // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<std::int64_t> shape;
+  std::int64_t numel() const;
+};
+
+struct StateLayout {
+  struct Group {
+    std::string name;            // "<unit>.matrices" or "<unit>.others"
+    bool matrix = false;         // gathered in the compute dtype (else fp32)
+    bool decay = false;          // AdamW weight decay applies
+    std::int64_t numel = 0;      // of its parameters, unpadded
+    std::vector<int> params;     // indices into the parameter list, in flat order
+  };
+  struct Unit {
+    std::string name;
+    std::vector<int> params;     // module order
+    std::vector<int> groups;
+  };
+  struct Place {
+    int group = 0;
+    std::int64_t offset = 0;     // in the group's flat vector
+  };
+  std::vector<Group> groups;
+  std::vector<Unit> units;
+  std::vector<Place> places;     // per parameter
+};
+
+// params in module order; every unit's parameters must be contiguous (ULY_CHECK otherwise).
+StateLayout state_layout(const std::vector<Parameter>& params);
+std::vector<Parameter> parameters_of(const arch::ModelConfig& c);
+
+// What one rank of `world` shard ranks holds: elements of its fp32 shards (Σ over groups of ceil(numel / W))
+// and bytes of their copies in the gather dtype (compute_bytes per element for matrices, 4 for the others).
+struct ShardSize {
+  std::int64_t elements = 0, compute_copy_bytes = 0;
+};
+ShardSize shard_size(const StateLayout& layout, int world, int compute_bytes);
+
+// The largest unit gathered whole: bytes in its gather dtypes, and its element count (its fp32 gradient
+// exists whole until the reduce-scatter). Tied embeddings: the head unit gathers the table too.
+struct UnitSize {
+  std::int64_t gathered_bytes = 0, elements = 0;
+};
+UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compute_bytes);
+
+struct StateBytes {   // per rank, in one place (device or host memory)
+  std::int64_t weights = 0, grads = 0, optimizer = 0;
+  std::int64_t total() const { return weights + grads + optimizer; }
+};
+// Model-state bytes per rank: fp32 weights, fp32 gradients and two fp32 AdamW moments, replicated (shards = 0)
+// or sharded over `shards` ranks; with the optimizer offloaded all of that is host memory and the device keeps
+// the shards' compute-dtype copies.
+struct StatePlan {
+  StateBytes device, host;
+};
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, int compute_bytes);
+
+}  // namespace ulysses::plan

@@ -1,0 +1,150 @@
+// The planner's arithmetic (torch-free): the state layout and its bytes, the memory model's structure (what each
+// feature moves and removes), the calibration fit (it recovers known constants), the longest-sequence search and
+// the advice. The prediction against measured peaks is tests/plan/test_plan_cli.py; ALST's figures are below.
+#include <gtest/gtest.h>
+
+#include "arch/model_config.hpp"
+#include "core/error.hpp"
+#include "plan/advice.hpp"
+#include "plan/calibration.hpp"
+#include "plan/memory_model.hpp"
+
+namespace ulysses::plan {
+namespace {
+
+arch::ModelConfig llama(std::int64_t hidden, std::int64_t inter, std::int64_t layers, std::int64_t heads,
+                        std::int64_t kv, std::int64_t vocab) {
+  arch::ModelConfig c;
+  c.model_type = "llama", c.architecture = "LlamaForCausalLM";
+  c.hidden_size = hidden, c.intermediate_size = inter, c.num_layers = layers, c.num_heads = heads;
+  c.num_kv_heads = kv, c.head_dim = hidden / heads, c.vocab_size = vocab;
+  return c;
+}
+const arch::ModelConfig kLlama8B = llama(4096, 14336, 32, 32, 8, 128256);
+const arch::ModelConfig kSmall = llama(256, 896, 4, 4, 1, 32000);   // memory_bench's model
+
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+
+TEST(StateLayout, ShardsAreCeilOfEachGroupAndReplicatedIsSixteenBytesAParameter) {
+  const std::int64_t n = arch::parameter_count(kSmall);
+  const StatePlan replicated = plan_states(kSmall, 0, false, 4);
+  EXPECT_EQ(replicated.device.total(), 16 * n);
+  EXPECT_EQ(replicated.host.total(), 0);
+  const StateLayout layout = state_layout(parameters_of(kSmall));
+  std::int64_t expected = 0;
+  for (const auto& g : layout.groups) expected += (g.numel + 2) / 3;
+  EXPECT_EQ(plan_states(kSmall, 3, false, 4).device.total(), 16 * expected);
+  const StatePlan offloaded = plan_states(kSmall, 3, true, 2);
+  EXPECT_EQ(offloaded.host.total(), 16 * expected);
+  EXPECT_LT(offloaded.device.total(), 4 * expected);   // bf16 matrices, fp32 others
+  EXPECT_EQ(layout.units.size(), static_cast<std::size_t>(kSmall.num_layers + 2));
+}
+
+TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16";
+  const Features plain = resolve(flags, kLlama8B, 8);   // auto: full_shard at 8 ranks → checkpointing
+  EXPECT_EQ(plain.sharding, Sharding::kFull);
+  EXPECT_TRUE(plain.activation_checkpointing);
+  const Breakdown a = predict(kLlama8B, l, plain, p, 128 << 10), b = predict(kLlama8B, l, plain, p, 256 << 10);
+  EXPECT_GT(b.device(), a.device());
+  EXPECT_EQ(b.saved, 2 * a.saved);   // kept layer inputs: linear
+  flags.offload_checkpoints = -1;
+  const Breakdown off = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
+  EXPECT_EQ(off.saved, 0);
+  EXPECT_EQ(off.host_checkpoints, kLlama8B.num_layers * (128 << 10) / 8 * kLlama8B.hidden_size * 4);   // L·T·h·4
+  flags.tiled_logits = true;
+  flags.tiled_mlp = true;
+  const Breakdown tiled = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
+  EXPECT_LT(tiled.loss, off.loss);
+  EXPECT_LT(tiled.working, off.working);
+  flags.offload_optimizer = true;
+  const Breakdown states = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
+  EXPECT_EQ(states.optimizer, 0);
+  EXPECT_GT(states.host_states, 0);
+}
+
+TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
+  MemoryFlags flags;
+  flags.sharding = "no_shard";
+  flags.offload_optimizer = true;
+  EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
+}
+
+TEST(LongestSequence, FitsAndOneUnitMoreDoesNot) {
+  const Profile p = load_profile("h100");
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
+  flags.tiled_mlp = flags.tiled_logits = true;
+  const Features f = resolve(flags, kLlama8B, 8);
+  const std::int64_t s = longest_sequence(kLlama8B, l, f, p, m);
+  ASSERT_GT(s, 0);
+  EXPECT_EQ(s % sequence_unit(8), 0);
+  EXPECT_TRUE(check_fit(predict(kLlama8B, l, f, p, s), l, m).fits);
+  EXPECT_FALSE(check_fit(predict(kLlama8B, l, f, p, s + sequence_unit(8)), l, m).fits);
+}
+
+TEST(Advice, TheSuggestedFlagMakesItFit) {
+  const Profile p = load_profile("h100");
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.sharding = "no_shard";   // 8B replicated: 16 B a parameter, 128 GB
+  EXPECT_FALSE(check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 32768), l, m).fits);
+  const auto fix = suggest_fix(kLlama8B, l, flags, p, m, 32768);
+  ASSERT_TRUE(fix);
+  EXPECT_EQ(*fix, "--sharding full_shard");
+  flags.sharding = "full_shard";
+  EXPECT_TRUE(check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 32768), l, m).fits);
+}
+
+TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {
+  const Profile p = load_profile("h100");
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
+  flags.tiled_mlp = flags.tiled_logits = true;
+  const std::int64_t target = 4 << 20;
+  const auto choice = choose_layout(kLlama8B, {4, 8, 1, 1}, flags, p, m, target, true);
+  ASSERT_TRUE(choice);
+  const Layout& c = choice->layout;
+  EXPECT_TRUE(check_fit(predict(kLlama8B, c, resolve(flags, kLlama8B, c.world()), p, target), c, m).fits);
+  if (c.nodes > 1) {   // one node fewer reaches it with no degree
+    for (int sp : valid_sp_degrees(kLlama8B, (c.nodes - 1) * 8)) {
+      const Layout fewer{c.nodes - 1, 8, sp, 1};
+      EXPECT_FALSE(check_fit(predict(kLlama8B, fewer, resolve(flags, kLlama8B, fewer.world()), p, target), fewer, m).fits);
+    }
+  }
+  for (int sp : valid_sp_degrees(kLlama8B, c.world()))
+    if (sp < c.sp) {
+      const Layout smaller{c.nodes, 8, sp, 1};
+      EXPECT_FALSE(
+          check_fit(predict(kLlama8B, smaller, resolve(flags, kLlama8B, smaller.world()), p, target), smaller, m).fits);
+    }
+}
+
+TEST(Calibration, TheFitRecoversTheConstantsThatMadeThePeaks) {
+  Profile truth = load_profile("cpu");
+  truth.saved_factor = 0.7, truth.work_factor = 2.5, truth.loss_factor = 1.8, truth.host_fixed = 300 << 20;
+  std::vector<Measurement> points;
+  for (CalibrationSet set : kCalibrationSets)
+    for (std::int64_t s : {2048, 8192}) {
+      const Breakdown b = predict(kSmall, Layout{}, resolve(calibration_flags(set, false, 256), kSmall, 1), truth, s);
+      points.push_back({set, s, b.device() + b.host()});
+    }
+  Profile base = load_profile("cpu");
+  const Profile got = fit_profile(kSmall, points, false, 256, base);
+  EXPECT_NEAR(got.saved_factor, truth.saved_factor, 1e-6);
+  EXPECT_NEAR(got.work_factor, truth.work_factor, 1e-6);
+  EXPECT_NEAR(got.loss_factor, truth.loss_factor, 1e-6);
+  EXPECT_NEAR(static_cast<double>(got.host_fixed), static_cast<double>(truth.host_fixed), 4096);
+  points.resize(4);
+  EXPECT_THROW(fit_profile(kSmall, points, false, 256, base), BadInput);
+}
+
+}  // namespace
+}  // namespace ulysses::plan
