@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
 #include "core/cli.hpp"
@@ -45,6 +47,7 @@ struct Cli {
   std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
   std::int64_t micro_batch = 1;
   std::string corpus = "CORPUS", data = "DATA";
+  bool json = false;
   up::MemoryFlags flags;
 };
 
@@ -87,11 +90,24 @@ void set_up(CLI::App& app, Cli& o) {
                  "(default: cpu or h100 by --device)");
   app.add_option("--corpus", o.corpus, "Tokenized corpus named in the printed ulysses-pack command")->capture_default_str();
   app.add_option("--data", o.data, "Packed dataset directory named in the printed commands")->capture_default_str();
+  app.add_flag("--json", o.json, "Print the plan as one JSON object (bytes per category, per rank and node) instead");
   up::add_memory_flags(app, o.flags);
 }
 
-std::string flags_text(const up::MemoryFlags& f) {   // the memory flags as ulysses-train takes them
-  std::string s = "--precision " + f.precision;
+nlohmann::json plan_json(const up::Breakdown& b, const up::Layout& l, const up::Machine& m, std::int64_t S,
+                         std::int64_t longest) {
+  nlohmann::json device = nlohmann::json::object(), host = nlohmann::json::object();
+  for (const auto& [label, bytes] : b.device_lines()) device[label] = bytes;
+  for (const auto& [label, bytes] : b.host_lines()) host[label] = bytes;
+  const std::int64_t rank = m.cuda ? b.host() : b.host() + b.device();
+  return {{"seq_len", S}, {"sp", l.sp}, {"nodes", l.nodes}, {"ranks_per_node", l.ranks_per_node},
+          {"device_per_rank", b.device()}, {"host_per_rank", b.host()}, {"memory_per_rank", m.cuda ? b.device() : rank},
+          {"host_per_node", rank * l.ranks_per_node}, {"fits", up::check_fit(b, l, m).fits}, {"longest", longest},
+          {"device", device}, {"host", host}};
+}
+
+std::string flags_text(const up::MemoryFlags& f) {   // the sbatch's MEMORY_ARGS (PRECISION is a variable)
+  std::string s;
   if (f.sharding != "auto") s += " --sharding " + f.sharding;
   if (f.offload_optimizer) s += " --offload-optimizer";
   if (f.activation_checkpointing) s += " --activation-checkpointing";
@@ -100,7 +116,7 @@ std::string flags_text(const up::MemoryFlags& f) {   // the memory flags as ulys
   else if (f.tiled_mlp) s += " --tiled-mlp";
   if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
   else if (f.tiled_logits) s += " --tiled-logits";
-  return s;
+  return s.empty() ? s : s.substr(1);
 }
 
 int run(Cli& o) {
@@ -140,6 +156,14 @@ int run(Cli& o) {
     ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
   }
   const up::Features f = up::resolve(o.flags, c, l.world());
+  const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
+  const std::int64_t unit = up::sequence_unit(l.sp);
+  const std::int64_t S = target > 0 ? (target + unit - 1) / unit * unit : longest;
+  if (o.json) {
+    const up::Breakdown b = up::predict(c, l, f, profile, S);
+    fmt::print("{}\n", plan_json(b, l, m, S, longest).dump());
+    return target > 0 && !up::check_fit(b, l, m).fits ? ulysses::kExitBadInput : 0;
+  }
   fmt::print("model {} ({}): {:.2f}B parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
              config_json.string(), c.architecture, static_cast<double>(ulysses::arch::parameter_count(c)) / 1e9,
              c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size);
@@ -151,10 +175,6 @@ int run(Cli& o) {
   fmt::print("layout: SP {} × DP {}; micro-batch {}; {}\n", l.sp, l.world() / l.sp, l.micro_batch,
              up::features_line(f, c, l));
   if (!why.empty()) fmt::print("chosen: {}\n", why);
-  const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
-  const std::int64_t S = target > 0 ? (target + up::sequence_unit(l.sp) - 1) / up::sequence_unit(l.sp) *
-                                          up::sequence_unit(l.sp)
-                                    : longest;
   if (S > 0) {
     const up::Breakdown b = up::predict(c, l, f, profile, S);
     const double step_tokens = static_cast<double>(S) * static_cast<double>(l.micro_batch * (l.world() / l.sp));
@@ -167,8 +187,9 @@ int run(Cli& o) {
              up::sequence_unit(l.sp));
   if (S > 0 && (target == 0 || S <= longest)) {
     fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}\n", o.corpus, o.data, S, l.sp);
-    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} DATA={} MEMORY_ARGS=\"{}\" sbatch slurm/train_1m.sbatch\n", l.nodes,
-               l.ranks_per_node, l.sp, o.data, flags_text(o.flags));
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\" bash "
+               "slurm/train_1m.sbatch\n",
+               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, flags_text(o.flags));
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);

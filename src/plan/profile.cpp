@@ -14,18 +14,18 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
 // The built-in constants; docs/planning.md gives each one's source.
 std::vector<Profile> builtins() {
-  Profile cpu{"cpu", "measured on the CI machine (2-core x86-64, 24 GiB, LibTorch 2.11 CPU, fp32) by ulysses-train "
-                     "--calibrate-memory --calibrate-lengths 2048,8192 on tools/bench/memory_bench.py's model, "
-                     "2026-11-25; docs/planning.md",
-              false, 0.437, 2.417, 2.481, 0, 244 * kMiB, 4};
+  Profile cpu{"cpu", "measured on the CI machine (2-core x86-64, 24 GiB, LibTorch 2.11 CPU, fp32, glibc malloc "
+                     "defaults) by ulysses-train --calibrate-memory --calibrate-lengths 2048,8192 on "
+                     "tools/bench/memory_bench.py's model, 2026-11-25; docs/planning.md",
+              false, 0.728, 1.636, 2.612, 0, 555 * kMiB, 4};
   Profile h100{"h100", "counted (factors 1.0), not yet measured on a GPU: run ulysses-train --calibrate-memory there; "
                        "docs/planning.md",
                true, 1.0, 1.0, 1.0, 2048 * kMiB, 6144 * kMiB, 4};
   Profile h200 = h100;
   h200.name = "h200";
-  Profile alst{"alst-h100", "ALST's stack (DeepSpeed ZeRO-3 + offload, bf16 checkpoints offloaded to the host), "
-                            "constants fitted to its published Llama-3.1-8B figure on 8 H100; docs/planning.md",
-               true, 1.0, 1.0, 1.0, 2048 * kMiB, 6144 * kMiB, 2};
+  Profile alst{"alst-h100", "ALST's stack approximated (bf16 layer inputs: 2 bytes per hidden element; work factor "
+                            "0.65 fitted to its Llama-3.1-8B 3.7M on 8 H100, arXiv 2506.13996 Table 3); docs/planning.md",
+               true, 1.0, 0.65, 1.0, 2048 * kMiB, 6144 * kMiB, 2};
   return {cpu, h100, h200, alst};
 }
 

@@ -1,27 +1,28 @@
 #include "train/calibrate.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
-#include <ATen/Parallel.h>
-#include <torch/csrc/autograd/generated/variable_factories.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "model/causal_lm.hpp"
+#include "core/checksum.hpp"
+#include "io/manifest.hpp"
+#include "io/shard.hpp"
 #include "model/precision.hpp"
-#include "model/weights.hpp"
 #include "plan/calibration.hpp"
 #include "plan/memory_model.hpp"
 #include "train/device.hpp"
-#include "train/model_states.hpp"
 #include "train/trainer.hpp"
 
 namespace ulysses::train {
@@ -44,63 +45,86 @@ std::vector<std::int64_t> parse_lengths(const std::string& text) {
   return out;
 }
 
-std::int64_t vm_hwm_bytes() {   // this process's peak RSS, /proc/self/status "VmHWM: N kB"
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.starts_with("VmHWM:")) return std::stoll(line.substr(6)) * 1024;
-  return 0;
+// Two sequences of S random tokens, one document each: what a calibration run trains on.
+void write_random_dataset(const std::filesystem::path& dir, std::int64_t S, std::int64_t vocab) {
+  std::filesystem::create_directories(dir);
+  constexpr std::int64_t kSequences = 2;
+  shard::ShardWriter w(dir / "shard-00000.h5", {S, 1, 64, 0, false}, kSequences);
+  std::mt19937 rng(static_cast<std::uint32_t>(S));
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(kSequences * S));   // [2, S]
+  for (auto& t : ids) t = token(rng);
+  const std::vector<shard::SequenceMeta> metas(kSequences, {static_cast<std::int32_t>(S), {0}});
+  w.append(ids, {}, metas);
+  w.close();
+  const auto path = dir / "shard-00000.h5";
+  shard::Manifest m;
+  m.seq_len = S, m.sp = 1, m.alignment = 64, m.vocab_size = vocab, m.max_token_id = vocab - 1, m.policy = "pad";
+  m.command = "ulysses-train --calibrate-memory", m.created_by = "ulysses-train --calibrate-memory";
+  m.stats = {{"sequences", kSequences}};
+  m.shards = {{"shard-00000.h5", "train", kSequences, static_cast<std::int64_t>(std::filesystem::file_size(path)),
+               xxh3_file_hex(path)}};
+  shard::write_manifest(m, dir / "manifest.json");
 }
 
-// One optimizer step of a fresh model with these options on one random sequence of S tokens; the peak bytes.
-std::int64_t one_step(const arch::ModelConfig& c, const model::ModelOptions& options, const c10::Device& device,
-                      comm::Communicator& world, std::int64_t S) {
-  model::CausalLm m(c, SequenceParallel{}, options);
-  model::init_weights(m, 1);
-  m->to(device);
-  ModelStates states(m, world);
-  reset_peak_gpu_memory(device);
-  const torch::Tensor ids = torch::randint(c.vocab_size, {1, S}, torch::kInt64);   // [1, S]
-  const torch::Tensor positions = torch::arange(S, torch::kInt64).view({1, S});
-  const model::CausalLmOutput out = m->forward(ids.to(device), positions.to(device), torch::zeros({1, S}, torch::kInt64),
-                                               ids.to(device));
-  out.loss_sum.backward();
-  states.finish_gradients(static_cast<double>(S));
-  states.clip(1.0);
-  states.step(1e-4);
-  synchronize(device);
-  if (auto mib = peak_gpu_mib(device)) return static_cast<std::int64_t>(*mib * (1 << 20));
-  return vm_hwm_bytes();
+// The environment of a calibration run: this one's, without what would make the child join our MPI job or read
+// our Slurm step (it is a singleton of its own).
+std::vector<std::string> child_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    bool launcher = false;
+    for (const char* prefix : {"PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID", "OMPI_",
+                               "SLURM_"})
+      launcher = launcher || v.starts_with(prefix);
+    if (!launcher) env.emplace_back(v);
+  }
+  return env;
 }
 
-// On the CPU each point runs in a child of its own (its peak RSS is a fresh process's); on CUDA in place.
-std::int64_t measure(const arch::ModelConfig& c, const model::ModelOptions& options, const c10::Device& device,
-                     comm::Communicator& world, std::int64_t S, int threads) {
-  if (device.is_cuda()) return one_step(c, options, device, world, S);
-  int fds[2];
-  ULY_CHECK(pipe(fds) == 0, "pipe: {}", std::strerror(errno));
+// A real two-step training run of this binary (a child process: its own peak, as a run's metrics report it) on
+// `data` with these flags; the peak bytes: the allocator's high-water mark on CUDA, the process's peak RSS on CPU.
+std::int64_t measure(const TrainOptions& o, const std::filesystem::path& config, const plan::MemoryFlags& flags,
+                     const std::filesystem::path& data, const std::filesystem::path& run, int threads) {
+  std::vector<std::string> args = {"/proc/self/exe", "--data", data.string(), "--model-config", config.string(),
+                                   "--output", run.string(), "--steps", "2", "--lr", "1e-4", "--threads",
+                                   std::to_string(threads), "--device", o.device, "--precision", flags.precision,
+                                   "--sharding", flags.sharding};
+  if (flags.activation_checkpointing) args.push_back("--activation-checkpointing");
+  if (flags.tiled_mlp) args.push_back("--tiled-mlp");
+  if (flags.logits_chunk_tokens > 0)
+    for (const std::string& a : {std::string("--logits-chunk-tokens"), std::to_string(flags.logits_chunk_tokens)})
+      args.push_back(a);
+  const std::vector<std::string> env = child_environment();
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  argv.push_back(nullptr), envp.push_back(nullptr);
+  const std::string log = run.string() + ".log";
   const pid_t pid = fork();
   ULY_CHECK(pid >= 0, "fork: {}", std::strerror(errno));
-  if (pid == 0) {   // the child: no MPI, no exit handlers
-    close(fds[0]);
-    std::int64_t peak = -1;
-    try {
-      at::set_num_threads(threads);
-      peak = one_step(c, options, device, world, S);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "[calibrate] S={}: {}\n", S, e.what());
-    }
-    [[maybe_unused]] const auto n = write(fds[1], &peak, sizeof peak);
-    _exit(peak > 0 ? 0 : 1);
+  if (pid == 0) {   // the child: only exec (and the redirection) between fork and exec
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, STDERR_FILENO), dup2(fd, STDOUT_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
   }
-  close(fds[1]);
-  std::int64_t peak = -1;
-  const auto got = read(fds[0], &peak, sizeof peak);
-  close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (got != sizeof peak || peak <= 0)
-    throw std::runtime_error(fmt::format("calibration step at S = {} failed (child status {})", S, status));
-  return peak;
+  std::ifstream metrics(run / "metrics.jsonl");
+  double peak_mib = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    peak_mib = std::max(peak_mib, j.contains("peak_gpu_mib") ? j["peak_gpu_mib"].get<double>()
+                                                             : j["peak_rss_mib"].get<double>());
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || peak_mib <= 0) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {}), last;
+    for (std::stringstream lines(text); std::getline(lines, text);) last = text;
+    throw std::runtime_error(fmt::format("the calibration run at {} failed (status {}): {}", run.string(), status, last));
+  }
+  return static_cast<std::int64_t>(peak_mib * (1 << 20));
 }
 
 std::string today() {
@@ -120,7 +144,6 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
   const arch::ModelConfig c = arch::read_model_config(config_path);
   const std::vector<std::int64_t> lengths = parse_lengths(o.calibrate_lengths);
   const c10::Device device = choose_device(o.device, 0);
-  use_device(device);
   const model::Precision precision = model::precision_from_name(o.memory.precision);
   const bool bf16 = precision == model::Precision::kBf16;
   const std::int64_t chunk = std::max<std::int64_t>(4, lengths.front() / 8);   // several chunks at every length
@@ -132,20 +155,23 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
   base.name = fmt::format("{} {}", device_name(device), o.memory.precision);
   base.source = fmt::format("ulysses-train --calibrate-memory on {} ({}), {}, model {}, lengths {}", host,
                             device_name(device), today(), config_path.string(), o.calibrate_lengths);
+  const auto work = std::filesystem::temp_directory_path() / fmt::format("ulysses-calibrate-{}", getpid());
   std::vector<plan::Measurement> points;
-  for (plan::CalibrationSet set : plan::kCalibrationSets) {
-    const plan::Features f = plan::resolve(plan::calibration_flags(set, bf16, chunk), c, 1);
-    const model::ModelOptions options = model::ModelOptions()
-                                            .precision(precision)
-                                            .activation_checkpointing(f.activation_checkpointing)
-                                            .mlp_tile_tokens(f.mlp_tile_tokens)
-                                            .logits_chunk_tokens(f.logits_chunk_tokens);
-    for (std::int64_t S : lengths) {
-      points.push_back({set, S, measure(c, options, device, world, S, threads)});
-      log_info("calibrate {:>12} S = {:>7}: peak {}", plan::calibration_set_name(set), S,
-               human_bytes(static_cast<std::uint64_t>(points.back().peak)));
-    }
+  try {
+    for (std::int64_t S : lengths) write_random_dataset(work / fmt::format("data-{}", S), S, c.vocab_size);
+    for (plan::CalibrationSet set : plan::kCalibrationSets)
+      for (std::int64_t S : lengths) {
+        const plan::MemoryFlags flags = plan::calibration_flags(set, bf16, chunk);
+        const auto run = work / fmt::format("run-{}-{}", plan::calibration_set_name(set), S);
+        points.push_back({set, S, measure(o, config_path, flags, work / fmt::format("data-{}", S), run, threads)});
+        log_info("calibrate {:>12} S = {:>7}: peak {}", plan::calibration_set_name(set), S,
+                 human_bytes(static_cast<std::uint64_t>(points.back().peak)));
+      }
+  } catch (...) {
+    std::filesystem::remove_all(work);
+    throw;
   }
+  std::filesystem::remove_all(work);
   const plan::Profile p = plan::fit_profile(c, points, bf16, chunk, base);
   log_info("profile \"{}\": saved {:.3f}, work {:.3f}, loss {:.3f}, fixed {} ({})", p.name, p.saved_factor,
            p.work_factor, p.loss_factor, human_bytes(static_cast<std::uint64_t>(p.cuda ? p.device_fixed : p.host_fixed)),

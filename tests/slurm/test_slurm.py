@@ -54,7 +54,7 @@ def job_env(out, **overrides):
     """The documented overrides that turn the 8B/1M job into a tiny CPU one."""
     env = dict(ULYSSES_ROOT=ROOT, ULYSSES_BIN=BUILD, DATA=work / "packed", MODEL_CONFIG=CONFIG, OUTPUT=out,
                STEPS=STEPS, LR="3e-3", WARMUP=2, SAVE_EVERY=0, THREADS=1, SBATCH_GPUS_PER_NODE=0,
-               PRECISION="fp32")
+               PRECISION="fp32", SEQ_LEN=256)
     env.update(overrides)
     return {k: str(v) for k, v in env.items()}
 
