@@ -66,8 +66,4 @@ torch::Tensor tiled_cross_entropy_sum(const torch::Tensor& hidden, const torch::
   return TiledCrossEntropy::apply(hidden, head_weight, labels, chunk_tokens, static_cast<std::int64_t>(precision));
 }
 
-std::int64_t logits_chunk_tokens(std::int64_t vocab, std::int64_t bytes) {
-  return std::max<std::int64_t>(1, bytes / (4 * vocab));
-}
-
 }  // namespace ulysses::model

@@ -26,7 +26,4 @@ namespace ulysses::model {
 torch::Tensor tiled_cross_entropy_sum(const torch::Tensor& hidden, const torch::Tensor& head_weight,
                                       const torch::Tensor& labels, std::int64_t chunk_tokens, Precision precision);
 
-// The chunk of about `bytes` of fp32 logits for a vocabulary of `vocab`: at least one token.
-std::int64_t logits_chunk_tokens(std::int64_t vocab, std::int64_t bytes = std::int64_t{1} << 30);
-
 }  // namespace ulysses::model

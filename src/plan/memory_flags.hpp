@@ -49,6 +49,7 @@ Sharding resolve_sharding(const MemoryFlags& flags, int world);
 Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).
 int shard_ranks(Sharding s, int world, int sp);
+// The chunk of about `bytes` of fp32 logits for a vocabulary of `vocab`: at least one token.
 std::int64_t default_logits_chunk_tokens(std::int64_t vocab, std::int64_t bytes = std::int64_t{1} << 30);
 
 }  // namespace ulysses::plan
