@@ -11,7 +11,7 @@
 namespace ulysses::plan {
 namespace {
 
-constexpr int kUnknowns = 4;   // fixed, work, loss, saved
+constexpr int kUnknowns = 5;   // fixed, work, loss, saved, mlp
 using Row = std::array<double, kUnknowns>;
 
 // Gaussian elimination with partial pivoting on the normal equations; false when singular.
@@ -37,7 +37,13 @@ bool solve(std::array<Row, kUnknowns> a, Row b, Row& x) {
 }  // namespace
 
 const char* calibration_set_name(CalibrationSet s) {
-  return s == CalibrationSet::kAll ? "all" : s == CalibrationSet::kWholeLogits ? "whole-logits" : "plain";
+  switch (s) {
+    case CalibrationSet::kAll: return "all";
+    case CalibrationSet::kWholeLogits: return "whole-logits";
+    case CalibrationSet::kUntiledMlp: return "untiled-mlp";
+    case CalibrationSet::kPlain: break;
+  }
+  return "plain";
 }
 
 MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk) {
@@ -45,7 +51,7 @@ MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk) {
   f.precision = bf16 ? "bf16" : "fp32";
   f.sharding = "no_shard";
   f.activation_checkpointing = s != CalibrationSet::kPlain;
-  f.tiled_mlp = s != CalibrationSet::kPlain;
+  f.tiled_mlp = s == CalibrationSet::kAll || s == CalibrationSet::kWholeLogits;
   f.logits_chunk_tokens = s == CalibrationSet::kWholeLogits ? 0 : chunk;
   return f;
 }
@@ -53,7 +59,7 @@ MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk) {
 Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& points, bool bf16,
                     std::int64_t chunk, Profile base) {
   if (points.size() < static_cast<std::size_t>(2 * std::size(kCalibrationSets)))
-    throw BadInput(fmt::format("a calibration needs two lengths of each of its 3 feature sets; got {} points",
+    throw BadInput(fmt::format("a calibration needs two lengths of each of its 4 feature sets; got {} points",
                                points.size()),
                    "pass two lengths: --calibrate-lengths 1024,2048");
   const Layout one;   // one rank, SP 1
@@ -61,14 +67,16 @@ Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& 
   Row atb{};
   for (const Measurement& m : points) {
     const Features f = resolve(calibration_flags(m.set, bf16, chunk), c, 1);
-    auto total = [&](double work, double loss, double saved) {
+    auto total = [&](double work, double loss, double saved, double mlp) {
       Profile p = base;
-      p.work_factor = work, p.loss_factor = loss, p.saved_factor = saved, p.device_fixed = 0, p.host_fixed = 0;
+      p.work_factor = work, p.loss_factor = loss, p.saved_factor = saved, p.mlp_factor = mlp;
+      p.device_fixed = 0, p.host_fixed = 0;
       const Breakdown b = predict(c, one, f, p, m.seq_len);
       return static_cast<double>(b.device() + b.host());
     };
-    const double exact = total(0, 0, 0);
-    const Row row{1.0, total(1, 0, 0) - exact, total(0, 1, 0) - exact, total(0, 0, 1) - exact};
+    const double exact = total(0, 0, 0, 0);
+    const Row row{1.0, total(1, 0, 0, 0) - exact, total(0, 1, 0, 0) - exact, total(0, 0, 1, 0) - exact,
+                  total(0, 0, 0, 1) - exact};
     const double y = static_cast<double>(m.peak) - exact;
     for (int i = 0; i < kUnknowns; ++i) {
       for (int j = 0; j < kUnknowns; ++j) ata[i][j] += row[i] * row[j];
@@ -76,13 +84,13 @@ Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& 
     }
   }
   Row x{};
-  if (!solve(ata, atb, x) || !(x[1] > 0 && x[2] > 0 && x[3] > 0))
+  if (!solve(ata, atb, x) || !(x[1] > 0 && x[2] > 0 && x[3] > 0 && x[4] > 0))
     throw BadInput(fmt::format("the calibration's peaks do not determine the profile (fitted work {:.3g}, loss {:.3g}, "
-                               "saved {:.3g})", x[1], x[2], x[3]),
+                               "saved {:.3g}, mlp {:.3g})", x[1], x[2], x[3], x[4]),
                    "use lengths far enough apart that memory grows (e.g. --calibrate-lengths 2048,8192)");
   Profile p = base;
   (p.cuda ? p.device_fixed : p.host_fixed) = static_cast<std::int64_t>(x[0]);
-  p.work_factor = x[1], p.loss_factor = x[2], p.saved_factor = x[3];
+  p.work_factor = x[1], p.loss_factor = x[2], p.saved_factor = x[3], p.mlp_factor = x[4];
   p.measurements = nlohmann::json::array();
   for (const Measurement& m : points)
     p.measurements.push_back({{"features", calibration_set_name(m.set)}, {"seq_len", m.seq_len}, {"peak", m.peak}});

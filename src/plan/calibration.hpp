@@ -1,13 +1,14 @@
 // Calibration: the profile's factors and fixed cost fitted to measured peaks (torch-free arithmetic; the
 // measuring is ulysses-train --calibrate-memory, train/calibrate.cpp).
 //
-// Three feature sets, each run at two (or more) lengths on one rank (SP 1, replicated states):
+// Four feature sets, each run at two (or more) lengths on one rank (SP 1, replicated states):
 //   all           activation checkpointing + TiledMLP + tiled logits   (the layer working set, the fixed cost)
 //   whole-logits  checkpointing + TiledMLP, the whole logits           (+ the loss)
+//   untiled-mlp   checkpointing, the MLP untiled, tiled logits         (+ the MLP's intermediates)
 //   plain         no checkpointing, no TiledMLP, tiled logits          (+ every layer's saved intermediates)
-// The model peak = fixed + exact(S) + work·W(S) + loss·Lo(S) + saved·Sv(S) is linear in the four unknowns;
-// W, Lo, Sv and exact come from predict() itself, so the fit and the plan use one formula. Least squares over
-// all points (at least 6).
+// The model peak = fixed + exact(S) + work·W(S) + loss·Lo(S) + saved·Sv(S) + mlp·M(S) is linear in the five
+// unknowns; W, Lo, Sv, M and exact come from predict() itself, so the fit and the plan use one formula. Least
+// squares over all points (at least 8).
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,10 @@
 
 namespace ulysses::plan {
 
-enum class CalibrationSet { kAll, kWholeLogits, kPlain };
+enum class CalibrationSet { kAll, kWholeLogits, kUntiledMlp, kPlain };
 const char* calibration_set_name(CalibrationSet s);
 inline constexpr CalibrationSet kCalibrationSets[] = {CalibrationSet::kAll, CalibrationSet::kWholeLogits,
-                                                      CalibrationSet::kPlain};
+                                                      CalibrationSet::kUntiledMlp, CalibrationSet::kPlain};
 // The flags of one set (precision bf16 or fp32; loss chunks of `chunk` tokens where tiled).
 MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk);
 

@@ -66,20 +66,20 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
   const double layer_tokens = T * (n.attention + n.mlp_token);
-  b.working = bytes(p.work_factor * act * 2 * (layer_tokens + mlp_rows * n.mlp_row));
+  b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (f.activation_checkpointing) {
     const double kept = static_cast<double>(p.checkpoint_bytes) * T * h;
     b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints)));
     b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));
   } else {
     const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only
-    b.saved = bytes(p.saved_factor * act * L * (layer_tokens + saved_mlp));
+    b.saved = bytes(act * L * (p.saved_factor * layer_tokens + p.mlp_factor * saved_mlp));
   }
   const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
   b.comm = bytes(act * T * n.a2a);
   b.device_fixed = p.device_fixed;
-  b.host_states = states.host.total();
+  b.host_states = states.host.total() / 16 * p.offload_bytes;   // 16 bytes a parameter: ours
   b.host_fixed = p.host_fixed;
   return b;
 }

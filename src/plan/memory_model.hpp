@@ -7,9 +7,10 @@
 //   gathered units                 sharded: the largest unit gathered whole in its gather dtypes, with its fp32
 //                                  gradient before the reduce-scatter
 //   saved activations              checkpointing: the kept layer inputs, ckpt_bytes × hidden × T per layer not
-//                                  offloaded; plain: every layer's intermediates, saved_factor × counted
-//   layer working set              one layer's forward + backward: work_factor × counted (MLP rows: one tile
-//                                  with TiledMLP, else T)
+//                                  offloaded; plain: every layer's intermediates, saved_factor × counted (the
+//                                  MLP's: mlp_factor × counted, none with TiledMLP)
+//   layer working set              one layer's forward + backward: work_factor × counted + mlp_factor × the MLP's
+//                                  (its rows: one tile with TiledMLP, else T)
 //   loss chunk                     loss_factor × rows × V × 4 (rows: one chunk with tiled logits, else T)
 //   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1)
 //   fixed                          the profile's device_fixed (CUDA context, allocator, NCCL)
@@ -19,7 +20,7 @@
 //
 // "counted" is element arithmetic over the layer's tensors (memory_model.cpp); the factors that turn counts
 // into bytes and the fixed costs are a Profile: measured by `ulysses-train --calibrate-memory` (two lengths ×
-// three feature sets), or the built-in defaults of docs/planning.md.
+// four feature sets), or the built-in defaults of docs/planning.md.
 #pragma once
 
 #include <cstdint>

@@ -14,18 +14,32 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
 // The built-in constants; docs/planning.md gives each one's source.
 std::vector<Profile> builtins() {
-  Profile cpu{"cpu", "measured on the CI machine (2-core x86-64, 24 GiB, LibTorch 2.11 CPU, fp32, glibc malloc "
-                     "defaults) by ulysses-train --calibrate-memory --calibrate-lengths 2048,8192 on "
-                     "tools/bench/memory_bench.py's model, 2026-11-25; docs/planning.md",
-              false, 0.728, 1.636, 2.612, 0, 555 * kMiB, 4};
-  Profile h100{"h100", "counted (factors 1.0), not yet measured on a GPU: run ulysses-train --calibrate-memory there; "
-                       "docs/planning.md",
-               true, 1.0, 1.0, 1.0, 2048 * kMiB, 6144 * kMiB, 4};
+  const Profile cpu{.name = "cpu",
+                    .source = "measured on the CI machine (2-core x86-64, 24 GiB, LibTorch 2.11 CPU, fp32, glibc malloc "
+                              "defaults) by ulysses-train --calibrate-memory --calibrate-lengths 2048,8192 on "
+                              "tools/bench/memory_bench.py's model, 2026-11-25; docs/planning.md",
+                    .cuda = false,
+                    .saved_factor = 0.151, .work_factor = 0.816, .mlp_factor = 1.529, .loss_factor = 2.647,
+                    .device_fixed = 0, .host_fixed = 599 * kMiB, .checkpoint_bytes = 4,
+                    .offload_bytes = 16};
+  const Profile h100{.name = "h100",
+                     .source = "counted (factors 1.0), not yet measured on a GPU: run ulysses-train --calibrate-memory "
+                               "there; docs/planning.md",
+                     .cuda = true,
+                     .saved_factor = 1.0, .work_factor = 1.0, .mlp_factor = 1.0, .loss_factor = 1.0,
+                     .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 4,
+                     .offload_bytes = 16};
   Profile h200 = h100;
   h200.name = "h200";
-  Profile alst{"alst-h100", "ALST's stack approximated (bf16 layer inputs: 2 bytes per hidden element; work factor "
-                            "0.65 fitted to its Llama-3.1-8B 3.7M on 8 H100, arXiv 2506.13996 Table 3); docs/planning.md",
-               true, 1.0, 0.65, 1.0, 2048 * kMiB, 6144 * kMiB, 2};
+  const Profile alst{.name = "alst-h100",
+                     .source = "ALST's stack (DeepSpeed ZeRO-3 + offload, Liger, FlashAttention 2) approximated: bf16 "
+                               "layer inputs, work 0.6, MLP 0.3, loss 3.0, 24 host bytes per offloaded parameter, "
+                               "fitted to its limits (arXiv 2506.13996 Tables 1-4, ArcticTraining recipes); "
+                               "docs/planning.md",
+                     .cuda = true,
+                     .saved_factor = 1.0, .work_factor = 0.6, .mlp_factor = 0.3, .loss_factor = 3.0,
+                     .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 2,
+                     .offload_bytes = 24};
   return {cpu, h100, h200, alst};
 }
 
@@ -37,16 +51,18 @@ Profile from_json(const nlohmann::json& j, const std::string& file) {
     p.cuda = j.at("cuda").get<bool>();
     p.saved_factor = j.at("saved_factor").get<double>();
     p.work_factor = j.at("work_factor").get<double>();
+    p.mlp_factor = j.at("mlp_factor").get<double>();
     p.loss_factor = j.at("loss_factor").get<double>();
     p.device_fixed = j.at("device_fixed").get<std::int64_t>();
     p.host_fixed = j.at("host_fixed").get<std::int64_t>();
     p.checkpoint_bytes = j.at("checkpoint_bytes").get<int>();
+    p.offload_bytes = j.at("offload_bytes").get<int>();
     p.measurements = j.value("measurements", nlohmann::json::array());
   } catch (const nlohmann::json::exception& e) {
     throw BadInput(fmt::format("{}: not a memory profile ({})", file, e.what()),
                    "write one with ulysses-train --calibrate-memory FILE, or name a built-in profile");
   }
-  for (double f : {p.saved_factor, p.work_factor, p.loss_factor})
+  for (double f : {p.saved_factor, p.work_factor, p.mlp_factor, p.loss_factor})
     if (!(f > 0 && f < 1000))
       throw BadInput(fmt::format("{}: a factor of {} is not plausible (0 < factor < 1000)", file, f),
                      "calibrate again: ulysses-train --calibrate-memory FILE");
@@ -82,9 +98,11 @@ Profile load_profile(const std::string& name_or_path) {
 void write_profile(const std::filesystem::path& path, const Profile& p) {
   const nlohmann::json j = {{"profile", p.name},           {"source", p.source},
                             {"cuda", p.cuda},              {"saved_factor", p.saved_factor},
-                            {"work_factor", p.work_factor}, {"loss_factor", p.loss_factor},
+                            {"work_factor", p.work_factor}, {"mlp_factor", p.mlp_factor},
+                            {"loss_factor", p.loss_factor},
                             {"device_fixed", p.device_fixed}, {"host_fixed", p.host_fixed},
-                            {"checkpoint_bytes", p.checkpoint_bytes}, {"measurements", p.measurements}};
+                            {"checkpoint_bytes", p.checkpoint_bytes}, {"offload_bytes", p.offload_bytes},
+                            {"measurements", p.measurements}};
   const auto tmp = std::filesystem::path(path.string() + ".tmp");
   {
     std::ofstream out(tmp);

@@ -173,8 +173,8 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
   }
   std::filesystem::remove_all(work);
   const plan::Profile p = plan::fit_profile(c, points, bf16, chunk, base);
-  log_info("profile \"{}\": saved {:.3f}, work {:.3f}, loss {:.3f}, fixed {} ({})", p.name, p.saved_factor,
-           p.work_factor, p.loss_factor, human_bytes(static_cast<std::uint64_t>(p.cuda ? p.device_fixed : p.host_fixed)),
+  log_info("profile \"{}\": saved {:.3f}, work {:.3f}, mlp {:.3f}, loss {:.3f}, fixed {} ({})", p.name,
+           p.saved_factor, p.work_factor, p.mlp_factor, p.loss_factor, human_bytes(static_cast<std::uint64_t>(p.cuda ? p.device_fixed : p.host_fixed)),
            p.cuda ? "device" : "process");
   for (const plan::Measurement& m : points) {
     const plan::Breakdown b =

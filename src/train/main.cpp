@@ -74,7 +74,7 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
                  "Constants of the memory plan that refuses runs which cannot fit: a file from --calibrate-memory, or "
                  "built-in cpu, h100, h200 (default: by device)");
   app.add_option("--calibrate-memory", o.calibrate_memory,
-                 "Measure this device's memory profile (3 feature sets × --calibrate-lengths, one rank, "
+                 "Measure this device's memory profile (4 feature sets × --calibrate-lengths, one rank, "
                  "the --model-config model) and write it here for ulysses-plan --profile; no --data/--output needed")
       ->configurable(false);
   app.add_option("--calibrate-lengths", o.calibrate_lengths, "Two or more sequence lengths for --calibrate-memory")
