@@ -7,6 +7,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
+#include "core/strict_config.hpp"
 #include "core/log.hpp"
 #include "dist/mpi_world.hpp"
 #include "dist/process_groups.hpp"
@@ -43,7 +44,8 @@ Examples:
 Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
 
 void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
-  app.set_config("--config", "", "TOML config file (flags given on the command line override it)");
+  app.set_config("--config", "", "TOML config file: keys are the flags without -- (save-every or save_every); an "
+                 "unknown key or a [section] is an error; flags given on the command line override it");
   app.footer(kExamples);
   app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
@@ -97,6 +99,7 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");
   app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit")
       ->configurable(false);
+  app.config_formatter(std::make_shared<ulysses::StrictConfig>(app));   // unknown keys and sections: exit 2
 }
 
 }  // namespace

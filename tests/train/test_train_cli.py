@@ -275,6 +275,25 @@ class Train(PackedSample):
         p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--config", path, "--sp", 1, "--dry-run"])   # flags override the file
         self.assertIn("dp_rank 1 of dp group [0 1]", p.stderr)
 
+    def test_config_keys_are_strict_and_underscores_are_dashes(self):
+        """An unknown key or a [section] in --config is one error line (file:line, the key, the nearest known key);
+        save_every = 5, as trainer_state.json writes it, is --save-every 5."""
+        head = f'data = "{self.data}"\nmodel-config = "{CONFIG}"\noutput = "{self.root / "strict"}"\n'
+        for body, needles in (("stpes = 5\n", [":4: unknown key \"stpes\"", "did you mean \"steps\""]),
+                              ("learning_rate = 3e-4\n", [":4: unknown key \"learning_rate\"", "\"lr\""]),
+                              ("[optimizer]\nlr = 3e-4\n", [":4: section [optimizer]", "keys are top-level"]),
+                              ("dry-run = true\n", [":4: \"dry-run\" is a command-line flag only"])):
+            path = self.root / "strict.toml"
+            path.write_text(head + body)
+            p = self.run_ok([TRAIN, "--config", path, "--print-config"], code=2)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            for n in [str(path), *needles]:
+                self.assertIn(n, lines[0])
+        path.write_text(head + "save_every = 5\nsteps = 6\nthreads = 1\nlr = 3e-3\n")
+        self.run_ok([TRAIN, "--config", path])
+        self.assertTrue((self.root / "strict" / "checkpoints" / "step-0000005").is_dir())
+
     def expect_bad(self, cmd, *needles, env=None):
         p = self.run_ok(cmd, code=2, env=env)
         for n in needles:
