@@ -23,7 +23,7 @@ struct Side {
 Side open_side(const fs::path& path) {
   if (fs::is_regular_file(path)) return {Weights::file(path), {}, false};
   if (fs::is_directory(path)) {
-    if (find_checkpoint(path)) {
+    if (checkpoint::find_checkpoint(path)) {
       Checkpoint c = open_checkpoint(path);
       return {c.model, c.optimizer, true};
     }

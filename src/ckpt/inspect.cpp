@@ -105,7 +105,7 @@ int run_inspect(const InspectOptions& o) {
   if (!fs::is_directory(o.path))
     throw BadInput(fmt::format("{} does not exist", o.path.string()),
                    "pass a checkpoint, a run's checkpoints/, a Hugging Face directory or a .safetensors file");
-  if (const auto dir = find_checkpoint(o.path)) return inspect_checkpoint(o, *dir);
+  if (const auto dir = checkpoint::find_checkpoint(o.path)) return inspect_checkpoint(o, *dir);
   if (fs::exists(o.path / "config.json")) return inspect_hf(o, o.path);
   throw BadInput(fmt::format("{} is neither a checkpoint (manifest.json, latest) nor a Hugging Face directory "
                              "(config.json)", o.path.string()),

@@ -189,22 +189,11 @@ void Weights::read_f32(const std::string& name, std::uint64_t first, std::uint64
 
 // ---- Checkpoint -------------------------------------------------------------------------------------
 
-std::optional<fs::path> find_checkpoint(const fs::path& path) {
-  if (fs::exists(path / checkpoint::kManifest)) return path;
-  for (const fs::path& dir : {path, path / "checkpoints"})
-    if (fs::exists(dir / checkpoint::kLatest)) {
-      if (auto latest = checkpoint::latest(dir)) return latest;
-      throw BadInput(fmt::format("{} is empty", (dir / checkpoint::kLatest).string()),
-                     "write the name of a complete step-* directory into it");
-    }
-  return std::nullopt;
-}
-
 Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
   if (!fs::is_directory(path))
     throw BadInput(fmt::format("{} is not a directory", path.string()),
                    "pass a step-NNNNNNN checkpoint, a run's checkpoints/ directory or the run directory");
-  const std::optional<fs::path> dir = find_checkpoint(path);
+  const std::optional<fs::path> dir = checkpoint::find_checkpoint(path);
   if (!dir)
     throw BadInput(fmt::format("{} is not a checkpoint: no {} and no {}", path.string(), checkpoint::kManifest,
                                checkpoint::kLatest),

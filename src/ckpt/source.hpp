@@ -77,10 +77,6 @@ struct Checkpoint {
   TrainerStateSummary state;
 };
 
-// A step-NNNNNNN directory, a run's checkpoints/ (its `latest`) or a run directory → the checkpoint
-// directory; nullopt when `path` is none of these (e.g. a Hugging Face directory).
-std::optional<std::filesystem::path> find_checkpoint(const std::filesystem::path& path);
-
 // Which files open_checkpoint hashes against the manifest (sizes are always checked).
 enum class Verify {
   kAll,       // every listed file (merge, diff)

@@ -114,6 +114,18 @@ std::optional<fs::path> latest(const fs::path& dir) {
   return ckpt;
 }
 
+std::optional<fs::path> find_checkpoint(const fs::path& path) {
+  if (fs::exists(path / kManifest)) return path;
+  if (path.filename() == kLatest && fs::is_regular_file(path)) return find_checkpoint(path.parent_path());
+  for (const fs::path& dir : {path, path / "checkpoints"})
+    if (fs::exists(dir / kLatest)) {
+      if (auto named = latest(dir)) return named;
+      throw BadInput(fmt::format("{} is empty", (dir / kLatest).string()),
+                     "write the name of a complete step-* directory into it");
+    }
+  return std::nullopt;
+}
+
 void set_latest(const fs::path& dir, const std::string& name) { write_text_atomically(dir / kLatest, name + "\n"); }
 
 void prune(const fs::path& dir, int keep_last) {

@@ -71,6 +71,10 @@ std::string step_dir_name(std::int64_t step);   // "step-0000020"
 // The checkpoint `latest` names, if it exists and holds a manifest; nullopt when there is none yet.
 std::optional<std::filesystem::path> latest(const std::filesystem::path& checkpoints_dir);
 void set_latest(const std::filesystem::path& checkpoints_dir, const std::string& name);
+// A step-NNNNNNN directory, a `latest` file, a run's checkpoints/ (its `latest`) or a run directory → the
+// checkpoint directory; nullopt when `path` is none of these (e.g. a Hugging Face directory). BadInput when a
+// `latest` names nothing complete.
+std::optional<std::filesystem::path> find_checkpoint(const std::filesystem::path& path);
 // Removes the oldest step-* directories so that at most keep_last remain (keep_last <= 0: keep all).
 void prune(const std::filesystem::path& checkpoints_dir, int keep_last);
 

@@ -222,10 +222,28 @@ void check_output(const TrainOptions& o, int rank) {
 
 }  // namespace
 
-fs::path model_config_path(const TrainOptions& o) {
-  if (!o.init_from.empty()) return o.init_from / "config.json";
-  if (o.model_config.empty())
+std::optional<fs::path> resume_from(const TrainOptions& o) {
+  if (o.resume == "auto") return checkpoint::latest(o.output / "checkpoints");
+  if (o.resume.empty()) return std::nullopt;
+  if (auto dir = checkpoint::find_checkpoint(o.resume)) return dir;
+  throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
+                             checkpoint::kLatest),
+                 "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
+}
+
+fs::path model_config_path(const TrainOptions& o, const std::optional<fs::path>& from) {
+  if (!o.init_from.empty()) return o.init_from / checkpoint::kConfig;
+  const std::optional<fs::path> stored =
+      from && fs::exists(*from / checkpoint::kConfig) ? std::optional(*from / checkpoint::kConfig) : std::nullopt;
+  if (o.model_config.empty()) {
+    if (stored) return *stored;
     throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
+  }
+  auto content = [](const fs::path& f) { return nlohmann::json::parse(arch::read_model_config_file(f).json.dump()); };
+  if (stored && content(*stored) != content(o.model_config))   // key order aside
+    throw BadInput(fmt::format("--model-config {} differs from the config.json of the checkpoint it resumes ({})",
+                               o.model_config.string(), stored->string()),
+                   "drop --model-config: a resumed run takes its model from the checkpoint");
   return o.model_config;
 }
 
@@ -269,11 +287,13 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
   r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
   std::optional<data::DataLoader> dataset;
+  std::optional<fs::path> from;   // the checkpoint --resume names (nullopt: a fresh start)
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
   // --dry-run stops before the model is built: its plan comes from the model description alone.
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
-        r.config_path = model_config_path(o);
+        from = resume_from(o);
+        r.config_path = model_config_path(o, from);
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
         r.features = plan::resolve(o.memory, r.config, layout.world());
@@ -292,9 +312,9 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitBadInput;
   data::DataLoader& loader = *dataset;
   const fs::path ckpts = o.output / "checkpoints";
-  std::optional<fs::path> from;
-  if (o.resume == "auto") from = checkpoint::latest(ckpts);
-  else if (!o.resume.empty()) from = fs::path(o.resume);
+  if (o.resume == "auto" && r.rank == 0)
+    log_info("--resume auto: {}", from ? fmt::format("found {}", from->string())
+                                       : fmt::format("no checkpoint under {}: starting fresh", ckpts.string()));
   if (o.dry_run) {   // the checks a real run makes first, without touching anything
     if (!o.overwrite) check_output(o, r.rank);
     if (r.rank == 0) {

@@ -2,6 +2,9 @@
 // resume, metrics and stop signals. Every rank runs the same loop in lockstep; rank 0 logs and writes.
 #pragma once
 
+#include <filesystem>
+#include <optional>
+
 #include "comm/communicator.hpp"
 #include "dist/process_groups.hpp"
 #include "train/options.hpp"
@@ -13,7 +16,9 @@ namespace ulysses::train {
 // Returns the exit code: 0 when the run reached options.steps, kExitPreempted after a signal-triggered save.
 int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& world);
 
-// --init-from's config.json, else --model-config; BadInput when neither is given.
-std::filesystem::path model_config_path(const TrainOptions& options);
+// --init-from's config.json, else --model-config, else the config.json of the checkpoint resumed from (`from`);
+// BadInput when there is none, or when --model-config differs from the checkpoint's.
+std::filesystem::path model_config_path(const TrainOptions& options,
+                                        const std::optional<std::filesystem::path>& from = std::nullopt);
 
 }  // namespace ulysses::train

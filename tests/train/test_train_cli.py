@@ -294,6 +294,31 @@ class Train(PackedSample):
         self.run_ok([TRAIN, "--config", path])
         self.assertTrue((self.root / "strict" / "checkpoints" / "step-0000005").is_dir())
 
+    def test_resume_from_the_checkpoint_alone(self):
+        """--resume takes a run directory, its checkpoints/, its latest or a step directory, and the model from the
+        checkpoint (no --model-config); a different --model-config is refused; --resume auto says what it found."""
+        run = self.root / "first"
+        self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--save-every", 2))
+        ckpts = run / "checkpoints"
+        for i, (form, step) in enumerate(((run, 4), (ckpts, 4), (ckpts / "latest", 4), (ckpts / "step-0000002", 2))):
+            out = self.root / f"again-{i}"
+            p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--data", self.data, "--output", out, "--threads", 1, "--sp", 2,
+                             "--steps", 5, "--lr", "3e-3", "--warmup", 2, "--resume", form])
+            self.assertIn(f"resumed from {ckpts / f'step-{step:07d}'} at step {step}", p.stderr)
+            self.assertEqual(len(losses(out)), 5 - step)
+        other = self.root / "other.json"
+        other.write_text(json.dumps(dict(json.loads(pathlib.Path(CONFIG).read_text()), num_hidden_layers=1)))
+        p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--data", self.data, "--output", self.root / "x", "--sp", 2,
+                         "--model-config", other, "--resume", run], code=2)
+        self.assertIn("differs from the config.json of the checkpoint", p.stderr)
+        p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--data", self.data, "--output", self.root / "x", "--sp", 2,
+                         "--resume", self.root / "nowhere"], code=2)
+        self.assertIn("is not a checkpoint", p.stderr)
+        p = self.run_ok(train_cmd(1, self.data, self.root / "fresh", "--steps", 1, "--resume", "auto"))
+        self.assertIn("--resume auto: no checkpoint under", p.stderr)
+        p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--resume", "auto", "--dry-run"))
+        self.assertIn(f"--resume auto: found {ckpts / 'step-0000004'}", p.stderr)
+
     def expect_bad(self, cmd, *needles, env=None):
         p = self.run_ok(cmd, code=2, env=env)
         for n in needles:
