@@ -15,9 +15,12 @@ std::string source_of(const std::filesystem::path& dir, const shard::Manifest& m
   return fmt::format("{} (packed for --sp {}) with --sp {}", dir.string(), m.sp, o.sp.degree());
 }
 
+// The vocabulary rule (as ulysses-pack's): every token id < the model's vocab_size. The manifest's vocabulary is the
+// tokenizer's, which may be smaller than the model's (Qwen2: 151643 tokens, vocab_size 151936); without a recorded
+// largest id, a tokenizer larger than the model is refused.
 void check_compatible(const shard::Manifest& m, const LoaderOptions& o, const std::filesystem::path& dir) {
-  if (o.vocab_size > 0 && m.vocab_size > 0 && m.vocab_size != o.vocab_size)
-    throw BadInput(fmt::format("{}: packed for a vocabulary of {} tokens, the model has {}", dir.string(),
+  if (o.vocab_size > 0 && m.max_token_id < 0 && m.vocab_size > o.vocab_size)
+    throw BadInput(fmt::format("{}: packed for a vocabulary of {} tokens, more than the model's {}", dir.string(),
                                m.vocab_size, o.vocab_size),
                    "re-pack with the model's config (ulysses-pack --model-config) or use the matching model");
   if (o.vocab_size > 0 && m.max_token_id >= o.vocab_size)

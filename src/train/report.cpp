@@ -46,7 +46,36 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-Metrics::Metrics(const std::filesystem::path& jsonl) : out_(jsonl, std::ios::app) {
+namespace {
+
+// Keeps the lines of `jsonl` up to step `last` (write + rename: a crash leaves the old file or the new one).
+void truncate_after(const std::filesystem::path& jsonl, std::int64_t last) {
+  std::ifstream in(jsonl);
+  if (!in) return;
+  const auto tmp = std::filesystem::path(jsonl.string() + ".tmp");
+  {
+    std::ofstream out(tmp);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= last) out << line << "\n";
+    }
+    if (!out) throw BadInput(fmt::format("cannot rewrite metrics file {}", tmp.string()));
+  }
+  std::filesystem::rename(tmp, jsonl);
+}
+
+std::string duration(double seconds) {   // "3h02m", "4m10s", "12s"
+  const auto s = static_cast<std::int64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+Metrics::Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step) {
+  if (resumed_step) truncate_after(jsonl, *resumed_step);
+  out_.open(jsonl, std::ios::app);
   if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()));
 }
 
@@ -66,7 +95,9 @@ std::string step_line(const StepReport& r) {
                                  r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops_per_device);
   if (r.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *r.mfu);
   if (r.peak_gpu_mib) line += fmt::format(" | peak GPU {:.0f} MiB", *r.peak_gpu_mib);
-  return line + fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);
+  line += fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);
+  if (r.eta_seconds) line += " | ETA " + duration(*r.eta_seconds);
+  return line;
 }
 
 }  // namespace ulysses::train

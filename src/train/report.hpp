@@ -33,12 +33,15 @@ struct StepReport {
   std::optional<double> mfu;             // tflops_per_device / peak per device, when a peak is known
   double peak_mib = 0;                   // host resident set, max over ranks
   std::optional<double> peak_gpu_mib;    // PyTorch's CUDA allocations, max over ranks (CUDA runs)
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;              // target tokens: labels that count in the loss (valid, not -100), all ranks
+  std::optional<double> eta_seconds;     // the remaining steps at this run's mean step time (the step line only)
 };
 
 class Metrics {
  public:
-  explicit Metrics(const std::filesystem::path& jsonl);   // appends (a resumed run continues the file)
+  // Appends. A run resumed from step `resumed_step` first drops the lines after it (steps a killed run wrote
+  // after its last checkpoint, which the resumed run writes again), so every step appears once.
+  explicit Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step = std::nullopt);
   void write(const StepReport& r);
 
  private:

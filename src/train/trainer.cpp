@@ -349,7 +349,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (r.rank == 0) fs::create_directories(o.output);
   world.barrier();
   std::optional<Metrics> metrics;
-  if (r.rank == 0) metrics.emplace(o.output / "metrics.jsonl");
+  if (r.rank == 0) metrics.emplace(o.output / "metrics.jsonl", from ? std::optional(state.step) : std::nullopt);
   install_stop_signals();
   const bool tty = r.rank == 0 && isatty(STDERR_FILENO);
   std::optional<Progress> bar;
@@ -361,8 +361,12 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     if (r.rank == 0) log_info("saved {}", dir.string());
     world.barrier();
   };
+  double run_seconds = 0;   // this run's steps, for the ETA
+  std::int64_t run_steps = 0;
   while (state.step < o.steps) {
     StepReport rep = train_step(r, loader, schedule, state.step + 1);
+    run_seconds += rep.seconds, ++run_steps;
+    rep.eta_seconds = run_seconds / static_cast<double>(run_steps) * static_cast<double>(o.steps - rep.step);
     state.step = rep.step;
     state.cursor = loader.cursor();
     state.tokens_seen += rep.tokens;

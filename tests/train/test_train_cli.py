@@ -319,6 +319,16 @@ class Train(PackedSample):
         p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--resume", "auto", "--dry-run"))
         self.assertIn(f"--resume auto: found {ckpts / 'step-0000004'}", p.stderr)
 
+    def test_metrics_hold_every_step_once_after_a_resume(self):
+        """A run killed after its last checkpoint wrote steps the resumed run writes again: they are dropped on
+        resume, so metrics.jsonl holds each step once; the step line has an ETA."""
+        run = self.root / "m"
+        p = self.run_ok(train_cmd(1, self.data, run, "--steps", 8, "--save-every", 5))
+        self.assertRegex(p.stderr, r"step +1/8 .*\| ETA \d+")
+        self.run_ok(train_cmd(1, self.data, run, "--steps", 10, "--resume", run / "checkpoints" / "step-0000005"))
+        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        self.assertEqual(steps, list(range(1, 11)))
+
     def expect_bad(self, cmd, *needles, env=None):
         p = self.run_ok(cmd, code=2, env=env)
         for n in needles:
@@ -333,7 +343,12 @@ class Train(PackedSample):
         vocab = self.root / "vocab"
         subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", vocab, "--seq-len", 256, "--vocab-size", 300])),
                        check=True, capture_output=True)
-        self.expect_bad(train_cmd(1, vocab, out, "--dry-run"), "300", "320")
+        self.run_ok(train_cmd(1, vocab, out, "--dry-run"))   # a tokenizer of 300 ids fits a model of 320
+        small = self.root / "vocab200.json"
+        small.write_text(json.dumps(dict(json.loads(pathlib.Path(CONFIG).read_text()), vocab_size=200, pad_token_id=0)))
+        cmd = train_cmd(1, vocab, out, "--dry-run")
+        cmd[cmd.index("--model-config") + 1] = small
+        self.expect_bad(cmd, "is outside the model's vocabulary of 200")
         self.expect_bad(train_cmd(3, self.data, out, "--sp", 3, "--dry-run"), "(4)", "(3)")
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
         env = dict(os.environ, SLURM_NTASKS="4")
