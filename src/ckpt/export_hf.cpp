@@ -82,7 +82,7 @@ int run_export_hf(const ExportOptions& o) {
            shards.size(), shards.size() > 1 ? "s" : "");
   for (std::size_t i = 0; i < shards.size(); ++i)
     log_info("  {}/{}: {} tensors", o.output.string(), shard_name(i, shards.size()), shards[i].size());
-  if (o.dry_run) return 0;
+  if (o.dry_run) return end_dry_run();
 
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));

@@ -32,7 +32,7 @@ int run_import_hf(const ImportOptions& o) {
   const std::uint64_t bytes = safetensors_bytes(model) + safetensors_bytes(optimizer);
   log_info("{}: {} ({} tensors) -> checkpoint {} at step 0 ({}, fp32 + zero AdamW state)", o.input.string(),
            spec.config.architecture, model.size(), o.output.string(), human_bytes(bytes));
-  if (o.dry_run) return 0;
+  if (o.dry_run) return end_dry_run();
 
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, bytes);

@@ -32,7 +32,7 @@ int run_merge(const MergeOptions& o) {
                               fs::file_size(c.dir / checkpoint::kTrainerState) + fs::file_size(c.dir / checkpoint::kConfig);
   log_info("plan: {} -> {} ({}: model.safetensors, optimizer.safetensors, trainer_state.json, config.json, manifest.json)",
            c.dir.string(), o.output.string(), human_bytes(bytes));
-  if (o.dry_run) return 0;
+  if (o.dry_run) return end_dry_run();
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, bytes);
   Progress progress("merge", model.size() + optimizer.size(), "tensors", "bytes");

@@ -33,6 +33,11 @@ std::string human_bytes(std::uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+int end_dry_run() {
+  log_info("dry run: nothing was written");
+  return 0;
+}
+
 std::uint64_t parse_size(const std::string& text, const std::string& flag) {
   static const std::pair<const char*, double> kUnits[] = {
       {"", 1},       {"b", 1},          {"kb", 1e3},  {"mb", 1e6},  {"gb", 1e9},  {"tb", 1e12},

@@ -12,6 +12,9 @@ namespace ulysses {
 void set_log_tag(std::string_view tag);       // e.g. "pack", "train r3"
 void log_line(std::string_view message);      // one line, flushed
 
+// The last line of every tool's --dry-run: "dry run: nothing was written"; returns exit code 0.
+int end_dry_run();
+
 std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB", "4.0 KiB", "12 B": how logs write a size
 // "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput naming
 // `flag` otherwise.

@@ -324,6 +324,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         log_info("would resume from {}: step {}, written at world {} = sp {} x dp {}, {} states", from->string(), m.step,
                  m.world, m.sp, m.dp, m.optimizer_layout);
       }
+      end_dry_run();
     }
     return kExitOk;
   }

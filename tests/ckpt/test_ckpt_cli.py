@@ -277,6 +277,10 @@ class Export(unittest.TestCase):
     def test_merge_is_bit_exact_and_inspect_diff_report(self):
         r = self.env.runs["qwen3"]
         merged = self.root / "qwen3-merged"
+        for command, source in (("merge", r), ("export-hf", r)):   # --dry-run says so, and writes nothing
+            p = ckpt(command, source, "-o", merged, "--dry-run")
+            self.assertEqual(p.stderr.strip().splitlines()[-1].split("] ", 1)[-1], "dry run: nothing was written")
+            self.assertFalse(merged.exists())
         ckpt("merge", r, "-o", merged)
         src = step_dir(r)   # sharded (2 ranks): merge gathers it, bit for bit
         for stem in ["model", "optimizer"]:

@@ -262,6 +262,7 @@ class Train(PackedSample):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
         for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
             self.assertIn(needle, p.stderr)
+        self.assertTrue(p.stderr.strip().endswith("dry run: nothing was written"), p.stderr[-300:])
         self.assertFalse((self.root / "dry" / "metrics.jsonl").exists())
 
     def test_print_config_round_trips_through_config_file(self):

@@ -85,7 +85,7 @@ def main():
         run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
              work / "config.json", "--calibrate-lengths", a.calibrate, "--threads", a.threads])
         p = json.loads(profile.read_text())
-        print(f"calibrated at {a.calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
+        print(f"calibrated at {a.calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, mlp {p['mlp_factor']:.3f}, "
               f"loss {p['loss_factor']:.3f}, fixed {p['host_fixed'] / 2**20:.0f} MiB")
         ratios = []
         for S in lengths:
