@@ -68,6 +68,12 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
   app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every,
+                 "Evaluate on the validation split (ulysses-pack --valid-fraction) every N steps and at the end: "
+                 "eval loss and perplexity in the log and metrics.jsonl (0: never)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation (0: all of them)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();

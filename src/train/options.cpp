@@ -13,6 +13,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"beta2", o.beta2},                {"eps", o.eps},
           {"clip", o.clip},                  {"seed", o.seed},
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
+          {"eval_every", o.eval_every},      {"eval_sequences", o.eval_sequences},
           {"device", o.device},              {"precision", o.memory.precision},
           {"tiled_logits", o.memory.tiled_logits},  {"logits_chunk_tokens", o.memory.logits_chunk_tokens},
           {"sharding", o.memory.sharding}, {"offload_optimizer", o.memory.offload_optimizer},

@@ -27,6 +27,8 @@ struct TrainOptions {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
   std::uint64_t seed = 1234;               // init and data order
   std::int64_t save_every = 0;             // 0: only at the end (and on a stop signal)
+  std::int64_t eval_every = 0;             // evaluate on the validation split every N steps and at the end (0: never)
+  std::int64_t eval_sequences = 0;         // validation sequences per evaluation (0: all)
   int keep_last = 3;
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda

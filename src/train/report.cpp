@@ -1,6 +1,7 @@
 #include "train/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <sys/resource.h>
 
@@ -87,6 +88,12 @@ void Metrics::write(const StepReport& r) {
   if (r.mfu) j["mfu"] = *r.mfu;
   if (r.peak_gpu_mib) j["peak_gpu_mib"] = *r.peak_gpu_mib;
   out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+void Metrics::write_eval(std::int64_t step, double loss, double tokens) {
+  out_ << nlohmann::json{{"step", step}, {"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}}.dump()
+       << "\n";
   out_.flush();
 }
 

@@ -43,6 +43,7 @@ class Metrics {
   // after its last checkpoint, which the resumed run writes again), so every step appears once.
   explicit Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step = std::nullopt);
   void write(const StepReport& r);
+  void write_eval(std::int64_t step, double loss, double tokens);   // {"step", "eval_loss", "eval_ppl", "eval_tokens"}
 
  private:
   std::ofstream out_;

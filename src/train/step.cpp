@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 
 namespace ulysses::train {
@@ -12,28 +13,50 @@ torch::Tensor as_tensor(const std::vector<std::int64_t>& v, std::int64_t rows, s
   return torch::tensor(v, torch::kInt64).view({rows, cols});
 }
 
+LossTotals sum_over(comm::Communicator& group, double sum, double count, const c10::Device& device) {
+  torch::Tensor totals = torch::tensor({sum, count}, torch::kFloat64).to(device);   // [2]
+  if (group.size() > 1) group.all_reduce_sum(totals);
+  totals = totals.cpu();
+  return {totals[0].item<double>(), totals[1].item<double>()};
+}
+
 }  // namespace
+
+model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::MicroBatch& mb, const c10::Device& device) {
+  const std::int64_t B = mb.batch, L = mb.local_len, S = mb.seq_len;
+  return model->forward(as_tensor(mb.input_ids, B, L).to(device), as_tensor(mb.positions, B, L).to(device),
+                        as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device));
+}
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              ModelStates& states, const c10::Device& device) {
   double local_sum = 0, local_count = 0;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
-    data::MicroBatch mb = loader.micro_batch(micro);
-    const std::int64_t B = mb.batch, L = mb.local_len, S = mb.seq_len;
-    const model::CausalLmOutput out =
-        model->forward(as_tensor(mb.input_ids, B, L).to(device), as_tensor(mb.positions, B, L).to(device),
-                       as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device));
+    const model::CausalLmOutput out = forward_micro_batch(model, loader.micro_batch(micro), device);
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
     local_sum += out.loss_sum.item<double>();
     local_count += static_cast<double>(out.valid_count.item<std::int64_t>());
   }
-  torch::Tensor totals = torch::tensor({local_sum, local_count}, torch::kFloat64).to(device);   // [2]
-  comm::Communicator& world = states.grad_group();
-  if (world.size() > 1) world.all_reduce_sum(totals);
-  totals = totals.cpu();
-  LossTotals t{totals[0].item<double>(), totals[1].item<double>()};
+  const LossTotals t = sum_over(states.grad_group(), local_sum, local_count, device);
   states.finish_gradients(std::max(t.count, 1.0));
   return t;
+}
+
+LossTotals evaluate(model::CausalLm& model, data::DataLoader& loader, std::int64_t sequences, std::int64_t dp,
+                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device) {
+  torch::NoGradGuard no_grad;
+  const std::int64_t total = sequences > 0 ? std::min(sequences, loader.num_sequences()) : loader.num_sequences();
+  double local_sum = 0, local_count = 0;
+  loader.set_cursor(0);
+  for (std::int64_t first = 0; first < total; first += dp) {   // DP rank d reads entry first + d
+    const model::CausalLmOutput out = forward_micro_batch(model, loader.micro_batch(0), device);
+    if (first + dp_rank < total) {
+      local_sum += out.loss_sum.item<double>();
+      local_count += static_cast<double>(out.valid_count.item<std::int64_t>());
+    }
+    loader.advance_step();
+  }
+  return sum_over(group, local_sum, local_count, device);
 }
 
 }  // namespace ulysses::train

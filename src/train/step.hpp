@@ -23,9 +23,19 @@ struct LossTotals {
   double mean() const { return count > 0 ? sum / count : 0.0; }
 };
 
-// The model and its states live on `device`; the inputs are moved there (document ids stay on the host,
-// where the attention plan is made). The model runs in its own precision (ModelOptions).
+// One micro-batch through the model on `device` (document ids stay on the host, where the attention plan is made).
+model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::MicroBatch& mb, const c10::Device& device);
+
+// The model and its states live on `device`; the inputs are moved there. The model runs in its own precision
+// (ModelOptions).
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              ModelStates& states, const c10::Device& device);
+
+// Evaluation: Σ token losses and the label count over the first `sequences` sequences of `loader`'s split (all of
+// them when 0), without gradients, summed over `group` (SP × DP) — the same contract as training's loss, so the
+// result is the same at any layout. `loader` has micro-batch 1 and no accumulation; every rank runs the same
+// number of forwards (the sharded units' all-gathers are collective) and a rank past the end adds nothing.
+LossTotals evaluate(model::CausalLm& model, data::DataLoader& loader, std::int64_t sequences, std::int64_t dp,
+                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device);
 
 }  // namespace ulysses::train

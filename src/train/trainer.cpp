@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -128,6 +129,7 @@ struct Run {
   fs::path config_path;
   model::ModelOptions options;
   MemoryPlan memory;                                          // this rank's memory plan (nothing built)
+  std::int64_t valid_sequences = 0;                           // the validation split's (--eval-every)
   model::CausalLm model{nullptr};                             // not built by --dry-run
   std::unique_ptr<ModelStates> states;
 };
@@ -179,6 +181,9 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("memory plan at S = {} (profile {}: {}):", loader.seq_len(), r.memory.profile.name, r.memory.profile.source);
   for (const auto& line : plan::breakdown_lines(r.memory.breakdown, r.memory.layout, r.memory.machine))
     log_info("  {}", line);
+  if (r.o.eval_every > 0)
+    log_info("eval: every {} steps and at the end, on {} validation sequence(s)", r.o.eval_every,
+             r.o.eval_sequences > 0 ? std::min(r.o.eval_sequences, r.valid_sequences) : r.valid_sequences);
   log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
            r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
            r.o.output.string());
@@ -286,7 +291,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (r.sharding == plan::Sharding::kHybrid)
     r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
   r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
-  std::optional<data::DataLoader> dataset;
+  std::optional<data::DataLoader> dataset, valid;   // valid: --eval-every's split
   std::optional<fs::path> from;   // the checkpoint --resume names (nullopt: a fresh start)
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
@@ -300,6 +305,10 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.options = model_options(r.features, r.precision);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
+        if (o.eval_every > 0)
+          r.valid_sequences = valid.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), 1,
+                                                                        1, o.seed, r.config.vocab_size, "valid"})
+                                  .num_sequences();
         const int world = layout.world();
         const plan::Layout where{world % ranks_here == 0 ? world / ranks_here : topo.num_nodes(), ranks_here,
                                  layout.sp(), o.micro_batch};
@@ -371,6 +380,15 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     state.step = rep.step;
     state.cursor = loader.cursor();
     state.tokens_seen += rep.tokens;
+    if (o.eval_every > 0 && (rep.step % o.eval_every == 0 || rep.step == o.steps)) {
+      const LossTotals eval = evaluate(r.model, *valid, o.eval_sequences, layout.dp(), layout.dp_rank(r.rank),
+                                       *r.grad_group, r.device);
+      if (r.rank == 0) {
+        log_info("eval at step {}: loss {:.4f}, perplexity {:.3f} ({} target tokens)", rep.step, eval.mean(),
+                 std::exp(eval.mean()), static_cast<std::int64_t>(eval.count));
+        metrics->write_eval(rep.step, eval.mean(), eval.count);
+      }
+    }
     if (r.rank == 0) {
       metrics->write(rep);
       if (bar) bar->add(1, static_cast<std::uint64_t>(rep.tokens));

@@ -6,6 +6,7 @@ logs MFU, and every bad input exits 2 with its reason.
 usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
 import json
+import math
 import os
 import pathlib
 import signal
@@ -319,6 +320,33 @@ class Train(PackedSample):
         self.assertIn("--resume auto: no checkpoint under", p.stderr)
         p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--resume", "auto", "--dry-run"))
         self.assertIn(f"--resume auto: found {ckpts / 'step-0000004'}", p.stderr)
+
+    def test_eval_loss_is_the_same_at_any_layout(self):
+        """--eval-every on the validation split: eval loss at SP=1, SP=4 and SP=2 × DP=2 (5 sequences: one DP rank
+        idle in the last round) equal ≤ 1e-6 relative (lr 0: the same seeded weights), in the log and metrics."""
+        data = self.root / "with-valid"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", data, "--seq-len", 256, "--sp", 4, "--pad-id", 258,
+                                      "--model-config", CONFIG, "--valid-fraction", 0.1])), check=True,
+                       capture_output=True)
+        got = {}
+        for n, sp, k in ((1, 1, 0), (4, 4, 0), (1, 1, 5), (4, 2, 5)):
+            out = self.root / f"eval-{n}-{sp}-{k}"
+            cmd = train_cmd(n, data, out, "--sp", sp, "--steps", 2, "--eval-every", 2, "--eval-sequences", k)
+            cmd[cmd.index("--lr") + 1] = "0"
+            p = self.run_ok(cmd)
+            self.assertIn("eval at step 2: loss", p.stderr)
+            evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+                     if "eval_loss" in line]
+            self.assertEqual([e["step"] for e in evals], [2])
+            self.assertAlmostEqual(evals[0]["eval_ppl"], math.exp(evals[0]["eval_loss"]), places=6)
+            got[(n, sp, k)] = evals[0]
+        for k, layouts in ((0, [(1, 1), (4, 4)]), (5, [(1, 1), (4, 2)])):
+            a, b = (got[(n, sp, k)] for n, sp in layouts)
+            self.assertEqual(a["eval_tokens"], b["eval_tokens"])
+            self.assertLessEqual(abs(a["eval_loss"] - b["eval_loss"]), 1e-6 * abs(a["eval_loss"]), (k, a, b))
+        self.assertLess(got[(1, 1, 5)]["eval_tokens"], got[(1, 1, 0)]["eval_tokens"])
+        p = self.run_ok(train_cmd(1, self.data, self.root / "no-valid", "--eval-every", 1, "--dry-run"), code=2)
+        self.assertIn("the valid split holds no sequences — HINT: pack with --valid-fraction", p.stderr)
 
     def test_metrics_hold_every_step_once_after_a_resume(self):
         """A run killed after its last checkpoint wrote steps the resumed run writes again: they are dropped on
