@@ -74,7 +74,11 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation (0: all of them)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--resume", o.resume, "'auto' (latest under --output, if any) or a checkpoint directory");
+  app.add_option("--resume", o.resume,
+                 "'auto' (latest under --output, if any), a run directory, its checkpoints/ or latest, or a step "
+                 "directory; the model comes from the checkpoint");
+  app.add_flag("--allow-changes", o.allow_changes,
+               "Resume although the dataset, the seed or the sequences per step differ from the checkpoint's run");
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   ulysses::plan::add_memory_flags(app, o.memory);

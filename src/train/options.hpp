@@ -31,6 +31,7 @@ struct TrainOptions {
   std::int64_t eval_sequences = 0;         // validation sequences per evaluation (0: all)
   int keep_last = 3;
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
+  bool allow_changes = false;              // resume with another dataset, seed or sequences per step
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
   plan::MemoryFlags memory;                // precision, sharding, offload and activation features (plan/memory_flags)
   std::string memory_profile;              // the planner's constants: a built-in name or a calibration file ("": by device)

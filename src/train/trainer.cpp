@@ -13,6 +13,7 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <ATen/Parallel.h>
+#include <fmt/ranges.h>
 
 #include "comm/backend.hpp"
 #include "core/error.hpp"
@@ -214,6 +215,33 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
   return rep;
 }
 
+// The options of the run a checkpoint continues (its trainer_state.json) against this one's: rank 0 lists every
+// difference; those that change which data each step sees — the dataset, the seed, the sequences per step — end
+// the run unless --allow-changes (the schedule's may change: extending --steps or lowering --lr is a choice).
+void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
+  std::ifstream in(from / checkpoint::kTrainerState);
+  const nlohmann::json stored = nlohmann::json::parse(in, nullptr, false).value("options", nlohmann::json::object());
+  if (stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
+  const nlohmann::json now = to_json(o);
+  std::vector<std::string> changes, order;
+  for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
+                          "beta2", "eps", "clip"})
+    if (stored.contains(key) && stored[key] != now[key]) {
+      (std::string_view(key) == "data" || std::string_view(key) == "seed" ? order : changes)
+          .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));
+    }
+  const checkpoint::Manifest m = checkpoint::read_manifest(from);
+  const std::int64_t before = m.dp * stored.value("micro_batch", o.micro_batch) * stored.value("grad_accum", o.grad_accum);
+  if (const std::int64_t after = dp * o.micro_batch * o.grad_accum; before != after)
+    order.push_back(fmt::format("sequences per step {} → {} (dp × micro-batch × grad-accum)", before, after));
+  if (!order.empty() && !o.allow_changes)
+    throw BadInput(fmt::format("--resume {}: the data each step sees would change: {}", from.string(),
+                               fmt::join(order, "; ")),
+                   "pass --allow-changes to continue anyway (the run is then no longer an exact continuation)");
+  if (speak && !changes.empty()) log_info("resume changes: {}", fmt::join(changes, "; "));
+  if (speak && !order.empty()) log_info("resume changes (--allow-changes): {}", fmt::join(order, "; "));
+}
+
 void check_output(const TrainOptions& o, int rank) {
   const fs::path ckpts = o.output / "checkpoints";
   if (o.resume.empty() && !o.overwrite && fs::exists(ckpts / checkpoint::kLatest))
@@ -298,6 +326,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   // --dry-run stops before the model is built: its plan comes from the model description alone.
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         from = resume_from(o);
+        if (from) check_resume_changes(o, *from, layout.dp(), r.rank == 0);
         r.config_path = model_config_path(o, from);
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());

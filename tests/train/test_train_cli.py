@@ -321,6 +321,25 @@ class Train(PackedSample):
         p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--resume", "auto", "--dry-run"))
         self.assertIn(f"--resume auto: found {ckpts / 'step-0000004'}", p.stderr)
 
+    def test_resume_lists_changes_and_data_order_changes_need_allow_changes(self):
+        run = self.root / "changes"
+        self.run_ok(train_cmd(1, self.data, run, "--steps", 2))
+        latest = run / "checkpoints"
+        p = self.run_ok(train_cmd(1, self.data, self.root / "c1", "--steps", 3, "--seed", 7, "--resume", latest), code=2)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        for needle in ["the data each step sees would change: seed 1234 → 7", "--allow-changes"]:
+            self.assertIn(needle, lines[0])
+        p = self.run_ok(train_cmd(2, self.data, self.root / "c2", "--steps", 3, "--resume", latest), code=2)
+        self.assertIn("sequences per step 1 → 2", p.stderr)
+        p = self.run_ok(train_cmd(1, self.data, self.root / "c3", "--steps", 3, "--seed", 7, "--allow-changes",
+                                  "--resume", latest))
+        self.assertIn("resume changes (--allow-changes): seed 1234 → 7", p.stderr)
+        cmd = train_cmd(1, self.data, self.root / "c4", "--steps", 4, "--resume", latest)
+        cmd[cmd.index("--lr") + 1] = "1e-3"
+        p = self.run_ok(cmd)   # the schedule may change: listed, not refused
+        self.assertIn("resume changes: lr 0.003 → 0.001; steps 2 → 4", p.stderr)
+
     def test_eval_loss_is_the_same_at_any_layout(self):
         """--eval-every on the validation split: eval loss at SP=1, SP=4 and SP=2 × DP=2 (5 sequences: one DP rank
         idle in the last round) equal ≤ 1e-6 relative (lr 0: the same seeded weights), in the log and metrics."""
