@@ -4,8 +4,10 @@ sometimes above the clip threshold and sometimes below (tests/train/optimizer_st
   - AdamW (no clipping) equals torch.optim.AdamW(foreach=True) bit for bit: parameters and both moments,
     with no weight decay on 1-d parameters (norm weights, biases), as the trainer sets it up.
   - The schedule equals transformers' get_cosine_with_min_lr_schedule_with_warmup, get_linear_schedule_with_
-    warmup and get_constant_schedule_with_warmup at every step s (ours counts steps from 1: step s uses
-    their factor at s; their first optimizer step runs at factor(0), which is 0 during warmup). ≤ 1e-15.
+    warmup and get_constant_schedule_with_warmup at every step s (ours counts steps from 1). After warmup, step s
+    uses their factor at s - 1, the one their scheduler applies to the s-th optimizer step, so without warmup the
+    first step runs at the peak, as theirs; during warmup step s uses their factor at s, since their first step
+    would run at factor(0) = 0. ≤ 1e-15.
   - Clipping + AdamW equal torch.nn.utils.clip_grad_norm_ + AdamW within 1e-6 relative (we sum the norms
     in float64, torch in float32: the coefficient may differ in its last bits), and the reported norms too.
 
@@ -79,7 +81,7 @@ def hf_factors(decay, warmup, min_ratio):
         sched = hf.get_linear_schedule_with_warmup(opt, warmup, STEPS)
     else:
         sched = hf.get_constant_schedule_with_warmup(opt, warmup)
-    return [f(s) for s in range(1, STEPS + 1) for f in sched.lr_lambdas]
+    return [f(s if s <= warmup else s - 1) for s in range(1, STEPS + 1) for f in sched.lr_lambdas]
 
 
 def rel(a, b):

@@ -196,7 +196,8 @@ class Train(PackedSample):
         self.assertEqual((ckpts / "latest").read_text().strip(), "step-0000005")
         lrs = [json.loads(l)["lr"] for l in (out / "metrics.jsonl").read_text().splitlines()]
         self.assertEqual(len(lrs), 5)
-        for got, want in zip(lrs, [1.5e-3, 3e-3, 2e-3, 1e-3, 0.0]):   # warmup to step 2, then linear to 0 at 5
+        # warmup to the peak at step 2; then transformers' linear decay, step s at its factor for s - 1 (peak at 3)
+        for got, want in zip(lrs, [1.5e-3, 3e-3, 3e-3, 2e-3, 1e-3]):
             self.assertAlmostEqual(got, want, delta=1e-12)
         out = self.root / "constant"
         self.run_ok(train_cmd(1, self.data, out, "--steps", 4, "--lr-decay", "constant"))
