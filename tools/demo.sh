@@ -19,11 +19,13 @@ run "$BUILD/src/pack/ulysses-pack" inspect "$OUT/packed" --sample 0 --bytes --ma
 run "$BUILD/src/pack/ulysses-pack" verify "$OUT/packed"
 
 run mpiexec -n 4 "$BUILD/src/train/ulysses-train" --data "$OUT/packed" --model-config "$CONFIG" \
-  --output "$OUT/run" --sp 4 --steps 40 --micro-batch 2 --lr 3e-3 --warmup 4 --save-every 20 --threads 1
+  --output "$OUT/run" --sp 4 --steps 40 --micro-batch 2 --lr 3e-3 --warmup 4 --save-every 20 --threads 1 \
+  --eval-every 10
+run "${ULYSSES_DEPS:-/opt/ulysses-deps}/venv/bin/python" tools/plot_metrics.py "$OUT/run" -o "$OUT/metrics.png"
 
 python3 - "$OUT/run/metrics.jsonl" <<'PY'
 import json, sys
-losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
+losses = [json.loads(line)["loss"] for line in open(sys.argv[1]) if '"loss"' in line]
 first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
 print(f"loss: first 5 steps {first:.3f} -> last 5 steps {last:.3f} over {len(losses)} steps")
 sys.exit(0 if last < first else "the loss did not go down")

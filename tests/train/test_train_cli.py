@@ -365,6 +365,11 @@ class Train(PackedSample):
             self.assertEqual(a["eval_tokens"], b["eval_tokens"])
             self.assertLessEqual(abs(a["eval_loss"] - b["eval_loss"]), 1e-6 * abs(a["eval_loss"]), (k, a, b))
         self.assertLess(got[(1, 1, 5)]["eval_tokens"], got[(1, 1, 0)]["eval_tokens"])
+        png = self.root / "metrics.png"   # tools/plot_metrics.py overlays runs, eval loss included
+        plot = pathlib.Path(__file__).resolve().parents[2] / "tools" / "plot_metrics.py"
+        self.run_ok([sys.executable, plot, self.root / "eval-1-1-0", self.root / "eval-4-4-0", "-o", png])
+        self.assertEqual(png.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertGreater(png.stat().st_size, 10_000)
         p = self.run_ok(train_cmd(1, self.data, self.root / "no-valid", "--eval-every", 1, "--dry-run"), code=2)
         self.assertIn("the valid split holds no sequences — HINT: pack with --valid-fraction", p.stderr)
 
