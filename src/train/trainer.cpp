@@ -220,8 +220,9 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
 // the run unless --allow-changes (the schedule's may change: extending --steps or lowering --lr is a choice).
 void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
   std::ifstream in(from / checkpoint::kTrainerState);
-  const nlohmann::json stored = nlohmann::json::parse(in, nullptr, false).value("options", nlohmann::json::object());
-  if (stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json stored = state.is_object() ? state.value("options", nlohmann::json::object()) : nlohmann::json();
+  if (!stored.is_object() || stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
   const nlohmann::json now = to_json(o);
   std::vector<std::string> changes, order;
   for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
@@ -242,6 +243,15 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
   if (speak && !order.empty()) log_info("resume changes (--allow-changes): {}", fmt::join(order, "; "));
 }
 
+std::optional<fs::path> resume_from(const TrainOptions& o) {
+  if (o.resume == "auto") return checkpoint::latest(o.output / "checkpoints");
+  if (o.resume.empty()) return std::nullopt;
+  if (auto dir = checkpoint::find_checkpoint(o.resume)) return dir;
+  throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
+                             checkpoint::kLatest),
+                 "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
+}
+
 void check_output(const TrainOptions& o, int rank) {
   const fs::path ckpts = o.output / "checkpoints";
   if (o.resume.empty() && !o.overwrite && fs::exists(ckpts / checkpoint::kLatest))
@@ -254,15 +264,6 @@ void check_output(const TrainOptions& o, int rank) {
 }
 
 }  // namespace
-
-std::optional<fs::path> resume_from(const TrainOptions& o) {
-  if (o.resume == "auto") return checkpoint::latest(o.output / "checkpoints");
-  if (o.resume.empty()) return std::nullopt;
-  if (auto dir = checkpoint::find_checkpoint(o.resume)) return dir;
-  throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
-                             checkpoint::kLatest),
-                 "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
-}
 
 fs::path model_config_path(const TrainOptions& o, const std::optional<fs::path>& from) {
   if (!o.init_from.empty()) return o.init_from / checkpoint::kConfig;
