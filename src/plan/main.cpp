@@ -119,19 +119,25 @@ std::string flags_text(const up::MemoryFlags& f) {   // the sbatch's MEMORY_ARGS
   return s.empty() ? s : s.substr(1);
 }
 
-int run(Cli& o) {
-  const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
-  const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
+up::Machine machine_of(const Cli& o, std::string& host_source) {   // one node, from the flags (cpu: this one)
   const bool cuda = o.device == "cuda";
-  const up::Profile profile = up::load_profile(o.profile.empty() ? up::default_profile_name(cuda, "") : o.profile);
   up::Machine m{cuda, cuda ? static_cast<std::int64_t>(ulysses::parse_size(o.gpu_memory, "--gpu-memory")) : 0, 0};
-  std::string host_source = "--host-memory";
-  if (!o.host_memory.empty()) m.host_bytes = static_cast<std::int64_t>(ulysses::parse_size(o.host_memory, "--host-memory"));
-  else if (cuda) m.host_bytes = std::int64_t{2} << 40, host_source = "default 2 TiB";
-  else std::tie(m.host_bytes, host_source) = std::pair{up::host_memory().bytes, up::host_memory().source};
-  const std::int64_t target = parse_length(o.seq_len, "--seq-len");
+  host_source = "--host-memory";
+  if (!o.host_memory.empty()) {
+    m.host_bytes = static_cast<std::int64_t>(ulysses::parse_size(o.host_memory, "--host-memory"));
+  } else if (cuda) {
+    m.host_bytes = std::int64_t{2} << 40, host_source = "default 2 TiB";
+  } else {
+    const up::HostMemory here = up::host_memory();
+    m.host_bytes = here.bytes, host_source = here.source;
+  }
+  return m;
+}
+
+// --sp N (checked against the ranks and the heads) or --sp choose (the layout that reaches `target`; `why` says why).
+up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs::path& config_json,
+                     const up::Profile& profile, const up::Machine& m, std::int64_t target, std::string& why) {
   up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch};
-  std::string why;
   if (o.sp == "choose") {
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
@@ -142,19 +148,30 @@ int run(Cli& o) {
                                           o.nodes == 1 ? "" : "s", o.gpus_per_node, target),
                               fix ? "try " + *fix : "more nodes, or a smaller model");
     }
-    l = choice->layout;
     why = choice->why;
-  } else {
-    try {
-      l.sp = std::stoi(o.sp);
-    } catch (const std::exception&) {
-      throw ulysses::BadInput(fmt::format("--sp \"{}\" is neither a degree nor 'choose'", o.sp), "write e.g. --sp 8");
-    }
-    if (l.sp < 1 || l.world() % l.sp != 0)
-      throw ulysses::BadInput(fmt::format("--sp {} does not divide the {} ranks", l.sp, l.world()),
-                              fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
-    ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
+    return choice->layout;
   }
+  try {
+    l.sp = std::stoi(o.sp);
+  } catch (const std::exception&) {
+    throw ulysses::BadInput(fmt::format("--sp \"{}\" is neither a degree nor 'choose'", o.sp), "write e.g. --sp 8");
+  }
+  if (l.sp < 1 || l.world() % l.sp != 0)
+    throw ulysses::BadInput(fmt::format("--sp {} does not divide the {} ranks", l.sp, l.world()),
+                            fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
+  ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
+  return l;
+}
+
+int run(Cli& o) {
+  const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
+  const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
+  const bool cuda = o.device == "cuda";
+  const up::Profile profile = up::load_profile(o.profile.empty() ? up::default_profile_name(cuda, "") : o.profile);
+  std::string host_source, why;
+  const up::Machine m = machine_of(o, host_source);
+  const std::int64_t target = parse_length(o.seq_len, "--seq-len");
+  const up::Layout l = layout_of(o, c, config_json, profile, m, target, why);
   const up::Features f = up::resolve(o.flags, c, l.world());
   const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
   const std::int64_t unit = up::sequence_unit(l.sp);
