@@ -16,6 +16,7 @@
 #endif
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 
 namespace ulysses {
 namespace {
@@ -42,8 +43,7 @@ std::string xxh3_hex(const void* data, std::size_t size) {
 }
 
 std::string xxh3_file_hex(const std::filesystem::path& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw BadInput(fmt::format("cannot open {} for reading", path.string()));
+  const int fd = open_regular_file(path, "file");
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* p) { close(*p); delete p; });
   struct stat st {};
   if (fstat(fd, &st) != 0) throw BadInput(fmt::format("cannot stat {}", path.string()));

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -126,13 +127,7 @@ void write_or_abandon(int& fd, const void* src, std::uint64_t n, const fs::path&
   }
 }
 
-int open_for_reading(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) return fd;
-  const std::string why = errno_text();
-  throw BadInput(fmt::format("cannot open safetensors file {}: {}", path.string(), why),
-                 "check the path and its permissions");
-}
+int open_for_reading(const fs::path& path) { return open_regular_file(path, "safetensors file"); }
 
 std::uint64_t regular_file_size(int fd, const fs::path& path) {
   struct stat st {};

@@ -13,6 +13,7 @@
 usage: test_ckpt_cli.py ULYSSES_CKPT ULYSSES_TRAIN ULYSSES_PACK CKPT_LOGITS MPIEXEC REPO_ROOT
 """
 import json
+import os
 import math
 import pathlib
 import shutil
@@ -446,6 +447,12 @@ class BadInput(BadInputCase):
         full = (self.good / "model.safetensors").read_bytes()
         d = self.hf_with(blob=full[: len(full) - 1000])
         self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "truncated")
+
+    def test_a_fifo_is_refused_not_waited_on(self):
+        d = self.hf_with()
+        (d / "model.safetensors").unlink()
+        os.mkfifo(d / "model.safetensors")
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "not a regular file")
 
     def test_header_not_json(self):
         d = self.hf_with(blob=self.blob(b"{not json at all", b"\0" * 8))

@@ -10,17 +10,14 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 
 namespace ulysses::pack {
 
 InputFile::InputFile(const std::filesystem::path& path) : name_(path.string()) {
-  fd_ = ::open(name_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)));
+  fd_ = open_regular_file(path, "input");
   struct stat st{};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    throw BadInput(fmt::format("{} is not a readable regular file", name_));
-  }
+  ::fstat(fd_, &st);
   size_ = static_cast<std::uint64_t>(st.st_size);
 }
 

@@ -5,6 +5,7 @@ usage: test_pack_cli.py ULYSSES_PACK SAMPLE_CORPUS
 """
 import gzip
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -289,6 +290,12 @@ class BadInput(BadInputCase):
         self.expect_bad([f, "--seq-len", 64], f.name, "-3")
         f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 400]}\n', "vocab.jsonl")
         self.expect_bad([f, "--seq-len", 64, "--vocab-size", 320], f.name, "400", "320")
+
+    def test_a_fifo_input_is_refused_not_waited_on(self):
+        fifo = self.root / "tokens.u16"
+        os.mkfifo(fifo)   # open() of a FIFO blocks until a writer comes: the reader must not wait
+        self.expect_bad([fifo, "--format", "flat", "--flat-dtype", "uint16", "--seq-len", 64], str(fifo),
+                        "not a regular file")
 
     def test_on_error_skip_counts(self):
         f = self.jsonl('{"input_ids": [1, 2]}\nnot json\n{"input_ids": [3]}\n')
