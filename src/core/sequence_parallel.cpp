@@ -27,10 +27,21 @@ std::string split_hint(std::int64_t seq_len, std::int64_t unit, std::int64_t ali
 
 }  // namespace
 
+std::optional<std::int64_t> split_unit(std::int64_t sp, std::int64_t alignment) {
+  std::int64_t unit = 0;
+  if (sp < 1 || alignment < 1 || __builtin_mul_overflow(sp, alignment, &unit)) return std::nullopt;
+  return unit;
+}
+
 void check_sequence_split(std::int64_t seq_len, std::int64_t sp, const std::string& source, std::int64_t alignment) {
   if (sp < 1 || alignment < 1)
     throw BadInput(fmt::format("{}: the SP degree ({}) and the alignment ({}) must be positive", source, sp, alignment));
-  const std::int64_t unit = sp * alignment;
+  const std::optional<std::int64_t> product = split_unit(sp, alignment);
+  if (!product || (seq_len >= 1 && *product > seq_len))
+    throw BadInput(fmt::format("{}: the SP degree ({}) × alignment ({}) exceeds the sequence length ({})", source, sp,
+                               alignment, seq_len),
+                   "each SP rank holds seq_len / SP tokens, a multiple of the alignment: use a smaller --sp or --align");
+  const std::int64_t unit = *product;
   if (seq_len >= 1 && seq_len % unit == 0) return;
   const std::string aligned = alignment == 1 ? "" : fmt::format(" × alignment ({}) = {}", alignment, unit);
   throw BadInput(fmt::format("{}: sequence length ({}) is not divisible by the SP degree ({}){}", source, seq_len, sp,

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/rank_layout.hpp"
@@ -26,8 +27,13 @@ struct SequenceSlice {
   std::int64_t size() const { return end - begin; }
 };
 
+// sp × alignment, or nullopt when either is below 1 or the product overflows (hostile attributes, flags):
+// every `S % (sp × alignment)` goes through this so none divides by a wrapped zero.
+std::optional<std::int64_t> split_unit(std::int64_t sp, std::int64_t alignment);
+
 // BadInput unless seq_len is a positive multiple of sp × alignment: "SOURCE: sequence length (S) is not
-// divisible by the SP degree (P)", with the nearest valid lengths and the valid SP degrees as the hint.
+// divisible by the SP degree (P)", with the nearest valid lengths and the valid SP degrees as the hint; or,
+// when sp × alignment exceeds S (or overflows), one line saying so.
 void check_sequence_split(std::int64_t seq_len, std::int64_t sp, const std::string& source,
                           std::int64_t alignment = 1);
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/sequence_parallel.hpp"
 #include "io/shard_format.hpp"
 
 namespace ulysses::shard {
@@ -80,7 +81,8 @@ void check_format(const json& j, const std::string& where) {
 }
 
 void check_sizes(const Manifest& m, const std::string& where) {
-  if (m.seq_len <= 0 || m.sp <= 0 || m.alignment <= 0 || m.seq_len % (m.sp * m.alignment) != 0)
+  const std::optional<std::int64_t> unit = split_unit(m.sp, m.alignment);
+  if (m.seq_len <= 0 || !unit || m.seq_len % *unit != 0)
     throw BadInput(fmt::format("{}: seq_len ({}) must be a positive multiple of sp ({}) × alignment ({})", where,
                                m.seq_len, m.sp, m.alignment));
 }

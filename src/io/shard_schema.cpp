@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/sequence_parallel.hpp"
 
 namespace ulysses::shard {
 namespace detail {
@@ -28,10 +29,12 @@ void check_params(const ShardParams& p, const std::string& where) {
                                p.seq_len, p.sp, p.alignment));
   if (p.seq_len > std::numeric_limits<std::int32_t>::max())
     throw BadInput(fmt::format("{}: seq_len ({}) exceeds the int32 positions of the format", where, p.seq_len));
-  if (p.seq_len % (p.sp * p.alignment) != 0)
+  const std::optional<std::int64_t> unit = split_unit(p.sp, p.alignment);
+  if (!unit || p.seq_len % *unit != 0)
     throw BadInput(fmt::format("{}: seq_len ({}) is not a multiple of sp ({}) × alignment ({})", where,
                                p.seq_len, p.sp, p.alignment),
-                   fmt::format("use a seq_len that is a multiple of {}", p.sp * p.alignment));
+                   unit ? fmt::format("use a seq_len that is a multiple of {}", *unit)
+                        : std::string("sp × alignment overflows: the file's attributes are damaged"));
 }
 
 }  // namespace detail

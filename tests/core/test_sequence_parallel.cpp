@@ -56,6 +56,12 @@ TEST(SequenceParallel, OneCheckNamesTheNumbersAndTheWayOut) {
                            std::string("the nearest valid lengths are 768 and 1024")));
   EXPECT_EQ(split_error(0, 2, 1).first, "SOURCE: sequence length (0) is not divisible by the SP degree (2)");
   EXPECT_EQ(split_error(8, 0, 1).first, "SOURCE: the SP degree (0) and the alignment (1) must be positive");
+  const std::int64_t huge = std::int64_t{1} << 32;   // huge × huge wraps to 0: no division by it
+  EXPECT_EQ(split_error(128, huge, huge).first,
+            "SOURCE: the SP degree (4294967296) × alignment (4294967296) exceeds the sequence length (128)");
+  EXPECT_EQ(split_error(100, 128, 1).first, "SOURCE: the SP degree (128) × alignment (1) exceeds the sequence length (100)");
+  EXPECT_EQ(split_unit(huge, huge), std::nullopt);
+  EXPECT_EQ(split_unit(4, 64), 256);
   const SequenceParallel sp(RankLayout(2, 2), 1, nullptr);
   EXPECT_THROW(sp.slice(15, "test"), BadInput);
 }

@@ -291,6 +291,18 @@ class BadInput(BadInputCase):
         f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 400]}\n', "vocab.jsonl")
         self.expect_bad([f, "--seq-len", 64, "--vocab-size", 320], f.name, "400", "320")
 
+    def test_sp_times_alignment_that_overflows_is_refused_not_a_division_by_zero(self):
+        f = self.jsonl('{"input_ids": [1, 2, 3]}\n')
+        huge = 1 << 32   # huge × huge wraps to 0 in 64 bits
+        self.expect_bad([f, "--seq-len", 128, "--sp", huge, "--align", huge], "exceeds the sequence length (128)")
+        run("pack", f, "-o", self.out, "--seq-len", 128, "--sp", 2)
+        manifest = self.out / "manifest.json"
+        m = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(dict(m, sp=huge, alignment=huge)))
+        p = run("verify", self.out, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("must be a positive multiple of sp", p.stderr)
+
     def test_a_fifo_input_is_refused_not_waited_on(self):
         fifo = self.root / "tokens.u16"
         os.mkfifo(fifo)   # open() of a FIFO blocks until a writer comes: the reader must not wait
