@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/progress.hpp"
+#include "pack/readers/readers.hpp"
 
 namespace fs = std::filesystem;
 
@@ -51,8 +52,10 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
     globfree(&g);
     std::sort(matches.begin(), matches.end());
     for (const auto& m : matches) {
-      if (!fs::exists(m))
-        throw BadInput(fmt::format("input {} does not exist", m), "check the path or quote the glob pattern");
+      const MegatronPaths pair = megatron_paths(m);   // Megatron's own convention: the prefix of a .bin/.idx pair
+      if (!fs::exists(m) && !(fs::exists(pair.bin) && fs::exists(pair.idx)))
+        throw BadInput(fmt::format("input {} does not exist (nor {} + {})", m, pair.bin.string(), pair.idx.string()),
+                       "check the path or quote the glob pattern");
       if (seen.insert(dataset_key(m)).second) out.push_back(m);
     }
   }

@@ -253,6 +253,8 @@ class ProducersOwnFiles(TempDirCase):
         builder.finalize(f"{prefix}.idx")
         run("pack", f"{prefix}.idx", "-o", self.root / "m-items", "--seq-len", 64)
         self.expect_docs(self.root / "m-items", self.docs)
+        run("pack", prefix, "-o", self.root / "m-prefix", "--seq-len", 64)   # Megatron's own form: the prefix
+        self.expect_docs(self.root / "m-prefix", self.docs)
 
     def test_llmc_datafiles_with_the_eot_before_each_document(self):
         for desc, eot in (("gpt-2", 50256), ("llama-3", 128000)):
