@@ -11,6 +11,13 @@
 
 namespace ulysses {
 
+void check_plain_file_name(const std::string& name, const std::string& where) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    throw BadInput(fmt::format("{}: file \"{}\" is not a plain name inside its folder", where, name),
+                   "a manifest names files beside it (no \"/\", no \"..\"): the manifest is damaged or hostile");
+}
+
 int open_regular_file(const std::filesystem::path& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);   // a FIFO's open must not wait
   if (fd < 0)

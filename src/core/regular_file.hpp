@@ -1,12 +1,17 @@
-// Opening a file the tools read whole: a FIFO, a device or a directory named where a file belongs must be a
-// one-line bad input, never a hang (open() of a FIFO blocks until a writer appears): the file is opened
-// non-blocking, checked with fstat, and only then used.
+// Files the tools read, named by users or by manifests. A FIFO, a device or a directory named where a file
+// belongs must be a one-line bad input, never a hang (open() of a FIFO blocks until a writer appears): the file
+// is opened non-blocking, checked with fstat, and only then used. A name inside a manifest must not leave its
+// folder (an absolute path or "..": a hostile manifest must not make a tool read /etc/passwd).
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 namespace ulysses {
+
+// A file named inside a manifest (a dataset's shards, a checkpoint's files) must stay in that manifest's folder: a
+// plain name — not empty, no "/", not "." or "..". BadInput naming `where` and the name otherwise.
+void check_plain_file_name(const std::string& name, const std::string& where);
 
 // A read-only descriptor of `path` (O_CLOEXEC); BadInput naming `what` and the path when it cannot be opened or
 // is not a regular file. The caller closes it.

@@ -8,6 +8,7 @@
 
 #include "core/checksum.hpp"
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -87,9 +88,11 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
   if (j.contains("shards")) m.shards = j["shards"];
   const auto files = field<nlohmann::json>(j, "files", path);
   if (!files.is_array()) throw BadInput(fmt::format("{}: field \"files\" must be an array", path.string()));
-  for (const auto& f : files)
+  for (const auto& f : files) {
     m.files.push_back({field<std::string>(f, "file", path), field<std::int64_t>(f, "bytes", path),
                        field<std::string>(f, "xxh3", path)});
+    check_plain_file_name(m.files.back().file, path.string());
+  }
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 #include "core/sequence_parallel.hpp"
 #include "io/shard_format.hpp"
 
@@ -62,6 +63,7 @@ ManifestShard shard_from_json(const json& j, const std::string& where) {
   ManifestShard s{field<std::string>(j, "file", where), field<std::string>(j, "split", where),
                   field<std::int64_t>(j, "num_sequences", where), field<std::int64_t>(j, "bytes", where),
                   field<std::string>(j, "xxh3", where)};
+  check_plain_file_name(s.file, where);
   if (s.split != "train" && s.split != "valid")
     throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, s.split));
   return s;

@@ -524,6 +524,19 @@ class BadInput(BadInputCase):
             (c / "manifest.json").write_text(json.dumps(m))
             self.expect_bad(["merge", c, "-o", self.out], "manifest.json" if what != "name" else "model-0000", *needles)
 
+    def test_a_file_outside_the_checkpoint_is_refused(self):
+        """A manifest's file names stay in the checkpoint's folder: an absolute path or ".." is refused, by
+        inspect and merge alike, before anything is opened."""
+        for name in ("/etc/passwd", "../../etc/passwd"):
+            c = self.root / f"ckpt-escape-{len(name)}"
+            shutil.copytree(step_dir(self.env.runs["llama3"]), c)
+            m = json.loads((c / "manifest.json").read_text())
+            m["files"][0]["file"] = name
+            (c / "manifest.json").write_text(json.dumps(m))
+            self.expect_bad(["merge", c, "-o", self.out], "manifest.json", name, "not a plain name")
+            p = ckpt("inspect", c, code=2)
+            self.assertIn("not a plain name", p.stderr)
+
     def test_unknown_optimizer_layout(self):
         """A layout a later trainer may write (sharded optimizer state) is refused, not misread."""
         c = self.root / "ckpt-layout"

@@ -293,7 +293,7 @@ class BadInput(BadInputCase):
         f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 400]}\n', "vocab.jsonl")
         self.expect_bad([f, "--seq-len", 64, "--vocab-size", 320], f.name, "400", "320")
 
-    def test_sp_times_alignment_that_overflows_is_refused_not_a_division_by_zero(self):
+    def test_overflowing_sp_alignment_and_escaping_shard_paths_are_refused(self):
         f = self.jsonl('{"input_ids": [1, 2, 3]}\n')
         huge = 1 << 32   # huge × huge wraps to 0 in 64 bits
         self.expect_bad([f, "--seq-len", 128, "--sp", huge, "--align", huge], "exceeds the sequence length (128)")
@@ -304,6 +304,11 @@ class BadInput(BadInputCase):
         p = run("verify", self.out, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("must be a positive multiple of sp", p.stderr)
+        shards = [dict(s, file="/etc/passwd") for s in m["shards"]]   # a shard outside the dataset's folder
+        manifest.write_text(json.dumps(dict(m, shards=shards)))
+        p = run("verify", self.out, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('file "/etc/passwd" is not a plain name inside its folder', p.stderr)
 
     def test_a_fifo_input_is_refused_not_waited_on(self):
         fifo = self.root / "tokens.u16"
