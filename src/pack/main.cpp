@@ -57,7 +57,8 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--seed", o.seed, "Seed of the global sequence shuffle")->capture_default_str();
   cmd->add_option("--valid-fraction", o.valid_fraction, "Fraction of sequences split off as validation")
       ->check(CLI::Range(0.0, 0.5))->capture_default_str();
-  cmd->add_option("--shard-tokens", o.shard_tokens, "Target tokens per shard file")->capture_default_str();
+  cmd->add_option("--shard-tokens", o.shard_tokens, "Target tokens per shard file")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--model-config", o.model_config, "Hugging Face config.json: check heads vs --sp and ids vs vocab");
   cmd->add_option("--vocab-size", o.vocab_size, "Refuse token ids >= this (instead of --model-config)");
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
@@ -71,7 +72,7 @@ void set_up_pack(CLI::App& app, CliState& st) {
       ->check(CLI::IsMember({"uint16", "uint32"}));
   cmd->add_option("--on-error", st.on_error, "Bad JSONL documents: stop, or skip and count them")
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
-  cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output directory");
 }
 
@@ -80,7 +81,7 @@ void set_up_inspect(CLI::App& app, CliState& st) {
   cmd->footer("\nExample:\n  ulysses-pack inspect packed/ --sample 0 --bytes");
   cmd->add_option("dataset", st.dataset, "Packed dataset directory")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--sample", st.sample, "Index of the train sequence to show (-1: none)")->capture_default_str();
-  cmd->add_option("--max-tokens", st.max_tokens, "Tokens shown per document")->capture_default_str();
+  cmd->add_option("--max-tokens", st.max_tokens, "Tokens shown per document")->check(CLI::Range(0, 1 << 30))->capture_default_str();
   cmd->add_flag("--bytes", st.bytes, "Show ids < 128 as ASCII (byte-level corpora)");
 }
 
@@ -88,7 +89,7 @@ void set_up_verify(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("verify", "Check checksums and invariants; exit 1 on any mismatch");
   cmd->footer("\nExample:\n  ulysses-pack verify packed/");
   cmd->add_option("dataset", st.dataset, "Packed dataset directory")->required()->check(CLI::ExistingDirectory);
-  cmd->add_option("--threads", st.threads, "Shards checked in parallel")->capture_default_str();
+  cmd->add_option("--threads", st.threads, "Shards checked in parallel")->check(CLI::Range(0, 4096))->capture_default_str();
 }
 
 std::string command_line(int argc, char** argv) {

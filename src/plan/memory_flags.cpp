@@ -26,12 +26,12 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
   app.add_flag("--tiled-mlp", o.tiled_mlp,
                "Each layer's norm + MLP over tiles of tokens, recomputed per tile in backward (ALST's TiledMLP; exact)");
   app.add_option("--mlp-tile-tokens", o.mlp_tile_tokens, "Tokens per MLP tile (implies --tiled-mlp; 0: hidden size)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
   app.add_flag("--tiled-logits", o.tiled_logits,
                "Head and cross-entropy over chunks of tokens: never the whole [S/P, vocab] logits (exact)");
   app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,
                  "Tokens per chunk of tiled logits (implies --tiled-logits; 0: about 1 GiB of fp32 logits)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
 }
 
 const char* sharding_name(Sharding s) {

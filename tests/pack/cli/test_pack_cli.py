@@ -310,6 +310,11 @@ class BadInput(BadInputCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn('file "/etc/passwd" is not a plain name inside its folder', p.stderr)
 
+    def test_numbers_out_of_range_in_flags(self):
+        f = self.jsonl('{"input_ids": [1, 2, 3]}\n')
+        self.expect_bad([f, "--seq-len", 64, "--threads", -3], "--threads", "-3", "0 to 4096")
+        self.expect_bad([f, "--seq-len", 64, "--shard-tokens", 0], "--shard-tokens", "1 to")
+
     def test_a_fifo_input_is_refused_not_waited_on(self):
         fifo = self.root / "tokens.u16"
         os.mkfifo(fifo)   # open() of a FIFO blocks until a writer comes: the reader must not wait
