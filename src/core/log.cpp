@@ -1,12 +1,12 @@
 #include "core/log.hpp"
 
-#include "core/error.hpp"
-
-#include <cstdio>
-#include <mutex>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <mutex>
 #include <string>
+
+#include "core/error.hpp"
 
 namespace ulysses {
 namespace {

@@ -67,6 +67,10 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
   const double layer_tokens = T * (n.attention + n.mlp_token);
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
+  if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
+    const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
+    b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
+  }
   if (f.activation_checkpointing) {
     const double kept = static_cast<double>(p.checkpoint_bytes) * T * h;
     b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints)));

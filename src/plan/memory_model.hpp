@@ -10,7 +10,8 @@
 //                                  offloaded; plain: every layer's intermediates, saved_factor × counted (the
 //                                  MLP's: mlp_factor × counted, none with TiledMLP)
 //   layer working set              one layer's forward + backward: work_factor × counted + mlp_factor × the MLP's
-//                                  (its rows: one tile with TiledMLP, else T)
+//                                  (its rows: one tile with TiledMLP, else T); with a sliding window (Mistral)
+//                                  also the [B, 1, S, S] mask and the scores of H/P heads, counted exactly
 //   loss chunk                     loss_factor × rows × V × 4 (rows: one chunk with tiled logits, else T)
 //   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1)
 //   fixed                          the profile's device_fixed (CUDA context, allocator, NCCL)

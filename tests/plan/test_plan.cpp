@@ -66,6 +66,19 @@ TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
   EXPECT_GT(states.host_states, 0);
 }
 
+TEST(MemoryModel, ASlidingWindowAddsItsMaskAndScores) {
+  arch::ModelConfig mistral = kLlama8B;
+  mistral.sliding_window = 4096;
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16";
+  const std::int64_t S = 32768;
+  const Breakdown with = predict(mistral, l, resolve(flags, mistral, 8), p, S);
+  const Breakdown without = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, S);
+  EXPECT_EQ(with.working - without.working, S * S * (1 + 2 * 32 / 8));   // bool mask + bf16 scores of 4 heads
+}
+
 TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   MemoryFlags flags;
   flags.sharding = "no_shard";
