@@ -187,6 +187,8 @@ ModelConfigFile read_model_config_file(const std::filesystem::path& config_json)
     out.json = json::parse(in);
   } catch (const json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", file, e.byte, e.what()), kHint);
+  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
+    throw BadInput(fmt::format("{}: a value out of range: {}", file, e.what()), kHint);
   }
   if (!out.json.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
   out.config = parse(out.json, file);

@@ -62,6 +62,8 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (byte {})", path.string(), e.byte));
+  } catch (const nlohmann::json::exception& e) {   // out_of_range: a number no double holds (1e999)
+    throw BadInput(fmt::format("{}: a value out of range: {}", path.string(), e.what()));
   }
   if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", path.string()));
   if (field<std::string>(j, "format", path) != kFormatName)

@@ -152,6 +152,8 @@ Manifest read_manifest(const std::filesystem::path& dataset_dir) {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", path.string(), e.byte, e.what()));
+  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
+    throw BadInput(fmt::format("{}: a value out of range: {}", path.string(), e.what()), "re-pack the dataset");
   }
   return manifest_from_json(j, path.string());
 }

@@ -185,6 +185,8 @@ json parse_header(const std::string& text, const fs::path& path) {
     throw BadInput(fmt::format("{}: header is not valid JSON (parse error near byte {}; the header has {} bytes)",
                                path.string(), e.byte, text.size()),
                    kCorruptHint);
+  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
+    throw BadInput(fmt::format("{}: header holds a value out of range: {}", path.string(), e.what()), kCorruptHint);
   }
   if (!j.is_object())
     throw BadInput(fmt::format("{}: header must be a JSON object, got {}", path.string(), brief(j)), kCorruptHint);
@@ -330,6 +332,8 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
     throw BadInput(fmt::format("{}: not valid JSON (error near byte {})", index_path.string(), e.byte), kCorruptHint);
+  } catch (const json::exception& e) {
+    throw BadInput(fmt::format("{}: a value out of range: {}", index_path.string(), e.what()), kCorruptHint);
   }
   if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object() || j.at("weight_map").empty())
     throw BadInput(fmt::format("{}: expected an object with a non-empty \"weight_map\" object", index_path.string()),

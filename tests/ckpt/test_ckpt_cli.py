@@ -454,6 +454,16 @@ class BadInput(BadInputCase):
         os.mkfifo(d / "model.safetensors")
         self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "not a regular file")
 
+    def test_numbers_no_double_holds(self):
+        """1e999 in a safetensors header or a config.json is one error line, not a library exception (exit 1)."""
+        d = self.hf_with(blob=self.blob(b'{"__metadata__": {"x": "y"}, "w": {"dtype": "F32", "shape": [1e999], '
+                                        b'"data_offsets": [0, 4]}}', b"\0" * 4))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "out of range")
+        shutil.rmtree(d)
+        d = self.hf_with()
+        (d / "config.json").write_text((d / "config.json").read_text().replace('"vocab_size": ', '"vocab_size": 1e999, "x": '))
+        self.expect_bad(["import-hf", d, "-o", self.out], "config.json", "out of range")
+
     def test_header_not_json(self):
         d = self.hf_with(blob=self.blob(b"{not json at all", b"\0" * 8))
         self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "not valid JSON")

@@ -304,6 +304,10 @@ class BadInput(BadInputCase):
         p = run("verify", self.out, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("must be a positive multiple of sp", p.stderr)
+        manifest.write_text(manifest.read_text().replace(f'"sp": {huge}', '"sp": 1e999'))   # no double holds it
+        p = run("verify", self.out, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("a value out of range", p.stderr)
         shards = [dict(s, file="/etc/passwd") for s in m["shards"]]   # a shard outside the dataset's folder
         manifest.write_text(json.dumps(dict(m, shards=shards)))
         p = run("verify", self.out, check=False)
