@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import pathlib
-import random
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from memory_bench import CONFIG, MALLOC  # noqa: E402
+from memory_bench import CONFIG, MALLOC, pack  # noqa: E402   # the same model, malloc settings and data
 
 ALL_FEATURES = ["--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens", "256"]
 
@@ -38,17 +37,6 @@ def run(cmd):
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stderr[-2000:]}")
     return p
-
-
-def pack(a, work, S):
-    rng = random.Random(S)
-    src = work / f"docs-{S}.jsonl"
-    src.write_text("".join(json.dumps({"input_ids": [rng.randrange(CONFIG["vocab_size"]) for _ in range(S)]}) + "\n"
-                           for _ in range(3)))
-    out = work / f"data-{S}"
-    run([f"{a.build}/src/pack/ulysses-pack", "pack", src, "-o", out, "--seq-len", S, "--sp", 2, "--align", 1,
-         "--vocab-size", CONFIG["vocab_size"]])
-    return out
 
 
 def measured(a, work, data, sp, features):
