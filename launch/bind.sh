@@ -5,7 +5,8 @@
 #
 #   srun --mpi=pmi2 launch/bind.sh build/src/train/ulysses-train …
 #
-# GPU: the local rank (SLURM_LOCALID, MPI_LOCALRANKID or OMPI_COMM_WORLD_LOCAL_RANK) picks one entry of
+# GPU: the local rank (MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID: the first set, the order
+# ulysses-train cross-checks in core/topology.hpp, since mpiexec's ranks inherit SLURM_LOCALID) picks one entry of
 # the CUDA_VISIBLE_DEVICES that Slurm gave the task (all of the node's GPUs with --gpus-per-node), or GPU
 # <local rank> when none is set. Skipped where there is no GPU (/dev/nvidia0 absent) or with
 # ULYSSES_BIND_GPU=0 (e.g. when you bind with srun --gpu-bind yourself).

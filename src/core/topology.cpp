@@ -36,7 +36,7 @@ RankSelf rank_self_from_env(const std::string& host_name) {
   const char* slurm_host = std::getenv("SLURMD_NODENAME");
   s.host = slurm_host != nullptr && *slurm_host != '\0' ? slurm_host : host_name;
   s.node = env_int("SLURM_NODEID");
-  for (const char* var : {"SLURM_LOCALID", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+  for (const char* var : kLocalRankVariables) {
     s.local_rank = env_int(var);
     if (s.local_rank >= 0) break;
   }
@@ -47,21 +47,20 @@ Topology::Topology(const std::vector<RankSelf>& ranks, int island_size) {
   ULY_CHECK(!ranks.empty(), "empty topology");
   if (island_size < 0) throw BadInput(fmt::format("--island-size ({}) must be 0 (a node) or positive", island_size));
   const bool slurm_nodes = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.node >= 0; });
-  const bool local_known = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.local_rank >= 0; });
   std::map<std::string, int> node_of_host;   // first-appearance numbering when SLURM_NODEID is missing
   std::map<int, int> seen_on_node;
-  std::set<std::pair<int, int>> taken;
   for (std::size_t g = 0; g < ranks.size(); ++g) {
     RankPlace p;
     p.host = ranks[g].host;
     p.node = slurm_nodes ? ranks[g].node
                          : node_of_host.emplace(p.host, static_cast<int>(node_of_host.size())).first->second;
-    const int index_on_node = seen_on_node[p.node]++;
-    p.local_rank = local_known ? ranks[g].local_rank : index_on_node;
-    if (!taken.emplace(p.node, p.local_rank).second)
-      throw BadInput(fmt::format("ranks share node {} ({}) and local rank {}: the launcher's placement is inconsistent",
-                                 p.node, p.host, p.local_rank),
-                     "launch one task per GPU with srun --mpi=pmi2 (or mpiexec) and do not mix launchers");
+    p.local_rank = seen_on_node[p.node]++;
+    if (ranks[g].local_rank >= 0 && ranks[g].local_rank != p.local_rank && local_rank_warning_.empty())
+      local_rank_warning_ = fmt::format(
+          "rank {} is local rank {} on node {} ({}) but its launcher variable ({}, the first set) says {}: using {} "
+          "(mpiexec inside a Slurm allocation inherits SLURM_LOCALID; launch/bind.sh reads the same variables, so "
+          "check its GPU choice)", g, p.local_rank, p.node, p.host, fmt::join(kLocalRankVariables, ", "),
+          ranks[g].local_rank, p.local_rank);
     places_.push_back(std::move(p));
   }
   num_nodes_ = static_cast<int>(seen_on_node.size());

@@ -4,7 +4,11 @@
 //
 // Vocabulary (docs/cluster-guide.md):
 //   node        a machine; ranks on it share NVLink (HGX) and its NICs
-//   local rank  index of the rank on its node = the GPU it drives (one task per GPU)
+//   local rank  index of the rank on its node = the GPU it drives (one task per GPU): its place among the ranks
+//               of its node in global-rank order, from the gathered table. That is what SLURM_LOCALID,
+//               MPI_LOCALRANKID and MPI_Comm_split_type(SHARED) give when they are right; the launcher's
+//               variables are only a cross-check (under mpiexec inside an allocation every rank inherits
+//               SLURM_LOCALID=0 from the batch step)
 //   island      the ranks that share one NVLink domain: a node (island_size 0), or island_size ranks made of
 //               consecutive job nodes (GB200 NVL72: 72 ranks = 18 nodes × 4 GPUs, placed by sbatch --segment)
 // The Ulysses all-to-alls move the most bytes, so an SP group must sit inside one island; DP crosses islands.
@@ -22,8 +26,13 @@ namespace ulysses {
 struct RankSelf {
   std::string host;     // SLURMD_NODENAME (distinct for emulated nodes on one machine), else the host name
   int node = -1;        // SLURM_NODEID
-  int local_rank = -1;  // SLURM_LOCALID, MPI_LOCALRANKID (MPICH), OMPI_COMM_WORLD_LOCAL_RANK
+  int local_rank = -1;  // the launcher's own: kLocalRankVariables, the first one set (a cross-check only)
 };
+
+// Where a launcher says a rank's local rank, most specific first: MPICH's hydra and Open MPI's mpiexec set
+// their own, srun sets SLURM_LOCALID (which mpiexec's ranks inherit from the allocation, wrongly).
+// launch/bind.sh reads the same variables in the same order.
+inline constexpr const char* kLocalRankVariables[] = {"MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
 
 // Reads this process's environment (the variables above); `host_name` is used when SLURMD_NODENAME is unset.
 RankSelf rank_self_from_env(const std::string& host_name);
@@ -36,10 +45,10 @@ struct RankPlace {
 class Topology {
  public:
   // One RankSelf per global rank. Where SLURM_NODEID is unknown on any rank, nodes are numbered by host
-  // name in order of first appearance; where a local rank is unknown, it is the rank's index among the
-  // earlier ranks of its node. island_size (ranks) 0 means one island per node; otherwise it must be a
+  // name in order of first appearance; a rank's local rank is its index among the earlier ranks of its node
+  // (the launcher's variable, where known, is compared: local_rank_warning). island_size (ranks) 0 means one island per node; otherwise it must be a
   // multiple of the ranks per node (equal on every node), and island = node / (island_size / ranks per node).
-  // Throws BadInput on duplicate (node, local rank) pairs or an island size that does not fit.
+  // Throws BadInput on an island size that does not fit.
   Topology(const std::vector<RankSelf>& ranks, int island_size);
 
   // Block placement (what srun does by default): rank g on node g / ranks_per_node, host "node<N>".
@@ -51,11 +60,14 @@ class Topology {
   int num_islands() const { return num_islands_; }
   int ranks_on_node(int node) const;
   int island_ranks() const { return island_ranks_; }   // ranks per island (the last one may hold fewer)
+  // Empty, or one line for the log: the first rank whose launcher variable disagrees with its place on its node.
+  const std::string& local_rank_warning() const { return local_rank_warning_; }
 
  private:
   std::vector<RankPlace> places_;
   std::vector<int> ranks_per_node_;   // indexed by node id
   int num_nodes_ = 0, num_islands_ = 0, island_ranks_ = 0;
+  std::string local_rank_warning_;
 };
 
 // The first SP group that spans more than one island, as its ranks; empty when every group fits.

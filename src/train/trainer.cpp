@@ -301,6 +301,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   const Topology& topo = *placed;
+  if (groups.rank() == 0 && !topo.local_rank_warning().empty()) log_info("warning: {}", topo.local_rank_warning());
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));

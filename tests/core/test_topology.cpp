@@ -3,7 +3,9 @@
 // derived from Slurm ids, from MPI local ranks, and from host names alone.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -145,9 +147,43 @@ TEST(Topology, MpiLocalRanksWithoutSlurm) {
 }
 
 TEST(Topology, RefusesInconsistentPlacements) {
-  EXPECT_THROW(Topology({{"a", 0, 0}, {"a", 0, 0}}, 0), BadInput);                        // same GPU twice
   EXPECT_THROW(Topology::uniform(16, 8, 12), BadInput);                                   // island not whole nodes
   EXPECT_THROW(Topology({{"a", 0, 0}, {"a", 0, 1}, {"b", 1, 0}}, 4), BadInput);           // uneven nodes + islands
   EXPECT_NO_THROW(Topology({{"a", 0, 0}, {"a", 0, 1}, {"b", 1, 0}}, 0));                  // uneven is fine per node
   EXPECT_THROW(Topology::uniform(8, 8, -1), BadInput);
+}
+
+TEST(Topology, LocalRankIsThePlaceOnTheNodeNotTheInheritedVariable) {
+  // mpiexec inside a Slurm allocation: every rank inherits SLURM_LOCALID=0 from the batch step. The rank table
+  // gives each its place on the node (what MPI_Comm_split_type(SHARED) would), and the disagreement is logged.
+  Topology t({{"a", 0, 0}, {"a", 0, 0}, {"a", 0, 0}, {"a", 0, 0}}, 0);
+  for (int g = 0; g < 4; ++g) EXPECT_EQ(t.place(g).local_rank, g);
+  EXPECT_NE(t.local_rank_warning().find("rank 1 is local rank 1"), std::string::npos) << t.local_rank_warning();
+  EXPECT_TRUE(Topology({{"a", 0, 0}, {"a", 0, 1}, {"b", 1, 0}}, 0).local_rank_warning().empty());
+  EXPECT_TRUE(Topology({{"a", -1, -1}, {"a", -1, -1}}, 0).local_rank_warning().empty());   // nothing to compare
+}
+
+// The launcher variables, most specific first — the order launch/bind.sh reads them in (tests/slurm runs
+// bind.sh on the same table).
+TEST(Topology, LocalRankVariablesTable) {
+  struct Row {
+    std::vector<std::pair<const char*, const char*>> env;
+    int local_rank;
+  };
+  const std::vector<Row> table = {
+      {{}, -1},
+      {{{"SLURM_LOCALID", "3"}}, 3},                                                // srun
+      {{{"SLURM_LOCALID", "0"}, {"MPI_LOCALRANKID", "2"}}, 2},                     // hydra mpiexec in an allocation
+      {{{"SLURM_LOCALID", "0"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "5"}}, 5},          // Open MPI mpiexec in an allocation
+      {{{"MPI_LOCALRANKID", "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "7"}}, 1},
+  };
+  for (const auto& row : table) {
+    for (const char* var : ulysses::kLocalRankVariables) unsetenv(var);
+    for (const auto& [k, v] : row.env) setenv(k, v, 1);
+    EXPECT_EQ(ulysses::rank_self_from_env("h").local_rank, row.local_rank) << row.env.size() << " variables";
+  }
+  for (const char* var : ulysses::kLocalRankVariables) unsetenv(var);
+  setenv("SLURM_LOCALID", "x", 1);
+  EXPECT_THROW(ulysses::rank_self_from_env("h"), BadInput);
+  unsetenv("SLURM_LOCALID");
 }
