@@ -17,11 +17,11 @@
 namespace ulysses::dist {
 
 MpiWorld::MpiWorld(int& argc, char**& argv) {
-  int provided = MPI_THREAD_SINGLE;
-  CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
-  if (provided < MPI_THREAD_FUNNELED)
-    abort_all(kExitFailure, fmt::format("error: MPI provides thread level {} < MPI_THREAD_FUNNELED ({})",
-                                        provided, MPI_THREAD_FUNNELED));
+  int granted = MPI_THREAD_SINGLE;
+  CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &granted));
+  if (granted < MPI_THREAD_FUNNELED)
+    abort_all(kExitFailure, fmt::format("error: MPI grants {}, every run needs at least MPI_THREAD_FUNNELED",
+                                        thread_level_name(granted)));
   CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
@@ -57,6 +57,27 @@ int world_rank_or_minus_one() {
 }
 
 }  // namespace
+
+int required_thread_level(bool cuda_tensors, bool nccl_watchdog) {
+  if (nccl_watchdog) return MPI_THREAD_MULTIPLE;
+  return cuda_tensors ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
+}
+
+std::string_view thread_level_name(int level) {
+  if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
+  if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
+  if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
+  if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
+  return "an unknown MPI thread level";
+}
+
+void check_thread_level(int granted, int required, std::string_view why) {
+  if (granted >= required) return;
+  throw BadInput(fmt::format("this MPI grants {} but {} needs {}", thread_level_name(granted), why,
+                             thread_level_name(required)),
+                 "use an MPI built with thread support (MPICH and Open MPI grant MPI_THREAD_MULTIPLE), or train "
+                 "with --device cpu");
+}
 
 void check_world_size(int mpi_size, std::optional<int> expected) {
   if (expected) {

@@ -1,7 +1,7 @@
 // The MPI world of one process, and how a failure on one rank ends every rank.
 //
-// MpiWorld initializes MPI (MPI_THREAD_FUNNELED: only the main thread calls MPI; LibTorch's worker
-// threads never do) and finalizes it when destroyed. run_guarded wraps a tool's body so that an
+// MpiWorld initializes MPI asking for MPI_THREAD_MULTIPLE (the trainer then checks the level granted,
+// MPI_Query_thread, against what its run needs: required_thread_level) and finalizes MPI when destroyed. run_guarded wraps a tool's body so that an
 // exception on any rank prints one "[rank r] error: …" line and calls MPI_Abort: no peer is left
 // waiting forever in a collective. Typical main:
 //
@@ -21,7 +21,7 @@ namespace ulysses::dist {
 
 class MpiWorld {
  public:
-  MpiWorld(int& argc, char**& argv);   // MPI_Init_thread(FUNNELED); aborts if MPI offers less
+  MpiWorld(int& argc, char**& argv);   // MPI_Init_thread(MULTIPLE); aborts if MPI offers less than FUNNELED
   ~MpiWorld();                         // MPI_Finalize
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
@@ -32,6 +32,17 @@ class MpiWorld {
  private:
   int rank_ = 0, size_ = 1;
 };
+
+// The MPI thread level a run uses. CPU tensors: MPI only from the main thread (CPU autograd runs backward on
+// the caller's thread): FUNNELED. CUDA tensors over MPI: the all-to-all backward runs on LibTorch's CUDA
+// autograd thread while the main thread waits in backward(): SERIALIZED. NCCL: the watchdog thread calls
+// MPI_Abort while the main thread may be inside an MPI collective: MULTIPLE.
+int required_thread_level(bool cuda_tensors, bool nccl_watchdog);
+std::string_view thread_level_name(int level);   // "MPI_THREAD_SERIALIZED", …
+
+// Throws BadInput unless `granted` ≥ `required`, naming both and what needs it (`why`, e.g. "--device cuda
+// --comm mpi").
+void check_thread_level(int granted, int required, std::string_view why);
 
 // Throws BadInput when the MPI world size differs from what the launch asked for: `expected` (e.g. a
 // --world flag) when given, otherwise SLURM_NTASKS when set. Catches `srun --mpi=none`, which starts

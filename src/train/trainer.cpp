@@ -22,6 +22,7 @@
 #include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
 #include "data/loader.hpp"
+#include "dist/mpi_world.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
@@ -297,6 +298,11 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
         device = choose_device(o.device, placed->place(groups.rank()).local_rank);
         backend = comm::choose_backend(o.comm, *device);
+        int granted = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&granted);
+        dist::check_thread_level(granted,
+                                 dist::required_thread_level(device->is_cuda(), *backend == comm::Backend::kNccl),
+                                 fmt::format("--device {} --comm {}", device->str(), comm::backend_name(*backend)));
         precision = model::precision_from_name(o.memory.precision);
       }))
     return kExitBadInput;

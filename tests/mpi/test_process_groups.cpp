@@ -113,3 +113,24 @@ TEST(CheckWorldSize, ExplicitExpectationTakesPrecedenceOverSlurm) {
             "srun --mpi=pmi2 -n 8)");
   EXPECT_EQ(bad_input_text(8, 8), "");
 }
+
+// The thread level a run needs, and the one MpiWorld asks for: MPICH grants MPI_THREAD_MULTIPLE, so every run
+// of this suite can use the NCCL watchdog's abort path from its thread.
+TEST(ThreadLevel, WhatEachRunNeedsAndWhatIsGranted) {
+  using ulysses::dist::required_thread_level;
+  EXPECT_EQ(required_thread_level(/*cuda_tensors=*/false, /*nccl_watchdog=*/false), MPI_THREAD_FUNNELED);
+  EXPECT_EQ(required_thread_level(true, false), MPI_THREAD_SERIALIZED);   // --device cuda --comm mpi
+  EXPECT_EQ(required_thread_level(true, true), MPI_THREAD_MULTIPLE);      // --comm nccl
+  int granted = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&granted);
+  EXPECT_EQ(granted, MPI_THREAD_MULTIPLE);
+  EXPECT_NO_THROW(ulysses::dist::check_thread_level(granted, MPI_THREAD_MULTIPLE, "--comm nccl"));
+  try {
+    ulysses::dist::check_thread_level(MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED, "--device cuda --comm mpi");
+    ADD_FAILURE() << "FUNNELED accepted for a run that needs SERIALIZED";
+  } catch (const BadInput& e) {
+    EXPECT_EQ(ulysses::one_line(e), "this MPI grants MPI_THREAD_FUNNELED but --device cuda --comm mpi needs "
+                                    "MPI_THREAD_SERIALIZED — HINT: use an MPI built with thread support (MPICH and "
+                                    "Open MPI grant MPI_THREAD_MULTIPLE), or train with --device cpu");
+  }
+}
