@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <exception>
 
 #include "comm/shape.hpp"
 #include "core/error.hpp"
@@ -57,33 +58,38 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seco
     : state_(std::make_unique<State>()), device_(device) {
   CHECK_MPI(MPI_Comm_size(group, &size_));
   CHECK_MPI(MPI_Comm_rank(group, &rank_));
+  state_->watchdog = std::make_unique<dist::Watchdog>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+                                                      dist::abort_job);
   ncclUniqueId id{};
   if (rank_ == 0) CHECK_NCCL(nullptr, ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  dist::Watchdog::Call init =
+      state_->watchdog->begin(fmt::format("NCCL communicator init on a group of {} (rank {})", size_, rank_));
   CHECK_NCCL(nullptr, ncclCommInitRank(&state_->comm, size_, id, rank_));
-  ncclComm_t comm = state_->comm;
-  state_->watchdog = std::make_unique<dist::Watchdog>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(timeout), [comm](const std::string& line) {
-        ncclCommAbort(comm);   // unblocks this rank's kernels; then every rank ends
-        dist::abort_job(line);
-      });
+  init.issued([] { return dist::Probe{dist::Probe::State::kDone, ""}; });
 }
 
 NcclCommunicator::~NcclCommunicator() {
   state_->watchdog.reset();   // stop watching before the communicator goes
-  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+  if (state_->comm == nullptr) return;
+  if (std::uncaught_exceptions() > 0) ncclCommAbort(state_->comm);   // peers may be blocked in a collective
+  else ncclCommDestroy(state_->comm);
+}
+
+// Registered before the NCCL call, so a call that blocks inside NCCL (a missing peer) is timed too.
+dist::Watchdog::Call NcclCommunicator::begin(const std::string& op, const torch::Tensor& x) {
+  return state_->watchdog->begin(fmt::format("NCCL {} of {} {} ({:.1f} MiB) on a group of {} (rank {})", op,
+                                             c10::toString(x.scalar_type()), shape_of(x),
+                                             static_cast<double>(x.nbytes()) / (1 << 20), size_, rank_));
 }
 
 // Records an event after the collective just enqueued; the watchdog ends the job if it errs or hangs.
-void NcclCommunicator::watch(const std::string& op, const torch::Tensor& x) {
+void NcclCommunicator::issued(dist::Watchdog::Call& call) {
   auto done = std::make_shared<c10::cuda::CUDAEvent>();
   done->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)));
   ncclComm_t comm = state_->comm;
-  const std::string what = fmt::format("NCCL {} of {} {} ({:.1f} MiB) on a group of {} (rank {})", op,
-                                       c10::toString(x.scalar_type()), shape_of(x),
-                                       static_cast<double>(x.nbytes()) / (1 << 20), size_, rank_);
-  state_->watchdog->watch(what, [done, comm]() -> dist::Probe {
+  call.issued([done, comm]() -> dist::Probe {
     try {
       if (done->query()) return {dist::Probe::State::kDone, ""};
     } catch (const std::exception& e) {
@@ -124,6 +130,7 @@ torch::Tensor NcclCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, 
   const auto count = static_cast<std::size_t>(x.numel() / size_);
   torch::Tensor out = torch::empty_like(x);   // [P*n, ...]
   ncclComm_t comm = state_->comm;
+  dist::Watchdog::Call call = begin("all_to_all", x);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   CHECK_NCCL(comm, ncclAlltoAll(x.data_ptr(), out.data_ptr(), count, type, comm, stream_of(device_)));
 #else
@@ -137,7 +144,7 @@ torch::Tensor NcclCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, 
   }
   CHECK_NCCL(comm, ncclGroupEnd());
 #endif
-  watch("all_to_all", x);
+  issued(call);
   return out;
 }
 
@@ -145,10 +152,11 @@ void NcclCommunicator::all_reduce_sum(torch::Tensor& x) {
   check_tensor("all_reduce_sum", x, device_);
   ULY_CHECK(x.scalar_type() != torch::kByte, "all_reduce_sum: uint8 is not summed (it would wrap around)");
   torch::Tensor sum = is_narrow(x.scalar_type()) ? x.to(torch::kFloat) : x;   // x's shape
+  dist::Watchdog::Call call = begin("all_reduce_sum", sum);
   CHECK_NCCL(state_->comm, ncclAllReduce(sum.data_ptr(), sum.data_ptr(), static_cast<std::size_t>(sum.numel()),
                                          nccl_type("all_reduce_sum", sum.scalar_type()), ncclSum, state_->comm,
                                          stream_of(device_)));
-  watch("all_reduce_sum", sum);
+  issued(call);
   if (!sum.is_same(x)) x.copy_(sum);
 }
 
@@ -158,9 +166,10 @@ torch::Tensor NcclCommunicator::all_gather(const torch::Tensor& x) {   // [n, ..
   auto sizes = x.sizes().vec();
   sizes[0] *= size_;
   torch::Tensor out = torch::empty(sizes, x.options());   // [P*n, ...]
+  dist::Watchdog::Call call = begin("all_gather", out);
   CHECK_NCCL(state_->comm, ncclAllGather(x.data_ptr(), out.data_ptr(), static_cast<std::size_t>(x.numel()),
                                          nccl_type("all_gather", x.scalar_type()), state_->comm, stream_of(device_)));
-  watch("all_gather", out);
+  issued(call);
   return out;
 }
 
@@ -170,19 +179,21 @@ torch::Tensor NcclCommunicator::reduce_scatter_sum(const torch::Tensor& x) {   /
   ULY_CHECK(x.scalar_type() != torch::kByte, "reduce_scatter_sum: uint8 is not summed (it would wrap around)");
   const torch::Tensor in = is_narrow(x.scalar_type()) ? x.to(torch::kFloat) : x;   // [P*n, ...]
   torch::Tensor out = torch::empty_like(in.chunk(size_)[0]);                      // [n, ...]
+  dist::Watchdog::Call call = begin("reduce_scatter_sum", in);
   CHECK_NCCL(state_->comm, ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<std::size_t>(out.numel()),
                                              nccl_type("reduce_scatter_sum", in.scalar_type()), ncclSum, state_->comm,
                                              stream_of(device_)));
-  watch("reduce_scatter_sum", in);
+  issued(call);
   return out.to(x.scalar_type());
 }
 
 void NcclCommunicator::broadcast(torch::Tensor& x, int root) {
   check_tensor("broadcast", x, device_);
   ULY_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a group of {}", root, size_);
+  dist::Watchdog::Call call = begin("broadcast", x);
   CHECK_NCCL(state_->comm, ncclBroadcast(x.data_ptr(), x.data_ptr(), static_cast<std::size_t>(x.nbytes()), ncclUint8,
                                          root, state_->comm, stream_of(device_)));
-  watch("broadcast", x);
+  issued(call);
 }
 
 void NcclCommunicator::barrier() {

@@ -7,9 +7,13 @@
 // grouped ncclSend/ncclRecv otherwise; all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
 // float32 temporary, as the MPI backend does. Every NCCL call is checked (file:line, NCCL's message).
 //
-// Hangs and failures end the job: a dist::Watchdog records an event after each collective and polls it
-// with ncclCommGetAsyncError; an error, or a collective still unfinished after `timeout`, aborts the NCCL
-// communicator and ends every rank (MPI_Abort) with one line naming the collective, its size and group.
+// Hangs and failures end the job: a dist::Watchdog watches each collective from before it is issued (NCCL
+// connects peers lazily inside the first one and blocks there when a peer is missing; the communicator's
+// init is watched the same way), then polls an event recorded after it and ncclCommGetAsyncError. An error,
+// or a collective still unfinished after `timeout`, ends every rank (MPI_Abort) with one line naming the
+// collective, its size and group — the job first: ncclCommAbort could wait behind a spinning kernel.
+// Teardown while an exception unwinds aborts the communicator instead of destroying it (destroy flushes
+// pending work that may wait on peers blocked in a collective).
 #pragma once
 
 #include <mpi.h>
@@ -19,6 +23,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "dist/watchdog.hpp"
 
 namespace ulysses::comm {
 
@@ -43,7 +48,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   struct State;   // the ncclComm_t and the watchdog (keeps <nccl.h> out of this header)
-  void watch(const std::string& op, const torch::Tensor& x);
+  dist::Watchdog::Call begin(const std::string& op, const torch::Tensor& x);   // before the NCCL call
+  void issued(dist::Watchdog::Call& call);                                     // after it: watch its event
   std::unique_ptr<State> state_;
   int size_ = 1, rank_ = 0, device_ = 0;
 };

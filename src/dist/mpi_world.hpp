@@ -50,7 +50,8 @@ void check_thread_level(int granted, int required, std::string_view why);
 void check_world_size(int mpi_size, std::optional<int> expected = std::nullopt);
 
 // Prints "[rank r] message" on stderr and ends every rank with `code` (MPI_Abort on MPI_COMM_WORLD).
-// Before MPI_Init or after MPI_Finalize it ends only this process, with the same code.
+// Before MPI_Init or after MPI_Finalize it ends only this process, with the same code. Should MPI_Abort not
+// have ended the process 10 s later (called from a thread while another holds MPI), the rank _Exits itself.
 [[noreturn]] void abort_all(int code, std::string_view message);
 
 // Runs body and returns its exit code. An exception prints "[rank r] error: …" (BadInput with its

@@ -19,9 +19,33 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::watch(std::string what, ProbeFn probe) {
+Watchdog::Call Watchdog::begin(std::string what) {
+  auto slot = std::make_shared<Slot>();
   std::lock_guard lock(mu_);
-  pieces_.push_back({std::move(what), std::move(probe), std::chrono::steady_clock::now()});
+  pieces_.push_back({std::move(what), slot, std::chrono::steady_clock::now()});
+  return Call(std::move(slot));
+}
+
+void Watchdog::Call::issued(ProbeFn probe) {
+  std::lock_guard lock(slot_->mu);
+  slot_->probe = std::move(probe);
+}
+
+Watchdog::Call::~Call() {
+  if (!slot_) return;   // moved from
+  std::lock_guard lock(slot_->mu);
+  if (!slot_->probe) slot_->abandoned = true;
+}
+
+Probe Watchdog::Slot::look() {
+  ProbeFn p;
+  {
+    std::lock_guard lock(mu);
+    if (abandoned) return {Probe::State::kDone, ""};
+    if (!probe) return {Probe::State::kPending, ""};
+    p = probe;
+  }
+  return p();
 }
 
 std::size_t Watchdog::pending() const {
@@ -39,7 +63,7 @@ bool Watchdog::check_front() {
       if (pieces_.empty()) return true;
       front = pieces_.front();
     }
-    const Probe p = front.probe();
+    const Probe p = front.slot->look();
     if (p.state == Probe::State::kDone) {
       std::lock_guard lock(mu_);
       pieces_.pop_front();

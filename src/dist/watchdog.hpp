@@ -1,17 +1,21 @@
 // Watchdog: a thread that watches asynchronous work in flight (NCCL collectives enqueued on a CUDA stream)
 // and ends the job when one fails or does not finish in time, instead of letting every rank hang.
 //
-// The owner registers each piece of work with a probe that says done / pending / failed (for NCCL: a CUDA
-// event query, then ncclCommGetAsyncError). The thread polls the oldest pieces every `poll`; a failed
-// probe, or a piece still pending `timeout` after it was registered, calls `on_fatal` once with one line
-// ("NCCL all_to_all [8 MiB] on a group of 4 did not finish within 600 s — ..."). The default on_fatal
-// (abort_job) prints the line and ends every rank through MPI_Abort. Torch- and CUDA-free: tested on CPU.
+// The owner registers each piece of work *before* issuing it (begin), then hands over a probe that says
+// done / pending / failed once it is issued (Call::issued; for NCCL: a CUDA event query, then
+// ncclCommGetAsyncError). Until then the piece is pending: NCCL connects peers lazily inside the first
+// collective and blocks there when a peer is missing, and that wait is timed too. A Call destroyed without
+// issued (the call threw) is dropped. The thread polls the oldest pieces every `poll`; a failed probe, or a
+// piece still pending `timeout` after begin, calls `on_fatal` once with one line ("NCCL all_to_all [8 MiB]
+// on a group of 4 did not finish within 600 s — ..."). The default on_fatal (abort_job) prints the line and
+// ends every rank through MPI_Abort. Torch- and CUDA-free: tested on CPU.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,9 +29,26 @@ struct Probe {
 };
 
 class Watchdog {
+  struct Slot;   // one piece's probe, set when its work is issued
+
  public:
   using ProbeFn = std::function<Probe()>;
   using FatalFn = std::function<void(const std::string&)>;
+
+  // A piece of work being issued: pending (and timed) from begin until issued(probe) hands over its probe.
+  class Call {
+   public:
+    void issued(ProbeFn probe);
+    ~Call();   // without issued (the call threw): the piece is dropped
+    Call(Call&&) = default;
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    friend class Watchdog;
+    explicit Call(std::shared_ptr<Slot> slot) : slot_(std::move(slot)) {}
+    std::shared_ptr<Slot> slot_;
+  };
 
   // timeout: how long a piece may stay pending; 0 disables the timeout (failures still end the job).
   Watchdog(std::chrono::milliseconds timeout, FatalFn on_fatal,
@@ -36,13 +57,19 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void watch(std::string what, ProbeFn probe);
-  std::size_t pending() const;   // pieces registered and not yet seen done
+  Call begin(std::string what);   // before issuing the work `what` names
+  std::size_t pending() const;    // pieces registered and not yet seen done
 
  private:
+  struct Slot {
+    std::mutex mu;
+    ProbeFn probe;            // empty until issued
+    bool abandoned = false;   // the Call went without issued
+    Probe look();
+  };
   struct Piece {
     std::string what;
-    ProbeFn probe;
+    std::shared_ptr<Slot> slot;
     std::chrono::steady_clock::time_point since;
   };
   void loop();
@@ -58,6 +85,8 @@ class Watchdog {
 };
 
 // The default on_fatal: "[rank R] fatal: <line>" on stderr, then MPI_Abort of MPI_COMM_WORLD (every rank ends).
+// Nothing is torn down first: a communicator abort may wait behind a kernel spinning in a collective
+// (NVIDIA/nccl#549), and ending the process frees the GPU anyway.
 [[noreturn]] void abort_job(const std::string& line);
 
 }  // namespace ulysses::dist

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -46,7 +47,7 @@ TEST(Watchdog, ForgetsWorkThatFinishesInTime) {
   Fatal fatal;
   std::atomic<bool> done{false};
   Watchdog dog(2s, fatal.fn(), 10ms);
-  dog.watch("NCCL all_to_all", [&] { return Probe{done ? Probe::State::kDone : Probe::State::kPending, ""}; });
+  dog.begin("NCCL all_to_all").issued([&] { return Probe{done ? Probe::State::kDone : Probe::State::kPending, ""}; });
   EXPECT_EQ(dog.pending(), 1u);
   done = true;
   EXPECT_TRUE(eventually([&] { return dog.pending() == 0; }));
@@ -57,7 +58,7 @@ TEST(Watchdog, EndsTheJobWhenWorkHangsPastTheTimeout) {
   Fatal fatal;
   const auto start = std::chrono::steady_clock::now();
   Watchdog dog(200ms, fatal.fn(), 10ms);
-  dog.watch("NCCL all_reduce_sum of Float [1024] on a group of 4", [] { return Probe{Probe::State::kPending, ""}; });
+  dog.begin("NCCL all_reduce_sum of Float [1024] on a group of 4").issued([] { return Probe{Probe::State::kPending, ""}; });
   ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }));
   EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
   EXPECT_NE(fatal.get().find("NCCL all_reduce_sum of Float [1024] on a group of 4 did not finish within 0.2 s"),
@@ -70,7 +71,7 @@ TEST(Watchdog, EndsTheJobWhenWorkHangsPastTheTimeout) {
 TEST(Watchdog, EndsTheJobAtOnceWhenWorkFails) {
   Fatal fatal;
   Watchdog dog(1h, fatal.fn(), 10ms);
-  dog.watch("NCCL broadcast", [] { return Probe{Probe::State::kFailed, "unhandled system error: peer closed"}; });
+  dog.begin("NCCL broadcast").issued([] { return Probe{Probe::State::kFailed, "unhandled system error: peer closed"}; });
   ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }, 1s));
   EXPECT_EQ(fatal.get(), "NCCL broadcast failed: unhandled system error: peer closed");
 }
@@ -80,8 +81,8 @@ TEST(Watchdog, JudgesPiecesInOrderAndNeverTimesOutWithZero) {
   std::atomic<int> finished{0};
   Watchdog dog(0ms, fatal.fn(), 5ms);   // 0: no timeout
   for (int i = 1; i <= 3; ++i)
-    dog.watch("piece " + std::to_string(i),
-              [&, i] { return Probe{finished >= i ? Probe::State::kDone : Probe::State::kPending, ""}; });
+    dog.begin("piece " + std::to_string(i)).issued(
+        [&, i] { return Probe{finished >= i ? Probe::State::kDone : Probe::State::kPending, ""}; });
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(dog.pending(), 3u);
   finished = 2;
@@ -89,6 +90,45 @@ TEST(Watchdog, JudgesPiecesInOrderAndNeverTimesOutWithZero) {
   finished = 3;
   EXPECT_TRUE(eventually([&] { return dog.pending() == 0; }));
   EXPECT_EQ(fatal.calls, 0);
+}
+
+TEST(Watchdog, TimesACallThatBlocksBeforeItIsIssued) {
+  // NCCL connects peers inside the first collective and blocks there when one is missing: the call never
+  // returns to hand over its probe, and the watchdog must end the job anyway.
+  Fatal fatal;
+  Watchdog dog(150ms, fatal.fn(), 10ms);
+  Watchdog::Call call = dog.begin("NCCL all_to_all of BFloat16 [8, 4096] on a group of 8 (rank 3)");
+  ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }, 2s));
+  EXPECT_NE(fatal.get().find("NCCL all_to_all of BFloat16 [8, 4096] on a group of 8 (rank 3) did not finish within "
+                             "0.15 s"), std::string::npos) << fatal.get();
+}
+
+TEST(Watchdog, PendingUntilIssuedThenJudgedByItsProbe) {
+  Fatal fatal;
+  std::atomic<bool> done{false};
+  Watchdog dog(1h, fatal.fn(), 5ms);
+  Watchdog::Call call = dog.begin("NCCL all_gather");
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(dog.pending(), 1u) << "not issued yet: still watched";
+  call.issued([&] { return Probe{done ? Probe::State::kDone : Probe::State::kPending, ""}; });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(dog.pending(), 1u);
+  done = true;
+  EXPECT_TRUE(eventually([&] { return dog.pending() == 0; }));
+  EXPECT_EQ(fatal.calls, 0);
+}
+
+TEST(Watchdog, ACallThatThrowsBeforeIssuedIsDropped) {
+  Fatal fatal;
+  Watchdog dog(100ms, fatal.fn(), 5ms);
+  try {
+    Watchdog::Call call = dog.begin("NCCL broadcast");
+    throw std::runtime_error("ncclBroadcast failed: invalid argument");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_TRUE(eventually([&] { return dog.pending() == 0; }));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(fatal.calls, 0) << "the thrown error is reported by the caller, not as a hang";
 }
 
 }  // namespace

@@ -2,32 +2,50 @@
 """GPU benchmark of ulysses-train against Hugging Face transformers, measured in the same run on the same GPU.
 
 A Llama-3.2-1B-shaped model (random weights, no download), one GPU, SP=1, bf16 compute with fp32 weights
-and AdamW state, one sequence per step of 16K, 32K and 64K tokens, then doubling until ours no longer
-fits (the longest that fits; transformers runs beside it while it fits). Each side of each length runs
-in a process of its own, so an out-of-memory in one cannot touch the other; it is reported as OOM in the
-table, not as a crash:
+and AdamW state, one sequence per step. Both sides always run with the same recomputation setting:
 
-  ours          ulysses-train --device cuda --precision bf16 --sp 1 on a dataset packed by ulysses-pack
-                (one document of exactly S tokens per sequence, so both sides do the same attention work)
-  transformers  LlamaForCausalLM from the same config.json: sdpa attention, gradient checkpointing,
-                torch.autocast(bfloat16) over fp32 weights, fused torch.optim.AdamW, grad clipping 1.0
+  fixed lengths      16K, 32K and 64K tokens (--lengths), recomputation OFF on both sides (every layer's
+                     activations kept for backward). A side that does not fit is OOM in the table there
+                     (and at the longer fixed lengths): it is never switched to recomputation.
+  longest that fits  per-layer recomputation ON on both sides: from the longest fixed length, doubling
+                     while a side fits (halving for a side that does not fit there), up to --max-length,
+                     so each side's longest at power-of-two steps (--no-search: not run).
 
-Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 1.3), TFLOPS and MFU of
-both (target for ours >= 45%) and peak GPU memory. MFU is against the GPU's bf16 matmul ceiling measured
-at the start of the same run (8192^3 matmuls, median of timed reps with CUDA events). Both sides count
-FLOPs with the trainer's formula (src/train/report.cpp step_flops): 6*M*T + 12*layers*heads*head_dim*S*T
-(M the weights of matrix products: every matrix but an untied embedding table),
-model FLOPs only (the recomputation of gradient checkpointing is not counted). Step times are medians of
-the timed steps after the warmup steps. The whole run ends within --time-limit (default 540 s, so it
-fits one 10-minute job): a run predicted not to finish in the time left is skipped, one still running at
-the limit is ended; both are said so in the table.
+Each side of each length runs in a process of its own, so an out-of-memory in one cannot touch the other;
+it is reported as OOM in the table, not as a crash:
+
+  ours          ulysses-train --device cuda --precision bf16 --sp 1 --sharding no_shard, plus
+                --activation-checkpointing in the search, on a dataset packed by ulysses-pack (one document
+                of exactly S tokens per sequence, so both sides do the same attention work)
+  transformers  LlamaForCausalLM from the same config.json: sdpa attention, torch.autocast(bfloat16) over fp32
+                weights, fused torch.optim.AdamW, grad clipping 1.0; gradient_checkpointing_enable(
+                use_reentrant=False) in the search only
+
+Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 1.3), TFLOPS of both and
+MFU of both against two denominators: the GPU's bf16 matmul ceiling measured at the start of the same run
+(8192^3 matmuls, median of timed reps with CUDA events; the MFU target for ours, >= 45%, is judged against
+it at the fixed lengths, where no side recomputes) and the datasheet dense bf16 peak of the GPU
+(DATASHEET_BF16_TFLOPS; n/a for a device not listed there); peak GPU memory; and the attention kernel of
+each side: ours from the trainer's "attention:" log line, transformers' SDPA backend as
+torch._fused_sdp_choice picks it for the query/key/value, mask and flags that transformers passes to
+scaled_dot_product_attention in the run's first step.
+
+Both sides count FLOPs with the trainer's formula (src/plan/memory_model.cpp step_flops):
+6*M*T + 6*layers*heads*head_dim*sum(d^2), M the weights of matrix products (every matrix but an untied
+embedding table), T the tokens of the step and d the length of each document of each sequence of the
+step (causal attention: forward QK^T and PV are 2*heads*head_dim*d^2 per layer, backward twice the
+forward). One document of S tokens per sequence here, so sum(d^2) = S^2. Model FLOPs only: recomputation
+is not counted, on either side. Step times are medians of the timed steps after the warmup steps. The
+whole run ends within --time-limit (default 540 s, so it fits one 10-minute job): a run predicted not to
+finish in the time left is skipped, one still running at the limit is ended; both are said so in the table.
 
 examples:
   # the whole benchmark
   python3 tools/bench/gpu_bench.py --train build/src/train/ulysses-train --pack build/src/pack/ulysses-pack
   # one length, more timed steps, results also as JSON
   python3 tools/bench/gpu_bench.py --lengths 32768 --no-search --steps 5 --json out/gpu-bench.json
-  # the same code path end to end on CPU: the tiny Llama of datasets/sample, fp32, 256/512/1024 tokens
+  # the same code path end to end on CPU: the tiny Llama of datasets/sample, fp32, 256/512 tokens without
+  # recomputation, then 512/1024 with it
   python3 tools/bench/gpu_bench.py --smoke
 
 Torch runs only in child processes, under --python (default: this interpreter if it has torch and
@@ -56,9 +74,27 @@ SMOKE_LENGTHS = [256, 512]
 RATIO_TARGET = 1.3
 MFU_TARGET = 0.45
 ALIGN = 64   # ulysses-pack's default --align: S must be a multiple of it at --sp 1
-FLOPS_FORMULA = "6*M*T + 12*layers*heads*head_dim*S*T (src/train/report.cpp step_flops, M = matrix weights; model FLOPs, " \
-                "no recomputation counted), the same for both sides"
+FLOPS_FORMULA = "6*M*T + 6*layers*heads*head_dim*sum(d^2) (src/plan/memory_model.cpp step_flops; M = matrix " \
+                "weights, T = tokens of the step, d = each document's length: causal attention, forward " \
+                "2*heads*head_dim*d^2 per layer and backward twice that; one document of S tokens per sequence " \
+                "here, so sum(d^2) = S^2; model FLOPs, recomputation not counted), the same for both sides"
+OLD_FLOPS_FORMULA = "6*M*T + 12*layers*heads*head_dim*S*T"   # what trainers built before the causal count report
+# Datasheet dense (no sparsity) bf16 tensor-core peak per GPU in TFLOPS, matched as a case-insensitive substring of
+# the device name, first match wins (so "H100 PCIe" and "H100 NVL" before "H100"); a device not listed: n/a.
+DATASHEET_BF16_TFLOPS = [("GB200", 2500.0), ("B200", 2250.0), ("B100", 1750.0), ("H200", 989.4), ("H100 PCIe", 756.0),
+                         ("H100 NVL", 835.0), ("H100", 989.4), ("H800", 989.4), ("A100", 312.0), ("A800", 312.0),
+                         ("L40S", 362.05), ("A10G", 70.0)]
+# Recomputation labels: off at the fixed lengths, per-layer on both sides in the search for the longest that fits.
+RECOMPUTE = {False: "off", True: "on"}
+RECOMPUTE_OURS = {False: "no --activation-checkpointing (every layer's activations kept)",
+                  True: "--activation-checkpointing (each decoder layer recomputed in backward)"}
+RECOMPUTE_HF = {False: "no gradient checkpointing (every layer's activations kept)",
+                True: "gradient_checkpointing_enable(use_reentrant=False) (each decoder layer recomputed in backward)"}
+SIDES = (("ours", "ours"), ("hf", "transformers"))
 OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|std::bad_alloc", re.I)
+# ulysses-train refuses a run its memory plan predicts not to fit (src/train/memory_check.cpp): an OOM predicted,
+# not measured, and said so in the table
+PLAN_REFUSAL = re.compile(r"the memory plan at S = \d+ needs .*")
 
 
 class BenchError(Exception):
@@ -110,9 +146,34 @@ def matmul_params(cfg):
     return cfg["num_hidden_layers"] * per_layer + vocab * h
 
 
-def step_flops(cfg, seq_len, tokens):
-    return 6.0 * matmul_params(cfg) * tokens + 12.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) \
-        * seq_len * tokens
+def step_flops(cfg, tokens, doc_sq_sum):
+    """Model FLOPs of one training step (src/plan/memory_model.cpp step_flops): 6*M*T for the matrix products of
+    T tokens (forward 2*M*T, backward twice that) plus causal attention, 6*layers*heads*head_dim*sum(d^2) over
+    every document d of every sequence of the step (forward QK^T and PV are heads*head_dim*d^2 each with the
+    causal half, 2*heads*head_dim*d^2 per layer; backward twice the forward). Recomputation is not counted."""
+    return 6.0 * matmul_params(cfg) * tokens \
+        + 6.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) * doc_sq_sum
+
+
+def seq_flops(cfg, S):
+    """A step of this benchmark: one sequence of S tokens holding one document of S tokens."""
+    return step_flops(cfg, S, float(S) * S)
+
+
+def old_seq_flops(cfg, S):
+    """The same step by the formula of trainers built before the causal count (OLD_FLOPS_FORMULA)."""
+    return 6.0 * matmul_params(cfg) * S + 12.0 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) \
+        * float(S) * S
+
+
+def datasheet_peak(device_name, device):
+    """(TFLOPS, the name it matched) of the datasheet dense bf16 peak, or (None, why not)."""
+    if device != "cuda":
+        return None, "no datasheet bf16 peak on CPU"
+    for key, tflops in DATASHEET_BF16_TFLOPS:
+        if key.lower() in device_name.lower():
+            return tflops, key
+    return None, f"{device_name!r} is not in DATASHEET_BF16_TFLOPS"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -158,6 +219,9 @@ def tail(path, lines=15):
 
 def failure_status(rc, log):
     text = pathlib.Path(log).read_text(errors="replace") if pathlib.Path(log).exists() else ""
+    plan = PLAN_REFUSAL.search(text)
+    if plan:
+        return "OOM", f"refused by the trainer's memory plan (predicted, not measured): {plan.group(0)[:300]}"
     if OOM_PATTERNS.search(text):
         return "OOM", next((l.strip() for l in text.splitlines() if OOM_PATTERNS.search(l)), "")[:300]
     if rc in (-9, 137):
@@ -170,20 +234,28 @@ class Runner:
     def __init__(self, a, work, cfg, cfg_path, env):
         self.a, self.work, self.cfg, self.cfg_path, self.env = a, work, cfg, cfg_path, env
         self.deadline = a.start + a.time_limit if a.time_limit > 0 else None
-        self.history = {}   # side -> (length, median step s, overhead s): predicts the next run's time
+        # (side, recompute) -> (length, median step s, overhead s): predicts the next run's time
+        self.history = {}
 
     def remaining(self):
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def predict(self, side, S):
-        if side not in self.history:
+    def predict(self, side, S, recompute):
+        """Seconds a run would take: the last run of the side scaled by model FLOPs; from the other
+        recomputation setting when this one has not run yet (recomputing every layer is one more forward:
+        about 4/3 of the step)."""
+        if (side, recompute) in self.history:
+            s0, step0, over = self.history[(side, recompute)]
+        elif (side, not recompute) in self.history:
+            s0, step0, over = self.history[(side, not recompute)]
+            step0 *= 4 / 3 if recompute else 3 / 4
+        else:
             return None
-        s0, step0, over = self.history[side]
-        scale = step_flops(self.cfg, S, S) / step_flops(self.cfg, s0, s0)
+        scale = seq_flops(self.cfg, S) / seq_flops(self.cfg, s0)
         return over + (self.a.warmup + self.a.steps) * step0 * scale
 
-    def fits_in_time(self, side, S):
-        rem, est = self.remaining(), self.predict(side, S)
+    def fits_in_time(self, side, S, recompute):
+        rem, est = self.remaining(), self.predict(side, S, recompute)
         if rem is not None and rem <= 5:
             return False, "time limit reached"
         if rem is not None and est is not None and est > rem:
@@ -233,18 +305,23 @@ class Runner:
             raise BenchError(f"ulysses-pack failed for S={S}: {last}", f"run it by hand: {' '.join(cmd)}")
         return out, cmd
 
-    def run_ours(self, S, ceiling):
+    def run_ours(self, S, ceiling, recompute):
         a = self.a
         total = a.warmup + a.steps
         data, pack_cmd = self.pack(S)
-        out = self.work / f"ours-{S}"
+        tag = f"{S}-recompute-{RECOMPUTE[recompute]}"
+        out = self.work / f"ours-{tag}"
         cmd = [str(a.train), "--data", str(data), "--model-config", str(self.cfg_path), "--output", str(out),
                "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
                "--save-every", "0"]
-        cmd += ["--device", a.device, "--precision", a.precision, "--peak-tflops", f"{ceiling:.3f}"]
+        # one rank: nothing to shard, but said so; recomputation exactly as transformers' side of this length
+        cmd += ["--device", a.device, "--precision", a.precision, "--peak-tflops", f"{ceiling:.3f}", "--sharding",
+                "no_shard"]
+        if recompute:
+            cmd += ["--activation-checkpointing"]
         if a.device == "cpu":
             cmd += ["--threads", str(a.threads)]
-        log = self.work / f"ours-{S}.log"
+        log = self.work / f"ours-{tag}.log"
         metrics = out / "metrics.jsonl"
 
         def rows():
@@ -262,7 +339,8 @@ class Runner:
         rc, timed_out = self.wait(p, done=lambda: len(rows()) >= total)
         wall = time.monotonic() - start
         got = rows()
-        res = {"command": cmd, "pack_command": pack_cmd}
+        res = {"command": cmd, "pack_command": pack_cmd, "recompute": recompute}
+        res.update(trainer_log_lines(log))
         if timed_out:
             res.update(status="TIMEOUT", message=f"--time-limit reached after {len(got)} of {total} steps")
         elif len(got) < total:
@@ -275,24 +353,26 @@ class Runner:
             key = "peak_gpu_mib" if a.device == "cuda" else "peak_rss_mib"
             peaks = [m[key] for m in got[:total] if key in m]
             res["peak_mib"] = max(peaks) if peaks else None
+            # the trainer's own count, for the cross-check only: the table counts both sides with seq_flops
             res["trainer_tflops"] = statistics.median(m["tflops"] for m in timed)
             res["trainer_step_flops"] = statistics.median(m["tflops"] * 1e12 * m["seconds"] for m in timed)
             if all("mfu" in m for m in timed):
                 res["trainer_mfu"] = statistics.median(m["mfu"] for m in timed)
             med = statistics.median(res["step_seconds"][a.warmup:])
-            self.history["ours"] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+            self.history[("ours", recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(data, ignore_errors=True)
         return res
 
-    def run_hf(self, S):
+    def run_hf(self, S, recompute):
         a = self.a
-        spec_path, result_path = self.work / f"hf-{S}.spec.json", self.work / f"hf-{S}.result.json"
+        tag = f"{S}-recompute-{RECOMPUTE[recompute]}"
+        spec_path, result_path = self.work / f"hf-{tag}.spec.json", self.work / f"hf-{tag}.result.json"
         spec = {"config": str(self.cfg_path), "length": S, "warmup": a.warmup, "steps": a.steps, "device": a.device,
                 "precision": a.precision, "threads": a.threads if a.device == "cpu" else 0,
-                "result": str(result_path)}
+                "gradient_checkpointing": recompute, "result": str(result_path)}
         spec_path.write_text(json.dumps(spec))
-        log = self.work / f"hf-{S}.log"
+        log = self.work / f"hf-{tag}.log"
         start = time.monotonic()
         with open(log, "w") as f:
             p = subprocess.Popen([a.python, str(WORKERS), "hf", str(spec_path)], stdout=f, stderr=subprocess.STDOUT,
@@ -306,12 +386,28 @@ class Runner:
                              (tail(log, 1).split(" — HINT: ") + ["see the log"])[1])
         if not result_path.exists():
             status, msg = failure_status(rc, log)
-            return {"status": status, "message": msg, "log_tail": tail(log)}
+            return {"status": status, "message": msg, "log_tail": tail(log), "recompute": recompute}
         res = json.loads(result_path.read_text())
+        res["recompute"] = recompute
         if res["status"] == "ok":
             med = statistics.median(res["step_seconds"][a.warmup:])
-            self.history["hf"] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+            self.history[("hf", recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
         return res
+
+
+def trainer_log_lines(log):
+    """The trainer's own words on its attention kernel and its activations ("attention: ..." and
+    "activations: ..." of src/train/trainer.cpp), from its log."""
+    try:
+        text = pathlib.Path(log).read_text(errors="replace")
+    except OSError:
+        return {}
+    out = {}
+    for key in ("attention", "activations"):
+        m = re.search(rf"^(?:\[[^\]]*\] )?{key}: (.+)$", text, re.M)
+        if m:
+            out[key] = m.group(1).strip()
+    return out
 
 
 def measure_ceiling(a, work, env):
@@ -336,43 +432,101 @@ def measure_ceiling(a, work, env):
     return json.loads(result_path.read_text())
 
 
-def summarize(res, a, cfg, S, ceiling):
-    """Adds tokens/s, TFLOPS and MFU (from the median timed step) to one side's result."""
+def summarize(res, a, cfg, S, ceiling, peak):
+    """Adds tokens/s, TFLOPS and MFU against both denominators (the measured matmul ceiling and the datasheet
+    peak, None when not known) from the median timed step to one side's result."""
     if res.get("status") != "ok":
         return res
     med = statistics.median(res["step_seconds"][a.warmup:])
-    tflops = step_flops(cfg, S, S) / med / 1e12
-    res.update(median_step_s=med, tokens_per_s=S / med, tflops=tflops, mfu=tflops / ceiling)
+    flops = seq_flops(cfg, S)
+    tflops = flops / med / 1e12
+    res.update(median_step_s=med, tokens_per_s=S / med, step_flops=flops, tflops=tflops, mfu_ceiling=tflops / ceiling,
+               mfu_datasheet=None if peak is None else tflops / peak)
     return res
+
+
+def status_cell(res):
+    status = res.get("status", "—")
+    return "OOM (plan)" if status == "OOM" and "memory plan" in res.get("message", "") else status
 
 
 def cell(res, key, fmt):
     if res.get("status") != "ok":
-        return res.get("status", "—")
+        return status_cell(res)
     v = res.get(key)
     return "n/a" if v is None else fmt.format(v)
 
 
-def print_table(rows, a):
+def mfu_cell(res):
+    if res.get("status") != "ok":
+        return status_cell(res)
+    sheet = "n/a" if res.get("mfu_datasheet") is None else f"{res['mfu_datasheet']:.1%}"
+    return f"{res['mfu_ceiling']:.1%} / {sheet}"
+
+
+def short_attention(res, side):
+    """The attention kernel in a few words for the table (the whole description is printed under it)."""
+    if side == "ours":
+        line = res.get("attention")
+        if not line:
+            return "—"
+        m = re.search(r"PyTorch picks (\w+)", line)   # "fused SDPA per document (PyTorch picks X for T on D)"
+        if m:
+            return f"SDPA {m.group(1)}"
+        return "flash varlen" if "varlen" in line else line.split(" (")[0][:24]
+    return (res.get("sdpa") or {}).get("backend", "—")
+
+
+def describe_sdpa(sd):
+    """transformers' SDPA backend with what it was chosen for."""
+    if not sd:
+        return "n/a"
+    if not sd.get("calls"):
+        return sd.get("backend", "n/a")
+    mask = "no mask" if sd.get("attn_mask") is None else f"a mask {sd['attn_mask']}"
+    enabled = ", ".join(k for k, v in (sd.get("enabled") or {}).items() if v) or "none"
+    return (f"{sd['backend']} on {sd['device']} (torch._fused_sdp_choice on the arguments transformers passes to "
+            f"scaled_dot_product_attention, first step: q {sd['query']}, k/v {sd['key']} {sd['dtype']}, {mask}, "
+            f"is_causal={sd['is_causal']}, enable_gqa={sd['enable_gqa']}; {sd['calls']} calls; backends enabled: "
+            f"{enabled})")
+
+
+def print_table(rows, a, ceiling, peak):
     unit, div = ("MiB", 1.0) if a.smoke else ("GiB", 1024.0)
     mem = "peak RSS" if a.device == "cpu" else "peak GPU"
-    head = ["length", "ours tok/s", "HF tok/s", "RATIO ours/HF", "ours TFLOPS", "ours MFU", "HF TFLOPS", "HF MFU",
-            f"ours {mem} {unit}", f"HF {mem} {unit}"]
+    head = ["length", "recompute", "ours tok/s", "HF tok/s", "RATIO ours/HF", "ours TFLOPS", "ours MFU ceil/sheet",
+            "HF TFLOPS", "HF MFU ceil/sheet", f"ours {mem} {unit}", f"HF {mem} {unit}", "ours attention", "HF SDPA"]
     body = []
+    tf = "{:.1f}" if not a.smoke else "{:.3f}"
     for r in rows:
         o, h = r["ours"], r["hf"]
         ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
-        peak = lambda res: {**res, "peak": None if res.get("peak_mib") is None else res["peak_mib"] / div}  # noqa
-        body.append([str(r["length"]), cell(o, "tokens_per_s", "{:,.0f}"), cell(h, "tokens_per_s", "{:,.0f}"), ratio,
-                     cell(o, "tflops", "{:.1f}" if not a.smoke else "{:.3f}"), cell(o, "mfu", "{:.1%}"),
-                     cell(h, "tflops", "{:.1f}" if not a.smoke else "{:.3f}"), cell(h, "mfu", "{:.1%}"),
-                     cell(peak(o), "peak", "{:,.1f}"), cell(peak(h), "peak", "{:,.1f}")])
+        peak_of = lambda res: {**res, "peak": None if res.get("peak_mib") is None else res["peak_mib"] / div}  # noqa
+        body.append([str(r["length"]), RECOMPUTE[r["recompute"]], cell(o, "tokens_per_s", "{:,.0f}"),
+                     cell(h, "tokens_per_s", "{:,.0f}"), ratio, cell(o, "tflops", tf), mfu_cell(o), cell(h, "tflops", tf),
+                     mfu_cell(h), cell(peak_of(o), "peak", "{:,.1f}"), cell(peak_of(h), "peak", "{:,.1f}"),
+                     short_attention(o, "ours"), short_attention(h, "hf")])
     widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
     line = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))   # noqa: E731
     print(line(head))
     print("  ".join("-" * w for w in widths))
     for b in body:
         print(line(b))
+    sheet = f"{peak:.1f}" if peak is not None else "n/a"
+    print(f"recompute: the same on both sides of a row: off = {RECOMPUTE_OURS[False]} / {RECOMPUTE_HF[False]}; "
+          f"on = {RECOMPUTE_OURS[True]} / {RECOMPUTE_HF[True]}")
+    print(f"MFU ceil/sheet: model FLOPs against the measured matmul ceiling ({ceiling:.1f} TFLOPS) / against the "
+          f"datasheet dense bf16 peak ({sheet} TFLOPS)")
+    for side, label, what in (("ours", "ours", "its log's \"attention:\" line"),
+                              ("hf", "transformers", "SDPA backend")):
+        seen = {}
+        for r in rows:
+            text = r[side].get("attention") if side == "ours" else describe_sdpa(r[side].get("sdpa"))
+            if text and text != "n/a":
+                seen.setdefault(text, []).append(f"{r['length']}/{RECOMPUTE[r['recompute']]}")
+        for text, where in seen.items() or [("n/a", [])]:
+            at = "" if len(seen) == 1 else f" [at {', '.join(where)}]"
+            print(f"attention, {label} ({what}): {text}{at}")
 
 
 def judge(rows, a):
@@ -381,28 +535,37 @@ def judge(rows, a):
     note = "not judged in --smoke" if a.smoke else None
     for r in rows:
         o, h, S = r["ours"], r["hf"], r["length"]
+        tag = f"S={S}, recompute {RECOMPUTE[r['recompute']]}"
         if r.get("ratio") is not None:
             met = r["ratio"] >= RATIO_TARGET
             verdict = note or ("met" if met else "MISSED")
-            print(f"RATIO tokens/s ours/transformers (S={S}) = {r['ratio']:.2f}  (target >= {RATIO_TARGET}: {verdict})")
+            print(f"RATIO tokens/s ours/transformers ({tag}) = {r['ratio']:.2f}  (target >= {RATIO_TARGET}: {verdict})")
             judged += 1
             ok &= met or a.smoke
         elif o.get("status") == "ok" and h.get("status") == "OOM":
-            print(f"RATIO tokens/s ours/transformers (S={S}) = n/a: transformers is out of memory, ours fits")
+            print(f"RATIO tokens/s ours/transformers ({tag}) = n/a: transformers is out of memory, ours fits")
+        elif h.get("status") == "ok" and o.get("status") == "OOM":
+            print(f"RATIO tokens/s ours/transformers ({tag}) = n/a: ours is out of memory, transformers fits")
         if o.get("status") == "ok":
-            met = o["mfu"] >= MFU_TARGET
+            sheet = "n/a" if o.get("mfu_datasheet") is None else f"{o['mfu_datasheet']:.1%}"
+            both = f"{o['mfu_ceiling']:.1%} of the measured ceiling, {sheet} of the datasheet peak"
+            if r["recompute"]:   # recomputation is not model FLOPs: the target is for the rows without it
+                print(f"MFU ours ({tag}) = {both}  (target >= {MFU_TARGET:.0%}: not judged with recomputation)")
+                continue
+            met = o["mfu_ceiling"] >= MFU_TARGET
             verdict = note or ("met" if met else "MISSED")
-            print(f"MFU ours (S={S}) = {o['mfu']:.1%} of the measured ceiling  (target >= {MFU_TARGET:.0%}: {verdict})")
+            print(f"MFU ours ({tag}) = {both}  (target >= {MFU_TARGET:.0%} of the measured ceiling: {verdict})")
             judged += 1
             ok &= met or a.smoke
     return ok and judged > 0
 
 
 def longest(rows, side):
+    rows = sorted(rows, key=lambda r: r["length"])
     fit = [r["length"] for r in rows if r[side].get("status") == "ok"]
-    after = [f"{r['length']}: {r[side]['status']}"
+    after = [f"{r['length']}: {status_cell(r[side])}"
              + (f" ({r[side]['message']})" if r[side]["status"] in ("skipped", "TIMEOUT") else "") for r in rows
-             if r[side].get("status") not in ("ok", None) and (not fit or r["length"] > max(fit))]
+             if r[side].get("status") not in ("ok", None, "not run") and (not fit or r["length"] > max(fit))]
     return (max(fit) if fit else None), (after[0] if after else None)
 
 
