@@ -2,13 +2,26 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
+#include "comm/nccl_version.hpp"
 #if ULYSSES_CUDA
+#include <nccl.h>
+
 #include "comm/nccl_communicator.hpp"
 #endif
 
 namespace ulysses::comm {
 
 bool nccl_built() { return ULYSSES_CUDA != 0; }
+
+std::string check_nccl_at_run_time() {
+#if ULYSSES_CUDA
+  int runtime = 0;
+  if (ncclGetVersion(&runtime) != ncclSuccess) throw std::runtime_error("ncclGetVersion failed");
+  return check_nccl_runtime(NCCL_VERSION_CODE, runtime);
+#else
+  return "";
+#endif
+}
 
 Backend choose_backend(const std::string& name, const c10::Device& device) {
   if (name == "auto") return device.is_cuda() && nccl_built() ? Backend::kNccl : Backend::kMpi;

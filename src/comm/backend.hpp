@@ -25,6 +25,10 @@ Backend choose_backend(const std::string& name, const c10::Device& device);
 std::string backend_name(Backend b);
 bool nccl_built();   // this build has the NCCL backend
 
+// The NCCL loaded at run time against the one built with (nccl_version.hpp check_nccl_runtime): BadInput when
+// older, a line for the log when newer, "" when equal or in a build without NCCL.
+std::string check_nccl_at_run_time();
+
 // One communicator over the MPI sub-communicator `group` (which must outlive it for the MPI backend).
 // timeout: the NCCL watchdog's limit per collective (0: none; MPI collectives are not watched).
 std::unique_ptr<Communicator> make_communicator(Backend b, MPI_Comm group, const c10::Device& device,

@@ -7,6 +7,8 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <exception>
 
 #include "comm/shape.hpp"
@@ -47,11 +49,19 @@ ncclDataType_t nccl_type(std::string_view op, torch::ScalarType t) {
 
 bool is_narrow(torch::ScalarType t) { return t == torch::kBFloat16 || t == torch::kHalf; }
 
+bool forced_send_recv() {
+  const char* v = std::getenv("ULYSSES_NCCL_SEND_RECV");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 }  // namespace
 
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   std::unique_ptr<dist::Watchdog> watchdog;
+  // The all-to-all as grouped send/recv even where ncclAlltoAll exists: ULYSSES_NCCL_SEND_RECV=1, so the
+  // path older NCCL takes runs (and is tested) on a current one.
+  bool send_recv = forced_send_recv();
 };
 
 NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seconds timeout)
@@ -131,19 +141,24 @@ torch::Tensor NcclCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, 
   torch::Tensor out = torch::empty_like(x);   // [P*n, ...]
   ncclComm_t comm = state_->comm;
   dist::Watchdog::Call call = begin("all_to_all", x);
+  bool done = false;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-  CHECK_NCCL(comm, ncclAlltoAll(x.data_ptr(), out.data_ptr(), count, type, comm, stream_of(device_)));
-#else
-  const std::size_t bytes = count * static_cast<std::size_t>(x.element_size());
-  CHECK_NCCL(comm, ncclGroupStart());
-  for (int peer = 0; peer < size_; ++peer) {
-    CHECK_NCCL(comm, ncclSend(static_cast<const char*>(x.data_ptr()) + peer * bytes, count, type, peer, comm,
-                              stream_of(device_)));
-    CHECK_NCCL(comm, ncclRecv(static_cast<char*>(out.data_ptr()) + peer * bytes, count, type, peer, comm,
-                              stream_of(device_)));
+  if (!state_->send_recv) {
+    CHECK_NCCL(comm, ncclAlltoAll(x.data_ptr(), out.data_ptr(), count, type, comm, stream_of(device_)));
+    done = true;
   }
-  CHECK_NCCL(comm, ncclGroupEnd());
 #endif
+  if (!done) {   // NCCL < 2.28, or ULYSSES_NCCL_SEND_RECV=1: one send and one receive per peer, grouped
+    const std::size_t bytes = count * static_cast<std::size_t>(x.element_size());
+    CHECK_NCCL(comm, ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      CHECK_NCCL(comm, ncclSend(static_cast<const char*>(x.data_ptr()) + peer * bytes, count, type, peer, comm,
+                                stream_of(device_)));
+      CHECK_NCCL(comm, ncclRecv(static_cast<char*>(out.data_ptr()) + peer * bytes, count, type, peer, comm,
+                                stream_of(device_)));
+    }
+    CHECK_NCCL(comm, ncclGroupEnd());
+  }
   issued(call);
   return out;
 }

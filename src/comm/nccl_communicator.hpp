@@ -4,7 +4,7 @@
 // broadcasts it over that sub-communicator, then every rank joins on its GPU. Collectives are enqueued on
 // the current CUDA stream of that GPU (PyTorch's, so the caching allocator and the compute around them
 // stay ordered) and return without waiting. all_to_all uses ncclAlltoAll where NCCL has it (≥ 2.28) and
-// grouped ncclSend/ncclRecv otherwise; all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
+// grouped ncclSend/ncclRecv otherwise or with ULYSSES_NCCL_SEND_RECV=1 (both paths are always compiled); all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
 // float32 temporary, as the MPI backend does. Every NCCL call is checked (file:line, NCCL's message).
 //
 // Hangs and failures end the job: a dist::Watchdog watches each collective from before it is issued (NCCL

@@ -8,24 +8,65 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <utility>
+
+#if ULYSSES_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace ulysses::model {
 namespace {
+
+// Which fused kernel PyTorch picks for q, k, v as [b, heads, S, D] (GQA when the head counts differ).
+at::SDPBackend fused_choice(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const std::optional<torch::Tensor>& mask, bool causal, double scale) {
+  return static_cast<at::SDPBackend>(at::_fused_sdp_choice(q, k, v, mask, 0.0, causal, scale,
+                                                           /*enable_gqa=*/k.size(1) != q.size(1)));
+}
+
+// On CUDA, grouped KV heads leave only the math kernel where flash does not apply (fp32): memory-efficient
+// SDPA rejects them. Expanded KV heads let it run: O(S) memory instead of math's O(S²) scores.
+bool expand_kv_for_cuda(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const std::optional<torch::Tensor>& mask, bool causal, double scale) {
+  return q.is_cuda() && k.size(1) != q.size(1) && fused_choice(q, k, v, mask, causal, scale) == at::SDPBackend::math;
+}
 
 // q [b, S, h, D], k, v [b, S, hkv, D] → SDPA over [b, h, S, D] → [b, S, h, D]; query head i uses kv head
 // i / (h / hkv), as transformers' repeat_kv
 torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                    const std::optional<torch::Tensor>& mask, bool causal, double scale) {
-  return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
-                                          /*dropout_p=*/0.0, causal, scale, /*enable_gqa=*/k.size(2) != q.size(2))
+  const torch::Tensor qt = q.transpose(1, 2);   // [b, h, S, D]
+  torch::Tensor kt = k.transpose(1, 2), vt = v.transpose(1, 2);   // [b, hkv, S, D]
+  if (expand_kv_for_cuda(qt, kt, vt, mask, causal, scale)) {
+    kt = expand_kv_heads(kt, qt.size(1));   // [b, h, S, D]
+    vt = expand_kv_heads(vt, qt.size(1));
+  }
+  return at::scaled_dot_product_attention(qt, kt, vt, mask, /*dropout_p=*/0.0, causal, scale,
+                                          /*enable_gqa=*/kt.size(1) != qt.size(1))
       .transpose(1, 2);
 }
 
-// The varlen flash kernel's conditions: CUDA, half precision, a head size it has kernels for, no explicit mask.
+// The compute capability of a CUDA device, {major, minor}; {0, 0} off CUDA.
+std::pair<int, int> capability([[maybe_unused]] const c10::Device& d) {
+#if ULYSSES_CUDA
+  int major = 0, minor = 0;
+  if (d.is_cuda() && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d.index()) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d.index()) == cudaSuccess)
+    return {major, minor};
+#endif
+  return {0, 0};
+}
+
+// The varlen flash kernel's conditions: CUDA, half precision, a head size it has kernels for, a GPU it runs
+// on, no explicit mask.
 bool varlen_flash_applies(const torch::Tensor& q, const AttentionPlan& plan) {
   const auto t = q.scalar_type();
   const std::int64_t D = q.size(3);
-  return q.is_cuda() && (t == torch::kBFloat16 || t == torch::kHalf) && D % 8 == 0 && D <= 256 &&
-         !plan.mask.defined();
+  if (!q.is_cuda() || (t != torch::kBFloat16 && t != torch::kHalf) || D % 8 != 0 || D > 256 || plan.mask.defined())
+    return false;
+  const auto [major, minor] = capability(q.device());
+  return flash_supported(major, minor, D);
 }
 
 // q [B, S, h, D], k, v [B, S, hkv, D] → [B, S, h, D]: every document of every row in one launch (GQA native).
@@ -50,6 +91,15 @@ std::string_view backend_name(at::SDPBackend b) {
 }
 
 }  // namespace
+
+torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads) {   // [b, hkv, S, D] → [b, h, S, D]
+  return kv.repeat_interleave(heads / kv.size(1), /*dim=*/1);
+}
+
+bool flash_supported(int major, int minor, std::int64_t head_dim) {
+  if (major < 8) return false;                         // flash attention needs sm80 or newer
+  return !(major == 8 && minor > 0 && head_dim > 192);  // sm86/sm89: no backward kernels for head_dim > 192
+}
 
 bool AttentionPlan::single_run() const {
   for (const auto& row : runs)
@@ -87,11 +137,18 @@ std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, s
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   const torch::Tensor q = at::empty({1, 128, heads, head_dim}, opts), kv = at::empty({1, 128, kv_heads, head_dim}, opts);
   if (varlen_flash_applies(q, AttentionPlan{})) return "flash-attention varlen (all documents of a layer in one launch)";
-  const auto choice = static_cast<at::SDPBackend>(at::_fused_sdp_choice(
-      q.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2), {}, 0.0, /*is_causal=*/true, std::nullopt,
-      /*enable_gqa=*/kv_heads != heads));
-  return fmt::format("fused SDPA per document (PyTorch picks {} for {} on {})", backend_name(choice),
-                     c10::toString(dtype), device.str());
+  const torch::Tensor qt = q.transpose(1, 2), kt = kv.transpose(1, 2);   // [1, heads, 128, D]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (expand_kv_for_cuda(qt, kt, kt, std::nullopt, /*causal=*/true, scale)) {
+    const torch::Tensor wide = expand_kv_heads(kt, heads);   // [1, heads, 128, D]
+    return fmt::format("fused SDPA per document (PyTorch picks {} for {} on {}, KV heads expanded from {} to {}: "
+                       "no fused kernel takes grouped KV heads there)",
+                       backend_name(fused_choice(qt, wide, wide, std::nullopt, true, scale)), c10::toString(dtype),
+                       device.str(), kv_heads, heads);
+  }
+  return fmt::format("fused SDPA per document (PyTorch picks {} for {} on {})",
+                     backend_name(fused_choice(qt, kt, kt, std::nullopt, true, scale)), c10::toString(dtype),
+                     device.str());
 }
 
 torch::Tensor document_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -6,7 +6,7 @@
 // CPU and GPU. A row that is a single run is one call for the whole batch. Only a sliding window
 // (Mistral) still needs the explicit boolean mask.
 //
-// On a CUDA device in bf16/fp16 (head_dim a multiple of 8, ≤ 256) the whole batch is instead one call of
+// On a CUDA device in bf16/fp16 (head_dim a multiple of 8, ≤ 256, a GPU flash runs on) the whole batch is instead one call of
 // the variable-length flash-attention kernel: tokens flattened to [B·S, h, D], one causal segment per
 // document given by cumulative lengths (cu_seqlens) — the same math, one launch for all documents.
 #pragma once
@@ -38,6 +38,15 @@ AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::in
 // "fused SDPA per document (PyTorch picks flash_attention for float on cpu)".
 std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads,
                              std::int64_t kv_heads, std::int64_t head_dim, bool sliding_window);
+
+// Grouped KV heads repeated so head i of the result is kv head i / (heads / hkv), as transformers' repeat_kv:
+// [b, hkv, S, D] → [b, heads, S, D]. On CUDA, where grouped heads would leave only the math kernel (fp32),
+// SDPA gets them expanded (and the start-up log says so).
+torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads);
+
+// Whether the flash kernels run on a GPU of compute capability major.minor for this head size: sm80 or newer,
+// and on sm86/sm89 not with head_dim > 192 (no backward kernels there).
+bool flash_supported(int major, int minor, std::int64_t head_dim);
 
 // Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and
 // i - j < sliding_window when given. doc_ids [B, S] → mask [B, 1, S, S] bool (true = attend).

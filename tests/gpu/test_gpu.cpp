@@ -10,6 +10,7 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "comm/backend.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -203,6 +204,20 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
     same(mpi.all_to_all(x), comm::MpiCommunicator(MPI_COMM_SELF).all_to_all(x.cpu()).to(kGpu), "staged vs host");
   }
   nccl->barrier();
+}
+
+TEST(Nccl, GroupedSendRecvAllToAllEqualsMpi) {
+  // The path NCCL < 2.28 takes, forced on this NCCL (ULYSSES_NCCL_SEND_RECV=1 is read at construction).
+  setenv("ULYSSES_NCCL_SEND_RECV", "1", 1);
+  auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
+  unsetenv("ULYSSES_NCCL_SEND_RECV");
+  comm::MpiCommunicator mpi(MPI_COMM_SELF);
+  const torch::Tensor x = torch::randn({8, 3}).to(torch::kBFloat16).to(kGpu);   // [8, 3]
+  EXPECT_TRUE(torch::equal(nccl->all_to_all(x).cpu(), mpi.all_to_all(x).cpu()));
+}
+
+TEST(Nccl, RunTimeVersionIsTheOneBuiltWithOrNewer) {
+  EXPECT_NO_THROW(comm::check_nccl_at_run_time());
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/utils.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "core/error.hpp"
 #include "../torch_tensors.hpp"
@@ -91,6 +93,39 @@ TEST(DocumentAttention, NamesTheKernelItRuns) {
   EXPECT_NE(cpu.find("Float on cpu"), std::string::npos) << cpu;
   const std::string windowed = attention_kernel(torch::kCPU, torch::kFloat, 4, 2, 8, true);
   EXPECT_NE(windowed.find("sliding-window mask"), std::string::npos) << windowed;
+}
+
+TEST(DocumentAttention, ExpandedKvHeadsEqualGroupedSdpaForwardAndBackward) {
+  // What CUDA fp32 runs (grouped heads leave only the math kernel there): the expansion must map query head i
+  // to kv head i / (h / hkv) exactly as SDPA's enable_gqa, gradients of the shared KV heads summed.
+  torch::manual_seed(11);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble).requires_grad(true);
+  const torch::Tensor q = torch::randn({2, 6, 16, 8}, opts), k = torch::randn({2, 2, 16, 8}, opts),
+                      v = torch::randn({2, 2, 16, 8}, opts);   // [b, heads, S, D]
+  const torch::Tensor w = torch::randn({2, 6, 16, 8}, torch::kDouble);
+  auto run = [&](bool expand) {
+    const torch::Tensor out = expand ? at::scaled_dot_product_attention(q, expand_kv_heads(k, 6), expand_kv_heads(v, 6),
+                                                                        std::nullopt, 0.0, true)
+                                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt,
+                                                                        /*enable_gqa=*/true);
+    const auto grads = torch::autograd::grad({(out * w).sum()}, {q, k, v});
+    return std::vector<torch::Tensor>{out, grads[0], grads[1], grads[2]};
+  };
+  const auto grouped = run(false), expanded = run(true);
+  for (std::size_t i = 0; i < grouped.size(); ++i)
+    EXPECT_TRUE(torch::allclose(grouped[i], expanded[i], 1e-12, 1e-12)) << "output, dq, dk, dv: " << i;
+  EXPECT_TRUE(expand_kv_heads(k, 6)[0][2].equal(k[0][0]) && expand_kv_heads(k, 6)[0][3].equal(k[0][1]));
+}
+
+TEST(DocumentAttention, FlashNeedsSm80AndOnSm86Or89AHeadOf192OrLess) {
+  EXPECT_FALSE(flash_supported(7, 5, 64));    // T4
+  EXPECT_TRUE(flash_supported(8, 0, 256));    // A100
+  EXPECT_TRUE(flash_supported(8, 6, 128));    // A10 / RTX 30
+  EXPECT_FALSE(flash_supported(8, 6, 256));   // no backward kernels there
+  EXPECT_FALSE(flash_supported(8, 9, 224));   // L40S / RTX 40
+  EXPECT_TRUE(flash_supported(8, 9, 192));
+  EXPECT_TRUE(flash_supported(9, 0, 256));    // H100 / H200
+  EXPECT_TRUE(flash_supported(10, 0, 128));   // B200
 }
 
 // ---- SP = P against SP = 1, ranks as threads ---------------------------------------------------

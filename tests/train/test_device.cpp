@@ -7,6 +7,7 @@
 #include <ATen/ops/matmul.h>
 
 #include "comm/backend.hpp"
+#include "comm/nccl_version.hpp"
 #include "core/error.hpp"
 #include "train/device.hpp"
 #include "model/precision.hpp"
@@ -63,6 +64,22 @@ TEST(Backend, ChoosesNcclOnlyForCudaInACudaBuild) {
             std::string::npos);
   EXPECT_NE(bad_input_of([] { comm::choose_backend("gloo", torch::kCPU); }).find("--comm gloo: unknown backend"),
             std::string::npos);
+}
+
+TEST(NcclVersion, CodesAndTheRunTimeCheck) {
+  EXPECT_EQ(comm::nccl_version_text(22803), "2.28.3");   // 2.9 on: major·10000 + minor·100 + patch
+  EXPECT_EQ(comm::nccl_version_text(2804), "2.8.4");     // before: major·1000 + minor·100 + patch
+  EXPECT_TRUE(comm::nccl_has_alltoall(22800));
+  EXPECT_FALSE(comm::nccl_has_alltoall(22703));
+  EXPECT_FALSE(comm::nccl_has_alltoall(2804));
+  EXPECT_EQ(comm::check_nccl_runtime(22803, 22803), "");
+  EXPECT_EQ(comm::check_nccl_runtime(22803, 22805), "");   // patch releases differ only in fixes
+  EXPECT_EQ(comm::check_nccl_runtime(22803, 22901), "NCCL 2.29.1 at run time (built with 2.28.3)");
+  EXPECT_EQ(bad_input_of([] { comm::check_nccl_runtime(22803, 22703); }),
+            "NCCL 2.27.3 was loaded at run time but this ulysses-train was built with NCCL 2.28.3 — HINT: an "
+            "LD_LIBRARY_PATH or `module load nccl` puts an older libnccl.so.2 first: unset it, load NCCL 2.28.3 or "
+            "newer, or rebuild against the NCCL you load");
+  EXPECT_NO_THROW(comm::check_nccl_at_run_time());   // this build's own NCCL (the torch wheel's), or none
 }
 
 TEST(Precision, NamesAndDtypes) {

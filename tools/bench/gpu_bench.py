@@ -17,9 +17,10 @@ it is reported as OOM in the table, not as a crash:
   ours          ulysses-train --device cuda --precision bf16 --sp 1 --sharding no_shard, plus
                 --activation-checkpointing in the search, on a dataset packed by ulysses-pack (one document
                 of exactly S tokens per sequence, so both sides do the same attention work)
-  transformers  LlamaForCausalLM from the same config.json: sdpa attention, torch.autocast(bfloat16) over fp32
-                weights, fused torch.optim.AdamW, grad clipping 1.0; gradient_checkpointing_enable(
-                use_reentrant=False) in the search only
+  transformers  LlamaForCausalLM from the same config.json: sdpa attention, an all-ones attention mask (as a
+                tokenizer gives; without one transformers 4.5x builds a dense [S, S] mask for SDPA, which rules
+                out the flash kernel), torch.autocast(bfloat16) over fp32 weights, fused torch.optim.AdamW,
+                grad clipping 1.0; gradient_checkpointing_enable(use_reentrant=False) in the search only
 
 Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 1.3), TFLOPS of both and
 MFU of both against two denominators: the GPU's bf16 matmul ceiling measured at the start of the same run
@@ -478,20 +479,23 @@ def short_attention(res, side):
 
 
 def describe_sdpa(sd):
-    """transformers' SDPA backend with what it was chosen for."""
+    """transformers' SDPA backend with what it was chosen for (the sequence length written S, so that one
+    description serves every length)."""
     if not sd:
         return "n/a"
     if not sd.get("calls"):
         return sd.get("backend", "n/a")
-    mask = "no mask" if sd.get("attn_mask") is None else f"a mask {sd['attn_mask']}"
+    seq = sd["query"][2]   # [batch, heads, S, head_dim]
+    shape = lambda dims: "[" + ", ".join("S" if d == seq else str(d) for d in dims) + "]"   # noqa: E731
+    mask = "no mask" if sd.get("attn_mask") is None else f"a mask {shape(sd['attn_mask'])}"
     enabled = ", ".join(k for k, v in (sd.get("enabled") or {}).items() if v) or "none"
-    return (f"{sd['backend']} on {sd['device']} (torch._fused_sdp_choice on the arguments transformers passes to "
-            f"scaled_dot_product_attention, first step: q {sd['query']}, k/v {sd['key']} {sd['dtype']}, {mask}, "
-            f"is_causal={sd['is_causal']}, enable_gqa={sd['enable_gqa']}; {sd['calls']} calls; backends enabled: "
-            f"{enabled})")
+    return (f"{sd['backend']} on {sd['device'].split(':')[0]} (torch._fused_sdp_choice on the arguments transformers "
+            f"passes to scaled_dot_product_attention in the first step: q {shape(sd['query'])}, k/v "
+            f"{shape(sd['key'])} {sd['dtype']}, {mask}, is_causal={sd['is_causal']}, enable_gqa={sd['enable_gqa']}; "
+            f"backends enabled: {enabled})")
 
 
-def print_table(rows, a, ceiling, peak):
+def print_table(rows, a, ceiling, peak, peak_key):
     unit, div = ("MiB", 1.0) if a.smoke else ("GiB", 1024.0)
     mem = "peak RSS" if a.device == "cpu" else "peak GPU"
     head = ["length", "recompute", "ours tok/s", "HF tok/s", "RATIO ours/HF", "ours TFLOPS", "ours MFU ceil/sheet",
@@ -503,20 +507,20 @@ def print_table(rows, a, ceiling, peak):
         ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
         peak_of = lambda res: {**res, "peak": None if res.get("peak_mib") is None else res["peak_mib"] / div}  # noqa
         body.append([str(r["length"]), RECOMPUTE[r["recompute"]], cell(o, "tokens_per_s", "{:,.0f}"),
-                     cell(h, "tokens_per_s", "{:,.0f}"), ratio, cell(o, "tflops", tf), mfu_cell(o), cell(h, "tflops", tf),
-                     mfu_cell(h), cell(peak_of(o), "peak", "{:,.1f}"), cell(peak_of(h), "peak", "{:,.1f}"),
-                     short_attention(o, "ours"), short_attention(h, "hf")])
+                     cell(h, "tokens_per_s", "{:,.0f}"), ratio, cell(o, "tflops", tf), mfu_cell(o),
+                     cell(h, "tflops", tf), mfu_cell(h), cell(peak_of(o), "peak", "{:,.1f}"),
+                     cell(peak_of(h), "peak", "{:,.1f}"), short_attention(o, "ours"), short_attention(h, "hf")])
     widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
     line = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))   # noqa: E731
     print(line(head))
     print("  ".join("-" * w for w in widths))
     for b in body:
         print(line(b))
-    sheet = f"{peak:.1f}" if peak is not None else "n/a"
-    print(f"recompute: the same on both sides of a row: off = {RECOMPUTE_OURS[False]} / {RECOMPUTE_HF[False]}; "
-          f"on = {RECOMPUTE_OURS[True]} / {RECOMPUTE_HF[True]}")
+    sheet = f"{peak:.1f} TFLOPS" if peak is not None else f"n/a: {peak_key}"
+    print(f"recompute: the same on both sides of a row: off = ours {RECOMPUTE_OURS[False]}, transformers "
+          f"{RECOMPUTE_HF[False]}; on = ours {RECOMPUTE_OURS[True]}, transformers {RECOMPUTE_HF[True]}")
     print(f"MFU ceil/sheet: model FLOPs against the measured matmul ceiling ({ceiling:.1f} TFLOPS) / against the "
-          f"datasheet dense bf16 peak ({sheet} TFLOPS)")
+          f"datasheet dense bf16 peak ({sheet})")
     for side, label, what in (("ours", "ours", "its log's \"attention:\" line"),
                               ("hf", "transformers", "SDPA backend")):
         seen = {}
@@ -573,11 +577,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default="build/src/train/ulysses-train", help="the ulysses-train binary")
     ap.add_argument("--pack", default="build/src/pack/ulysses-pack", help="the ulysses-pack binary")
-    ap.add_argument("--lengths", type=int, nargs="+", help="sequence lengths in tokens, multiples of 64 "
-                    "(default 16384 32768 65536; --smoke: 256 512)")
+    ap.add_argument("--lengths", type=int, nargs="+", help="sequence lengths in tokens, multiples of 64, run "
+                    "without recomputation on both sides (default 16384 32768 65536; --smoke: 256 512)")
     ap.add_argument("--no-search", dest="search", action="store_false",
-                    help="do not go on doubling past the last length to find the longest that ours fits "
-                    "(transformers runs beside it while it fits)")
+                    help="do not search for the longest length each side fits with per-layer recomputation on "
+                    "both sides (from the longest of --lengths, doubling; halving for a side that does not fit "
+                    "there)")
     ap.add_argument("--max-length", type=int, help="the doubling search stops here (default 1048576; --smoke: 1024)")
     ap.add_argument("--warmup", type=int, help="untimed steps per run (default 2; --smoke: 1)")
     ap.add_argument("--steps", type=int, help="timed steps per run, median reported (default 3; --smoke: 2)")
@@ -593,8 +598,9 @@ def main():
     ap.add_argument("--workdir", help="scratch directory (default: a new temporary one, removed at the end)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed (never in --smoke)")
     ap.add_argument("--smoke", action="store_true", help="the same code path on CPU: tiny Llama "
-                    "(datasets/sample/tiny-llama shape), fp32, lengths 256 512 then 1024, 1 warmup + 2 timed steps; "
-                    "the ceiling is an fp32 CPU matmul and the targets are printed, not judged")
+                    "(datasets/sample/tiny-llama shape), fp32, lengths 256 512 without recomputation, then the "
+                    "search with it from 512 to 1024, 1 warmup + 2 timed steps; the ceiling is an fp32 CPU matmul, "
+                    "there is no datasheet peak and the targets are printed, not judged")
     a = ap.parse_args()
     try:
         return bench(a)
@@ -620,10 +626,11 @@ def bench(a):
     a.train = find_tool(a.train, "ulysses-train", "build it (bash tools/build.sh) or pass --train PATH")
     a.pack = find_tool(a.pack, "ulysses-pack", "build it (bash tools/build.sh) or pass --pack PATH")
     helptext = subprocess.run([str(a.train), "--help"], capture_output=True, text=True).stdout
-    missing = [f for f in ("--device", "--precision", "--peak-tflops") if f not in helptext]
+    missing = [f for f in ("--device", "--precision", "--peak-tflops", "--sharding", "--activation-checkpointing")
+               if f not in helptext]
     if missing:
         plural = "s" if len(missing) > 1 else ""
-        raise BenchError(f"{a.train} has no {', '.join(missing)} flag{plural} (built before the CUDA path?)",
+        raise BenchError(f"{a.train} has no {', '.join(missing)} flag{plural} (an older build?)",
                          "rebuild it from this checkout, or pass --train PATH to a newer build")
     a.python = find_python(a.python)
     if a.json:
@@ -655,6 +662,7 @@ def run_all(a, work, env):
 
     dev = measure_ceiling(a, work, env)
     ceiling = dev["ceiling_tflops"]
+    peak, peak_key = datasheet_peak(dev["device_name"], a.device)
     name = "tiny Llama (datasets/sample/tiny-llama shape)" if a.smoke else "Llama-3.2-1B shape"
     tied = "tied" if cfg.get("tie_word_embeddings") else "untied"
     alloc = env.get("PYTORCH_CUDA_ALLOC_CONF")
@@ -663,14 +671,19 @@ def run_all(a, work, env):
           f"transformers {dev['transformers']}; ulysses-train {a.train}")
     print(f"matmul ceiling: {dev['matmul_n']}^3 {dev['matmul_dtype']} matmuls, median of {dev['matmul_reps']} reps: "
           f"{ceiling:.1f} TFLOPS (best {dev['best_tflops']:.1f}){'  [--smoke: CPU fp32]' if a.smoke else ''}")
+    print("datasheet dense bf16 peak: " + (f"{peak:.1f} TFLOPS ({peak_key!r} in the device name)" if peak is not None
+                                           else f"n/a ({peak_key})"))
     print(f"model: {name}: hidden {cfg['hidden_size']}, {cfg['num_hidden_layers']} layers, "
           f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV of {head_dim(cfg)}, intermediate "
           f"{cfg['intermediate_size']}, vocab {cfg['vocab_size']}, {tied} embeddings; N = {params:,} parameters; "
           f"random weights")
     print(f"precision: {'bf16 compute, fp32 weights and AdamW state' if a.precision == 'bf16' else 'fp32'} on both "
-          f"sides; transformers: sdpa, gradient checkpointing, "
-          f"{'autocast(bfloat16), fused ' if a.precision == 'bf16' else ''}AdamW, clip 1.0; ours: --sp 1 "
-          f"--device {a.device} --precision {a.precision}")
+          f"sides; transformers: sdpa, all-ones attention mask, "
+          f"{'autocast(bfloat16), fused ' if a.precision == 'bf16' else ''}AdamW, clip 1.0; ours: --sp 1 --device "
+          f"{a.device} --precision {a.precision} --sharding no_shard")
+    print(f"recomputation, the same on both sides: off at the fixed lengths (ours: {RECOMPUTE_OURS[False]}; "
+          f"transformers: {RECOMPUTE_HF[False]}); on in the search for the longest that fits (ours: "
+          f"{RECOMPUTE_OURS[True]}; transformers: {RECOMPUTE_HF[True]}){'' if a.search else ' [--no-search: not run]'}")
     print(f"FLOPs per step: {FLOPS_FORMULA}")
     print(f"steps: {a.warmup} warmup + {a.steps} timed per run (median), micro-batch 1, one document of S tokens per "
           f"sequence; each side of each length in its own process"
@@ -678,70 +691,151 @@ def run_all(a, work, env):
     sys.stdout.flush()
 
     runner = Runner(a, work, cfg, cfg_path, env)
-    rows, queue, dead = [], list(a.lengths), {}
-    while queue:
-        S = queue.pop(0)
-        row = {"length": S}
-        for side in ("ours", "hf"):
-            label = "ours" if side == "ours" else "transformers"
-            if side in dead:
-                row[side] = {"status": dead[side][0], "message": f"not run: {dead[side][0]} at {dead[side][1]}"}
-                continue
-            ok, why = runner.fits_in_time(side, S)
-            if not ok:
-                row[side] = {"status": "skipped", "message": why}
-                print(f"[S={S}] {label}: skipped ({why})", flush=True)
-                continue
-            print(f"[S={S}] {label}: running ...", flush=True)
-            res = runner.run_ours(S, ceiling) if side == "ours" else runner.run_hf(S)
-            row[side] = summarize(res, a, cfg, S, ceiling)
-            if res["status"] == "ok":
-                unit, div = ("GiB", 1024) if a.device == "cuda" else ("MiB", 1)
-                peak = "n/a" if res.get("peak_mib") is None else f"{res['peak_mib'] / div:,.2f} {unit}"
-                print(f"[S={S}] {label}: median step {res['median_step_s']:.3f} s -> {res['tokens_per_s']:,.0f} tok/s, "
-                      f"{res['tflops']:.3f} TFLOPS, MFU {res['mfu']:.1%}, peak {peak}; first loss "
-                      f"{res['losses'][0]:.3f}", flush=True)
-                want = (cfg.get("rope_scaling") or {}).get("rope_type", "default")
-                if side == "hf" and res.get("rope_type", want) != want:
-                    print(f"  note: transformers built RoPE type {res.get('rope_type')!r}, the config asks for "
-                          f"{want!r}", flush=True)
-                flops = step_flops(cfg, S, S)
-                if side == "ours" and abs(res["trainer_step_flops"] / flops - 1) > 0.01:
-                    print(f"  note: the trainer counts {res['trainer_step_flops']:.4g} FLOPs per step, this script "
-                          f"{flops:.4g}: its matrix weights differ from M = {matmul_params(cfg):,}", flush=True)
-            else:
-                print(f"[S={S}] {label}: {res['status']}: {res.get('message', '')}", flush=True)
-                if res["status"] == "FAILED" and res.get("log_tail"):
-                    print("  " + res["log_tail"].replace("\n", "\n  "), flush=True)
-                if res["status"] in ("OOM", "FAILED"):
-                    dead[side] = (res["status"], S)
+    said = {}   # what was printed once: the kernels of each side, the trainer's FLOP formula
+
+    def attempt(side, S, recompute):
+        label = dict(SIDES)[side]
+        at = f"[S={S}, recompute {RECOMPUTE[recompute]}] {label}"
+        ok, why = runner.fits_in_time(side, S, recompute)
+        if not ok:
+            print(f"{at}: skipped ({why})", flush=True)
+            return {"status": "skipped", "message": why, "recompute": recompute}
+        print(f"{at}: running ...", flush=True)
+        res = runner.run_ours(S, ceiling, recompute) if side == "ours" else runner.run_hf(S, recompute)
+        summarize(res, a, cfg, S, ceiling, peak)
+        kernel = res.get("attention") if side == "ours" else describe_sdpa(res.get("sdpa")) if res.get("sdpa") else None
+        if kernel and said.get(side) != kernel:
+            print(f"  attention, {label}: {kernel}", flush=True)
+            said[side] = kernel
+        # the setting each side reports back must be the one asked for, or the row is not like for like
+        if side == "ours" and "activations" in res and ("checkpointed" in res["activations"]) != recompute:
+            print(f"  WARNING: the trainer says 'activations: {res['activations']}' though the recomputation of this "
+                  f"row is {RECOMPUTE[recompute]}", flush=True)
+        if side == "hf" and "gradient_checkpointing" in res and res["gradient_checkpointing"] != recompute:
+            print(f"  WARNING: transformers reports gradient checkpointing {res['gradient_checkpointing']} though the "
+                  f"recomputation of this row is {RECOMPUTE[recompute]}", flush=True)
+        if res["status"] == "ok":
+            unit, div = ("GiB", 1024) if a.device == "cuda" else ("MiB", 1)
+            mem = "n/a" if res.get("peak_mib") is None else f"{res['peak_mib'] / div:,.2f} {unit}"
+            sheet = "n/a" if res.get("mfu_datasheet") is None else f"{res['mfu_datasheet']:.1%}"
+            print(f"{at}: median step {res['median_step_s']:.3f} s -> {res['tokens_per_s']:,.0f} tok/s, "
+                  f"{res['tflops']:.3f} TFLOPS, MFU {res['mfu_ceiling']:.1%} of the ceiling / {sheet} of the datasheet "
+                  f"peak, peak {mem}; first loss {res['losses'][0]:.3f}", flush=True)
+            want = (cfg.get("rope_scaling") or {}).get("rope_type", "default")
+            if side == "hf" and res.get("rope_type", want) != want:
+                print(f"  note: transformers built RoPE type {res.get('rope_type')!r}, the config asks for "
+                      f"{want!r}", flush=True)
+            if side == "ours":
+                cross_check_flops(res, cfg, S, said)
+        else:
+            print(f"{at}: {status_cell(res)}: {res.get('message', '')}", flush=True)
+            if res["status"] == "FAILED" and res.get("log_tail"):
+                print("  " + res["log_tail"].replace("\n", "\n  "), flush=True)
+        return res
+
+    def finish(row):
         o, h = row["ours"], row["hf"]
         row["ratio"] = o["tokens_per_s"] / h["tokens_per_s"] if o["status"] == h["status"] == "ok" else None
-        rows.append(row)
-        timed_out = any(row[s]["status"] in ("TIMEOUT", "skipped") for s in ("ours", "hf"))
-        # the search for the longest that fits follows ours; transformers runs beside it while it fits
-        if not queue and a.search and "ours" not in dead and not timed_out and S * 2 <= a.max_length:
-            queue.append(S * 2)
+        return row
+
+    # 1. the fixed lengths, no recomputation on either side; a side out of memory stays out at longer ones
+    fixed, dead = [], {}
+    for S in a.lengths:
+        row = {"length": S, "recompute": False, "phase": "fixed"}
+        for side, _ in SIDES:
+            if side in dead:
+                status, at = dead[side]
+                row[side] = {"status": status, "message": f"not run: {status} at {at} without recomputation",
+                             "recompute": False}
+                continue
+            row[side] = attempt(side, S, False)
+            if row[side]["status"] in ("OOM", "FAILED"):
+                dead[side] = (row[side]["status"], S)
+        fixed.append(finish(row))
+
+    # 2. the longest that fits, per-layer recomputation on both sides: from the longest fixed length, doubling
+    # while a side fits, halving for a side that does not fit there; each side's longest at power-of-two steps
+    search = {}
+    if a.search:
+        start = max(a.lengths)
+        state = {side: {"next": start, "ok": None, "fail": None} for side, _ in SIDES}
+        while any(st["next"] is not None for st in state.values()):
+            todo = {side: st["next"] for side, st in state.items() if st["next"] is not None}
+            for S in sorted(set(todo.values())):
+                row = search.setdefault(S, {"length": S, "recompute": True, "phase": "search"})
+                for side, _ in SIDES:
+                    if todo.get(side) != S:
+                        continue
+                    res = row[side] = attempt(side, S, True)
+                    st = state[side]
+                    st["next"] = None
+                    if res["status"] == "ok":
+                        st["ok"] = max(st["ok"] or 0, S)
+                        if st["fail"] is None and S * 2 <= a.max_length:
+                            st["next"] = S * 2
+                    elif res["status"] == "OOM":
+                        st["fail"] = min(st["fail"] or S, S)
+                        if st["ok"] is None and S // 2 >= ALIGN and (S // 2) % ALIGN == 0:
+                            st["next"] = S // 2
+        for S, row in search.items():
+            for side, label in SIDES:
+                row.setdefault(side, {"status": "not run", "recompute": True,
+                                      "message": f"the search for {label}'s longest did not need this length"})
+            finish(row)
+    searched = [search[S] for S in sorted(search)]
+    rows = fixed + searched
 
     print()
-    print_table(rows, a)
+    print_table(rows, a, ceiling, peak, peak_key)
     print()
     met = judge(rows, a)
-    for side, label in (("ours", "ours"), ("hf", "transformers")):
-        fit, nxt = longest(rows, side)
-        print(f"longest that fits, {label}: {fit if fit else 'none'}" + (f" ({nxt})" if nxt else "")
-              + ("" if a.search else " [--no-search]"))
+    for side, label in SIDES:
+        if a.search:
+            fit, nxt = longest(searched, side)
+            how = "with per-layer recomputation on both sides"
+        else:
+            fit, nxt = longest(fixed, side)
+            how = "without recomputation, of the fixed lengths [--no-search]"
+        print(f"longest that fits {how}, {label}: {fit if fit else 'none'}" + (f" ({nxt})" if nxt else ""))
     if a.json:
-        out = {"smoke": a.smoke, "device": dev, "ceiling_tflops": ceiling, "config": cfg, "params": params,
-               "flops_formula": FLOPS_FORMULA, "precision": a.precision, "warmup_steps": a.warmup,
-               "timed_steps": a.steps, "targets": {"ratio_ours_over_hf": RATIO_TARGET, "mfu_ours": MFU_TARGET},
+        out = {"smoke": a.smoke, "device": dev, "ceiling_tflops": ceiling, "datasheet_peak_tflops": peak,
+               "datasheet_match": peak_key, "mfu": "model FLOPs / median step s / denominator: mfu_ceiling against "
+               "ceiling_tflops (measured), mfu_datasheet against datasheet_peak_tflops", "config": cfg,
+               "params": params, "flops_formula": FLOPS_FORMULA, "precision": a.precision,
+               "recomputation": {"fixed": {"ours": RECOMPUTE_OURS[False], "hf": RECOMPUTE_HF[False]},
+                                 "search": {"ours": RECOMPUTE_OURS[True], "hf": RECOMPUTE_HF[True]}},
+               "warmup_steps": a.warmup, "timed_steps": a.steps,
+               "targets": {"ratio_ours_over_hf": RATIO_TARGET, "mfu_ours_of_ceiling_without_recomputation": MFU_TARGET},
                "targets_met": None if a.smoke else met, "env": {"PYTORCH_CUDA_ALLOC_CONF": env.get(
                    "PYTORCH_CUDA_ALLOC_CONF")}, "rows": rows}
+        for side, label in SIDES:
+            fit, nxt = longest(searched if a.search else fixed, side)
+            out.setdefault("longest_that_fits", {})[side] = {"length": fit, "next": nxt,
+                                                             "recompute": a.search}
         pathlib.Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"results: {a.json}")
     if a.smoke:   # a smoke run checks the script itself: every side of every length must have run
-        return 0 if all(row[side]["status"] == "ok" for row in rows for side in ("ours", "hf")) else 1
+        return 0 if all(row[side]["status"] == "ok" for row in rows for side, _ in SIDES) else 1
     return 1 if a.check and not met else 0
+
+
+def cross_check_flops(res, cfg, S, said):
+    """The trainer's own FLOPs per step against this script's: the table uses this script's count for both
+    sides, so a trainer with the older formula (or other matrix weights) is a note, not an error."""
+    flops, old, got = seq_flops(cfg, S), old_seq_flops(cfg, S), res["trainer_step_flops"]
+    if abs(got / flops - 1) <= 0.01:
+        res["trainer_flops_formula"] = "this script's"
+    elif abs(got / old - 1) <= 0.01:
+        res["trainer_flops_formula"] = f"older: {OLD_FLOPS_FORMULA}"
+        if not said.get("old_flops"):
+            print(f"  note: this ulysses-train reports TFLOPS with the older formula ({OLD_FLOPS_FORMULA}, attention "
+                  f"not halved for causality): {got:.4g} FLOPs per step against this script's {flops:.4g}; the "
+                  f"table counts both sides with this script's", flush=True)
+            said["old_flops"] = True
+    else:
+        res["trainer_flops_formula"] = "different"
+        print(f"  note: the trainer counts {got:.4g} FLOPs per step, this script {flops:.4g} (the older formula "
+              f"{old:.4g}): its matrix weights differ from M = {matmul_params(cfg):,}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """The torch side of tools/bench/gpu_bench.py, run by it in child processes (torch is imported only here):
 
   gpu_bench_workers.py matmul SPEC.json   the bf16 (GPU) / fp32 (CPU) matmul ceiling
-  gpu_bench_workers.py hf SPEC.json       one transformers run of a length: warmup + timed steps
+  gpu_bench_workers.py hf SPEC.json       one transformers run of a length: warmup + timed steps, with or
+                                          without gradient checkpointing, and the SDPA backend it used
 
 SPEC.json holds the parameters and the path to write the result (JSON) to; a BenchError prints one
 "error: … — HINT: …" line and exits 2.
@@ -90,10 +91,87 @@ def is_oom(exc):
     return isinstance(exc, oom_type) or bool(OOM_PATTERNS.search(str(exc)))
 
 
+def sdpa_backend_name(torch, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The backend torch's scaled_dot_product_attention dispatches these arguments to (torch._fused_sdp_choice:
+    the same check the call itself makes, under the same global enable flags)."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "unknown (this torch has no _fused_sdp_choice)"
+    kwargs = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal, "scale": scale}
+    if enable_gqa:
+        kwargs["enable_gqa"] = True
+    try:
+        index = int(choose(query, key, value, **kwargs))
+    except Exception as e:  # noqa: BLE001 - a probe: say why it could not tell
+        return f"unknown ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+    try:
+        from torch.nn.attention import SDPBackend
+        return SDPBackend(index).name.lower()
+    except (ImportError, ValueError, TypeError):
+        return f"backend #{index}"
+
+
+def sdpa_flags(torch):
+    """The global enable flags of the SDPA backends (torch.backends.cuda.*_sdp_enabled; CPU runs honour them too)."""
+    b = torch.backends.cuda
+    flags = {}
+    for name in ("flash", "mem_efficient", "math", "cudnn"):
+        fn = getattr(b, f"{name}_sdp_enabled", None)
+        if fn is not None:
+            flags[name] = bool(fn())
+    return flags
+
+
+class SdpaProbe:
+    """Wraps torch.nn.functional.scaled_dot_product_attention (which transformers' sdpa attention calls through
+    the module attribute) and, while active, records the arguments of the calls and the backend each goes to."""
+
+    def __init__(self, torch):
+        self.torch, self.active, self.calls, self.choices, self.first = torch, False, 0, {}, None
+        self.original = torch.nn.functional.scaled_dot_product_attention
+        torch.nn.functional.scaled_dot_product_attention = self
+
+    def autocast_dtype(self, t):
+        try:
+            dev = t.device.type
+            return self.torch.get_autocast_dtype(dev) if self.torch.is_autocast_enabled(dev) else None
+        except (AttributeError, TypeError, RuntimeError):   # a torch before the device_type forms
+            return None
+
+    def __call__(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
+        cast = self.autocast_dtype(query)
+        if cast is not None and query.dtype != cast and query.is_floating_point():
+            # what autocast does to SDPA's inputs anyway (lower_precision_fp), done here so that the backend is
+            # chosen for the dtype the kernel sees; never the case for transformers' Llama (q/k/v already cast)
+            query, key, value = (x.to(cast) for x in (query, key, value))
+            if attn_mask is not None and attn_mask.is_floating_point():
+                attn_mask = attn_mask.to(cast)
+        if self.active:
+            gqa = bool(kwargs.get("enable_gqa", False))
+            name = sdpa_backend_name(self.torch, query, key, value, attn_mask, dropout_p, is_causal, scale, gqa)
+            self.calls += 1
+            self.choices[name] = self.choices.get(name, 0) + 1
+            if self.first is None:
+                self.first = {"query": list(query.shape), "key": list(key.shape), "dtype":
+                              str(query.dtype).replace("torch.", ""), "device": str(query.device),
+                              "attn_mask": None if attn_mask is None else list(attn_mask.shape),
+                              "is_causal": bool(is_causal), "enable_gqa": gqa, "dropout_p": dropout_p}
+        return self.original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                             scale=scale, **kwargs)
+
+    def result(self):
+        backend = "+".join(sorted(self.choices)) if self.choices else \
+            "not called (transformers did not go through torch.nn.functional.scaled_dot_product_attention)"
+        return {"backend": backend, "choices": self.choices, "calls": self.calls, **(self.first or {}),
+                "enabled": sdpa_flags(self.torch),
+                "how": "torch._fused_sdp_choice on the arguments of transformers' calls in the first step"}
+
+
 def worker_hf(spec):
-    """transformers' side of one length: the same config, sdpa, gradient checkpointing, autocast bf16 over
-    fp32 weights, fused AdamW, clip 1.0; one sequence of S tokens per step (plain causal LM: positions
-    0..S-1, labels = inputs, which the model shifts)."""
+    """transformers' side of one length: the same config, sdpa, autocast bf16 over fp32 weights, fused AdamW,
+    clip 1.0, gradient checkpointing (use_reentrant=False) only when the spec asks for recomputation; one
+    sequence of S tokens per step (plain causal LM: positions 0..S-1, an all-ones attention mask, labels =
+    inputs, which the model shifts). Records the SDPA backend the first step's attention calls go to."""
     import torch
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -101,8 +179,10 @@ def worker_hf(spec):
     device, S = spec["device"], spec["length"]
     cuda = device == "cuda"
     bf16 = spec["precision"] == "bf16"
+    recompute = bool(spec.get("gradient_checkpointing"))
     cfg = json.loads(pathlib.Path(spec["config"]).read_text())
     result = {"transformers": transformers.__version__, "torch": torch.__version__}
+    probe = SdpaProbe(torch)
     if not cuda and spec.get("threads"):
         torch.set_num_threads(spec["threads"])
     if cuda and not torch.cuda.is_available():
@@ -124,12 +204,15 @@ def worker_hf(spec):
                              f"{result['attn_implementation']!r}, not sdpa", "check the transformers install")
         model.float()   # fp32 master weights whatever the library's default dtype
         model.train()
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if recompute:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
         model.config.use_cache = False
         rope = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None) or {}
         result["rope_type"] = (rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else str(rope)) \
             or "default"
-        result["gradient_checkpointing"] = bool(getattr(model, "is_gradient_checkpointing", True))
+        result["gradient_checkpointing"] = bool(getattr(model, "is_gradient_checkpointing", recompute))
         result["tied_embeddings"] = model.get_output_embeddings().weight is model.get_input_embeddings().weight
         result["params"] = sum(p.numel() for p in model.parameters())
         result["param_dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
@@ -144,10 +227,15 @@ def worker_hf(spec):
         for k in range(spec["warmup"] + spec["steps"]):
             step = f"step {k + 1}"
             ids = torch.randint(0, vocab - 1, (1, S), device=device)
+            # the all-ones mask a tokenizer gives: without it transformers (4.5x) takes the position ids it makes
+            # for a packed batch, builds a dense [S, S] boolean mask and calls SDPA with it (is_causal=False, K/V
+            # repeated to all heads), which rules out the flash kernel; with it, is_causal=True and no mask
+            mask = torch.ones_like(ids)
             sync()
+            probe.active = k == 0   # the first step only (backward's recomputation included); a cheap host check
             t0 = time.perf_counter()
             with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
-                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -161,8 +249,12 @@ def worker_hf(spec):
         if not is_oom(e):
             raise
         result.update(status="OOM", message=f"{step}: {str(e).splitlines()[0][:300]}")
+        if probe.calls:
+            result["sdpa"] = probe.result()
         return result
-    result.update(status="ok", step_seconds=times, losses=losses)
+    probe.active = False
+    result.update(status="ok", step_seconds=times, losses=losses, sdpa=probe.result(),
+                  attention_mask="all ones [1, S] (no padding)")
     if cuda:
         result["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
         result["peak_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
