@@ -35,6 +35,20 @@ std::int64_t MicroBatch::valid_labels() const {
   return std::count_if(labels.begin(), labels.end(), [](std::int64_t l) { return l != shard::kIgnoreIndex; });
 }
 
+double MicroBatch::attention_pairs() const {
+  double pairs = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto row = doc_ids.begin() + b * seq_len;
+    std::int64_t begin = 0;
+    for (std::int64_t i = 1; i <= seq_len; ++i)
+      if (i == seq_len || row[i] != row[i - 1]) {
+        pairs += static_cast<double>(i - begin) * static_cast<double>(i - begin);
+        begin = i;
+      }
+  }
+  return pairs;
+}
+
 DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions& options)
     : o_(options), dir_(dataset), manifest_(shard::read_manifest(dataset)) {
   ULY_CHECK(o_.dp_rank >= 0 && o_.dp_rank < o_.dp, "dp rank {} of {}", o_.dp_rank, o_.dp);

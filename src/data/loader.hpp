@@ -41,6 +41,9 @@ struct MicroBatch {
   std::vector<std::int64_t> labels;        // [B, L] next token or -100
   std::vector<std::int64_t> doc_ids;       // [B, S] document id of every position of the whole sequence
   std::int64_t valid_labels() const;       // labels != -100 in this rank's slice
+  // Σ d² over the documents (runs of equal doc id, padding one more) of the B whole sequences: the causal
+  // attention work, for the FLOP count (plan::step_flops).
+  double attention_pairs() const;
 };
 
 class DataLoader {
@@ -50,6 +53,7 @@ class DataLoader {
   ~DataLoader();
 
   const shard::Manifest& manifest() const { return manifest_; }
+  int sp_degree() const { return o_.sp.degree(); }   // ranks that share each sequence
   std::int64_t seq_len() const { return manifest_.seq_len; }
   std::int64_t num_sequences() const { return static_cast<std::int64_t>(index_.size()); }
   std::int64_t sequences_per_step() const { return o_.dp * o_.micro_batch * o_.grad_accum; }

@@ -197,8 +197,9 @@ int run(Cli& o) {
     const double step_tokens = static_cast<double>(S) * static_cast<double>(l.micro_batch * (l.world() / l.sp));
     fmt::print("\nat S = {} tokens ({} per rank):\n", S, S / l.sp * l.micro_batch);
     for (const auto& line : up::breakdown_lines(b, l, m)) fmt::print("  {}\n", line);
-    fmt::print("  step: {:.3g} PFLOP of model FLOPs ({} sequences of {} tokens)\n",
-               up::step_flops(c, step_tokens, S) / 1e15, l.micro_batch * (l.world() / l.sp), S);
+    fmt::print("  step: {:.3g} PFLOP of model FLOPs ({} sequences of {} tokens, one document each)\n",
+               up::step_flops(c, step_tokens, step_tokens * static_cast<double>(S)) / 1e15,
+               l.micro_batch * (l.world() / l.sp), S);
   }
   fmt::print("\nlongest sequence that fits: {} tokens ({} per rank; multiples of {})\n", longest, longest / l.sp,
              up::sequence_unit(l.sp));

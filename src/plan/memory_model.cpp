@@ -110,9 +110,9 @@ std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const
   return lo * unit;
 }
 
-double step_flops(const arch::ModelConfig& c, double tokens, std::int64_t seq_len) {
+double step_flops(const arch::ModelConfig& c, double tokens, double attention_pairs) {
   return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
-         12.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * static_cast<double>(seq_len) * tokens;
+         6.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * attention_pairs;
 }
 
 }  // namespace ulysses::plan

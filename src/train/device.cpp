@@ -1,6 +1,7 @@
 #include "train/device.hpp"
 
 #include <array>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -81,16 +82,41 @@ std::int64_t device_memory_bytes(const c10::Device& d) {
   return 0;
 }
 
-std::optional<double> known_peak_tflops(std::string_view gpu_name) {
-  // Vendor datasheets, dense bf16 (half the "with sparsity" figure). Order matters: first match wins.
-  static constexpr std::array<std::pair<std::string_view, double>, 12> kPeaks{{
-      {"GB200", 2500}, {"B200", 2250}, {"B100", 1750},
-      {"H200", 989.4}, {"H100 PCIe", 756}, {"H100 NVL", 835}, {"H100", 989.4}, {"H800", 989.4},
-      {"A100", 312}, {"A800", 312}, {"L40S", 362.05}, {"A10G", 70},
+std::optional<double> known_peak_tflops(std::string_view gpu_name, bool bf16) {
+  struct Peak {
+    std::string_view key;
+    double bf16, fp32;
+  };
+  // Vendor datasheets: dense bf16 (half the "with sparsity" figure), FP32 (non-tensor). First match wins.
+  static constexpr std::array<Peak, 12> kPeaks{{
+      {"GB200", 2500, 80}, {"B200", 2250, 75}, {"B100", 1750, 60},
+      {"H200", 989.4, 66.9}, {"H100 PCIe", 756, 51.2}, {"H100 NVL", 835, 60}, {"H100", 989.4, 66.9},
+      {"H800", 989.4, 66.9}, {"A100", 312, 19.5}, {"A800", 312, 19.5}, {"L40S", 362.05, 91.6}, {"A10G", 70, 31.2},
   }};
-  for (const auto& [key, peak] : kPeaks)
-    if (gpu_name.find(key) != std::string_view::npos) return peak;
+  for (const Peak& p : kPeaks)
+    if (gpu_name.find(p.key) != std::string_view::npos) return bf16 ? p.bf16 : p.fp32;
   return std::nullopt;
+}
+
+std::string device_bus_id([[maybe_unused]] const c10::Device& d) {
+#if ULYSSES_CUDA
+  char bus[32] = {};
+  if (d.is_cuda() && cudaDeviceGetPCIBusId(bus, sizeof bus, d.index()) == cudaSuccess) return bus;
+#endif
+  return "";
+}
+
+void check_one_rank_per_gpu(const std::vector<std::string>& hosts, const std::vector<std::string>& bus_ids) {
+  std::map<std::pair<std::string, std::string>, std::size_t> first;   // (host, GPU) → its first rank
+  for (std::size_t r = 0; r < bus_ids.size(); ++r) {
+    if (bus_ids[r].empty()) continue;
+    const auto [at, fresh] = first.emplace(std::pair(hosts[r], bus_ids[r]), r);
+    if (!fresh)
+      throw BadInput(fmt::format("ranks {} and {} both drive GPU {} on {}: NCCL refuses two ranks on one GPU",
+                                 at->second, r, bus_ids[r], hosts[r]),
+                     "launch one task per GPU (--ntasks-per-node equal to --gpus-per-node), or pass --comm mpi to "
+                     "share a GPU (slow: tensors go through host memory)");
+  }
 }
 
 std::optional<double> peak_gpu_mib([[maybe_unused]] const c10::Device& d) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <c10/core/Device.h>
 
@@ -22,8 +23,18 @@ std::string device_name(const c10::Device& d);   // "NVIDIA H100 80GB HBM3" or "
 std::string device_line(const c10::Device& d);   // "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)"
 std::int64_t device_memory_bytes(const c10::Device& d);   // a GPU's total memory; 0 on the CPU
 
-// Dense bf16 tensor-core peak of a GPU by its name (no sparsity), in TFLOPS; nullopt when unknown.
-std::optional<double> known_peak_tflops(std::string_view gpu_name);
+// The datasheet peak of a GPU by its name, in TFLOPS, for the precision its matmuls run in: dense bf16
+// tensor cores (no sparsity) for bf16 runs; plain FP32 for fp32 runs (LibTorch leaves TF32 off for matmuls).
+// nullopt when unknown.
+std::optional<double> known_peak_tflops(std::string_view gpu_name, bool bf16);
+
+// The PCI bus id of a CUDA device ("0000:18:00.0"), "" on the CPU: it tells GPUs apart whatever
+// CUDA_VISIBLE_DEVICES each rank was narrowed to.
+std::string device_bus_id(const c10::Device& d);
+
+// NCCL refuses two ranks on one GPU ("Duplicate GPU detected") late, inside its init: BadInput up front
+// naming the first two ranks of one host with the same GPU. hosts[r] and bus_ids[r] per rank ("": CPU).
+void check_one_rank_per_gpu(const std::vector<std::string>& hosts, const std::vector<std::string>& bus_ids);
 
 // The high-water mark of bytes allocated on a CUDA device by PyTorch's caching allocator, in MiB (nullopt on
 // the CPU: see report.hpp's peak_rss_mib), since the start of the process.

@@ -13,11 +13,12 @@ torch::Tensor as_tensor(const std::vector<std::int64_t>& v, std::int64_t rows, s
   return torch::tensor(v, torch::kInt64).view({rows, cols});
 }
 
-LossTotals sum_over(comm::Communicator& group, double sum, double count, const c10::Device& device) {
-  torch::Tensor totals = torch::tensor({sum, count}, torch::kFloat64).to(device);   // [2]
+LossTotals sum_over(comm::Communicator& group, const LossTotals& local, const c10::Device& device) {
+  torch::Tensor totals =
+      torch::tensor({local.sum, local.count, local.attention_pairs}, torch::kFloat64).to(device);   // [3]
   if (group.size() > 1) group.all_reduce_sum(totals);
   totals = totals.cpu();
-  return {totals[0].item<double>(), totals[1].item<double>()};
+  return {totals[0].item<double>(), totals[1].item<double>(), totals[2].item<double>()};
 }
 
 }  // namespace
@@ -30,14 +31,16 @@ model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::Mi
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              ModelStates& states, const c10::Device& device) {
-  double local_sum = 0, local_count = 0;
+  LossTotals local;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
-    const model::CausalLmOutput out = forward_micro_batch(model, loader.micro_batch(micro), device);
+    const data::MicroBatch& mb = loader.micro_batch(micro);
+    const model::CausalLmOutput out = forward_micro_batch(model, mb, device);
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
-    local_sum += out.loss_sum.item<double>();
-    local_count += static_cast<double>(out.valid_count.item<std::int64_t>());
+    local.sum += out.loss_sum.item<double>();
+    local.count += static_cast<double>(out.valid_count.item<std::int64_t>());
+    local.attention_pairs += mb.attention_pairs() / loader.sp_degree();   // the SP group's ranks share it
   }
-  const LossTotals t = sum_over(states.grad_group(), local_sum, local_count, device);
+  const LossTotals t = sum_over(states.grad_group(), local, device);
   states.finish_gradients(std::max(t.count, 1.0));
   return t;
 }
@@ -46,17 +49,17 @@ LossTotals evaluate(model::CausalLm& model, data::DataLoader& loader, std::int64
                     std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device) {
   torch::NoGradGuard no_grad;
   const std::int64_t total = sequences > 0 ? std::min(sequences, loader.num_sequences()) : loader.num_sequences();
-  double local_sum = 0, local_count = 0;
+  LossTotals local;
   loader.set_cursor(0);
   for (std::int64_t first = 0; first < total; first += dp) {   // DP rank d reads entry first + d
     const model::CausalLmOutput out = forward_micro_batch(model, loader.micro_batch(0), device);
     if (first + dp_rank < total) {
-      local_sum += out.loss_sum.item<double>();
-      local_count += static_cast<double>(out.valid_count.item<std::int64_t>());
+      local.sum += out.loss_sum.item<double>();
+      local.count += static_cast<double>(out.valid_count.item<std::int64_t>());
     }
     loader.advance_step();
   }
-  return sum_over(group, local_sum, local_count, device);
+  return sum_over(group, local, device);
 }
 
 }  // namespace ulysses::train

@@ -20,6 +20,7 @@ namespace ulysses::train {
 
 struct LossTotals {
   double sum = 0, count = 0;
+  double attention_pairs = 0;   // Σ d² over the documents of every sequence of the step (each counted once)
   double mean() const { return count > 0 ? sum / count : 0.0; }
 };
 

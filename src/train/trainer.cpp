@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -46,26 +47,30 @@ namespace fs = std::filesystem;
 namespace ulysses::train {
 namespace {
 
-// Every rank's view of where it runs (host, SLURM_NODEID, local rank), gathered so all ranks hold the table.
+// Every rank's `mine` (at most 63 bytes kept), gathered so all ranks hold the list, in rank order.
+std::vector<std::string> gather_text(comm::Communicator& world, const std::string& mine) {
+  constexpr std::int64_t kWidth = 64;
+  torch::Tensor record = torch::zeros({kWidth}, torch::kUInt8);   // [64] bytes, NUL-terminated
+  std::memcpy(record.data_ptr(), mine.data(), std::min<std::size_t>(mine.size(), kWidth - 1));
+  const torch::Tensor all = world.size() > 1 ? world.all_gather(record) : record;   // [world * 64]
+  std::vector<std::string> out;
+  for (int r = 0; r < world.size(); ++r) out.emplace_back(static_cast<const char*>(all.data_ptr()) + kWidth * r);
+  return out;
+}
+
+// Every rank's view of where it runs (host, SLURM_NODEID, the launcher's local rank), gathered so all ranks
+// hold the table.
 std::vector<RankSelf> gather_rank_selves(comm::Communicator& world) {
-  constexpr std::int64_t kHost = 64, kRecord = kHost + 8;   // host name bytes, then node and local rank (int32)
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
   const RankSelf self = rank_self_from_env(std::string(name, static_cast<std::size_t>(len)));
-  torch::Tensor mine = torch::zeros({kRecord}, torch::kUInt8);   // [72] bytes: host, node, local rank
-  auto* p = static_cast<char*>(mine.data_ptr());
-  std::memcpy(p, self.host.data(), std::min<std::size_t>(self.host.size(), kHost - 1));
-  const std::int32_t ids[2] = {self.node, self.local_rank};
-  std::memcpy(p + kHost, ids, sizeof ids);
-  torch::Tensor all = world.size() > 1 ? world.all_gather(mine) : mine;   // [world * 72]
+  const std::vector<std::string> hosts = gather_text(world, self.host);
+  torch::Tensor ids = torch::tensor({self.node, self.local_rank}, torch::kInt);   // [2]
+  if (world.size() > 1) ids = world.all_gather(ids);                               // [world * 2]
   std::vector<RankSelf> out;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* rec = static_cast<const char*>(all.data_ptr()) + kRecord * r;
-    std::int32_t got[2];
-    std::memcpy(got, rec + kHost, sizeof got);
-    out.push_back({std::string(rec), got[0], got[1]});
-  }
+  for (int r = 0; r < world.size(); ++r)
+    out.push_back({hosts[static_cast<std::size_t>(r)], ids[2 * r].item<int>(), ids[2 * r + 1].item<int>()});
   return out;
 }
 
@@ -162,8 +167,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
            comm::backend_name(r.backend),
            r.backend == comm::Backend::kMpi && r.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
   const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
-  log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
-                                                    r.config.head_dim, r.config.sliding_window.has_value()));
+  if (r.o.dry_run && r.device.is_cuda())
+    log_info("attention: the kernel is chosen on the GPU at start-up (a dry run touches no GPU)");
+  else
+    log_info("attention: {}", model::attention_kernel(r.device, model::compute_dtype(r.precision), heads.q, heads.kv,
+                                                      r.config.head_dim, r.config.sliding_window.has_value()));
   const std::int64_t chunk = r.options.logits_chunk_tokens();
   const model::ModelOptions& mo = r.options;
   log_info("activations: {}{}", mo.activation_checkpointing()
@@ -177,8 +185,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                                4.0 * static_cast<double>(chunk) *
                                                    static_cast<double>(r.config.vocab_size) / (1 << 30))
                                  : std::string("whole logits ([S/P, vocab] fp32 per micro-batch)"));
-  if (r.peak_tflops) log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
-                              r.o.peak_tflops > 0 ? " (--peak-tflops)" : " (dense bf16 peak of this GPU)");
+  if (r.peak_tflops)
+    log_info("MFU against {:.1f} TFLOPS per device{}", *r.peak_tflops,
+             r.o.peak_tflops > 0                          ? " (--peak-tflops)"
+             : r.precision == model::Precision::kBf16 ? " (dense bf16 peak of this GPU)"
+                                                          : " (FP32 peak of this GPU: fp32 matmuls do not use TF32)");
   log_info("memory: {}", plan::features_line(r.features, r.config, r.memory.layout));
   log_info("memory plan at S = {} (profile {}: {}):", loader.seq_len(), r.memory.profile.name, r.memory.profile.source);
   for (const auto& line : plan::breakdown_lines(r.memory.breakdown, r.memory.layout, r.memory.machine))
@@ -208,7 +219,7 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
   rep.tokens_per_s = tokens / rep.seconds;
-  rep.tflops = plan::step_flops(r.config, tokens, loader.seq_len()) / rep.seconds / 1e12;
+  rep.tflops = plan::step_flops(r.config, tokens, totals.attention_pairs) / rep.seconds / 1e12;
   rep.tflops_per_device = rep.tflops / r.layout.world();
   if (r.peak_tflops) rep.mfu = rep.tflops_per_device / *r.peak_tflops;
   rep.peak_mib = max_over_ranks(peak_rss_mib(), r.world);
@@ -308,16 +319,30 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitBadInput;
   const Topology& topo = *placed;
   if (groups.rank() == 0 && !topo.local_rank_warning().empty()) log_info("warning: {}", topo.local_rank_warning());
+  if (*backend == comm::Backend::kNccl) {   // before NCCL's init, which would fail late and cryptically
+    std::vector<std::string> hosts;
+    for (const RankSelf& s : selves) hosts.push_back(s.host);
+    const std::vector<std::string> gpus = gather_text(world, device_bus_id(*device));
+    std::string newer;
+    if (bad_input_on_any_rank(world, groups.rank(), [&] {
+          check_one_rank_per_gpu(hosts, gpus);
+          newer = comm::check_nccl_at_run_time();
+        }))
+      return kExitBadInput;
+    if (groups.rank() == 0 && !newer.empty()) log_info("{}", newer);
+  }
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
-  use_device(*device);
+  // A dry run touches no GPU (no context, no NCCL communicator): its groups are MPI ones, never used for tensors.
+  if (!o.dry_run) use_device(*device);
   Run r{o, layout, topo, groups.rank(), world, *device, *precision, *backend};
+  const comm::Backend made = o.dry_run ? comm::Backend::kMpi : r.backend;
   const std::chrono::seconds timeout(o.comm_timeout);
-  r.sp_group = comm::make_communicator(r.backend, groups.sp(), r.device, timeout);
-  r.grad_group = comm::make_communicator(r.backend, groups.world(), r.device, timeout);
+  r.sp_group = comm::make_communicator(made, groups.sp(), r.device, timeout);
+  r.grad_group = comm::make_communicator(made, groups.world(), r.device, timeout);
   r.peak_tflops = o.peak_tflops > 0   ? std::optional<double>(o.peak_tflops)
-                  : r.device.is_cuda() ? known_peak_tflops(device_name(r.device))
+                  : r.device.is_cuda() ? known_peak_tflops(device_name(r.device), r.precision == model::Precision::kBf16)
                                        : std::nullopt;
   r.sp = SequenceParallel(layout, r.rank, r.sp_group.get());
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
@@ -325,7 +350,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   if (r.sharding == plan::Sharding::kHybrid)
-    r.dp_group = comm::make_communicator(r.backend, groups.dp(), r.device, timeout);
+    r.dp_group = comm::make_communicator(made, groups.dp(), r.device, timeout);
   r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
   std::optional<data::DataLoader> dataset, valid;   // valid: --eval-every's split
   std::optional<fs::path> from;   // the checkpoint --resume names (nullopt: a fresh start)

@@ -43,15 +43,32 @@ TEST(Device, CudaWithoutAGpuIsABadInputNamingTheFix) {
   else EXPECT_NE(why.find("built without CUDA"), std::string::npos) << why;
 }
 
-TEST(Device, KnowsTheBf16PeakOfCommonGpus) {
-  EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3"), 989.4);
-  EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe"), 756);
-  EXPECT_EQ(known_peak_tflops("NVIDIA H200"), 989.4);
-  EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB"), 312);
-  EXPECT_EQ(known_peak_tflops("NVIDIA B200"), 2250);
-  EXPECT_EQ(known_peak_tflops("NVIDIA GB200"), 2500);
-  EXPECT_FALSE(known_peak_tflops("cpu").has_value());
+TEST(Device, KnowsThePeaksOfCommonGpus) {
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", true), 989.4);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe", true), 756);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H200", true), 989.4);
+  EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB", true), 312);
+  EXPECT_EQ(known_peak_tflops("NVIDIA B200", true), 2250);
+  EXPECT_EQ(known_peak_tflops("NVIDIA GB200", true), 2500);
+  EXPECT_FALSE(known_peak_tflops("cpu", true).has_value());
   EXPECT_FALSE(peak_gpu_mib(torch::kCPU).has_value());
+  // fp32 runs are measured against the FP32 peak, not the bf16 one (LibTorch leaves TF32 off for matmuls)
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", false), 66.9);
+  EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB", false), 19.5);
+  EXPECT_FALSE(known_peak_tflops("cpu", false).has_value());
+}
+
+TEST(Device, TwoRanksOnOneGpuAreRefusedBeforeNccl) {
+  EXPECT_NO_THROW(check_one_rank_per_gpu({"a", "a", "b", "b"}, {"0000:18:00.0", "0000:2a:00.0", "0000:18:00.0",
+                                                                "0000:2a:00.0"}));   // same bus ids, other hosts
+  EXPECT_NO_THROW(check_one_rank_per_gpu({"a", "a"}, {"", ""}));                      // CPU ranks
+  EXPECT_EQ(bad_input_of([] {
+              check_one_rank_per_gpu({"a", "a", "a"}, {"0000:18:00.0", "0000:2a:00.0", "0000:18:00.0"});
+            }),
+            "ranks 0 and 2 both drive GPU 0000:18:00.0 on a: NCCL refuses two ranks on one GPU — HINT: launch one "
+            "task per GPU (--ntasks-per-node equal to --gpus-per-node), or pass --comm mpi to share a GPU (slow: "
+            "tensors go through host memory)");
+  EXPECT_EQ(device_bus_id(torch::kCPU), "");
 }
 
 TEST(Backend, ChoosesNcclOnlyForCudaInACudaBuild) {

@@ -205,25 +205,44 @@ class Train(PackedSample):
         self.assertEqual(lrs, [1.5e-3, 3e-3, 3e-3, 3e-3])
 
     def test_flops_are_what_a_flop_counter_counts(self):
-        """The FLOPs behind TFLOPS and MFU equal what torch's FlopCounterMode counts for one forward and backward
-        of the transformers model on the same step (one sequence of 256 tokens; eager attention, counted dense
-        like ours). The one difference: transformers' RoPE computes its angles with a matmul (D/2 × S, no
-        gradient), which the bound below absorbs; the formula with the embedding table counted was 11% off."""
+        """The FLOPs behind TFLOPS and MFU: the matmul part equals what torch's FlopCounterMode counts for one
+        forward and backward of the transformers model (its attention bmm's aside: eager attention is dense
+        over the row), scaled to the step's tokens; the attention part is 6·L·H·D·Σd² (causal, per document),
+        Σd² over the documents of every sequence as h5py reads them from the shards. One step covers the whole
+        dataset (micro-batch 5 × accumulation 57 = its 285 sequences), so the shuffle does not matter; at SP 1
+        and SP 2 (each SP rank sees every sequence; counted once)."""
+        import h5py
         import torch
         import transformers
         from torch.utils.flop_counter import FlopCounterMode
-        out = self.root / "flops"
-        self.run_ok(train_cmd(1, self.data, out, "--steps", 2, "--micro-batch", 1))
-        m = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-        ours = m["tflops"] * 1e12 * m["seconds"]
+        manifest = json.loads((self.data / "manifest.json").read_text())
+        S, sequences, pairs = manifest["seq_len"], 0, 0
+        for shard in manifest["shards"]:
+            with h5py.File(self.data / shard["file"], "r") as f:
+                lengths, offsets, starts = f["seq_lengths"][:], f["doc_offsets"][:], f["doc_starts"][:]
+            for q, length in enumerate(lengths):
+                bounds = [int(b) for b in starts[offsets[q]:offsets[q + 1]]] + [int(length)]
+                pairs += sum((b - a) ** 2 for a, b in zip(bounds, bounds[1:])) + (S - int(length)) ** 2
+                sequences += 1
+        self.assertEqual(sequences, 285)
         cfg = transformers.LlamaConfig(**json.loads(CONFIG.read_text()))
         cfg._attn_implementation = "eager"
         model = transformers.LlamaForCausalLM(cfg)
-        ids = torch.randint(cfg.vocab_size, (1, 256))
+        ids = torch.randint(cfg.vocab_size, (1, S))
         with FlopCounterMode(display=False) as counter:
             model(ids, labels=ids).loss.backward()
-        counted = counter.get_total_flops()
-        self.assertLessEqual(abs(ours - counted), 1e-4 * counted, f"ours {ours:.6g} vs counted {counted:.6g}")
+        dense = counter.get_flop_counts()["Global"]
+        matmuls = counter.get_total_flops() - dense.get(torch.ops.aten.bmm, 0)   # bmm: attention and RoPE angles
+        head_dim = cfg.hidden_size // cfg.num_attention_heads
+        expected = matmuls * sequences + 6 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * pairs
+        for sp in (1, 2):
+            out = self.root / f"flops-sp{sp}"
+            self.run_ok(train_cmd(sp, self.data, out, "--sp", sp, "--steps", 1, "--micro-batch", 5,
+                                  "--grad-accum", 57))
+            m = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+            ours = m["tflops"] * 1e12 * m["seconds"]
+            self.assertLessEqual(abs(ours - expected), 1e-6 * expected,
+                                 f"SP {sp}: ours {ours:.9g} vs expected {expected:.9g}")
 
     def test_output_with_checkpoints_needs_resume_or_overwrite(self):
         out = self.root / "reuse"
