@@ -18,7 +18,7 @@ it is reported as OOM in the table, not as a crash:
                 --activation-checkpointing in the search, on a dataset packed by ulysses-pack (one document
                 of exactly S tokens per sequence, so both sides do the same attention work)
   transformers  LlamaForCausalLM from the same config.json: sdpa attention, an all-ones attention mask (as a
-                tokenizer gives; without one transformers 4.5x builds a dense [S, S] mask for SDPA, which rules
+                tokenizer gives; without one transformers 4.57 builds a dense [S, S] mask for SDPA, which rules
                 out the flash kernel), torch.autocast(bfloat16) over fp32 weights, fused torch.optim.AdamW,
                 grad clipping 1.0; gradient_checkpointing_enable(use_reentrant=False) in the search only
 
@@ -754,7 +754,9 @@ def run_all(a, work, env):
         fixed.append(finish(row))
 
     # 2. the longest that fits, per-layer recomputation on both sides: from the longest fixed length, doubling
-    # while a side fits, halving for a side that does not fit there; each side's longest at power-of-two steps
+    # while a side fits, halving for a side that does not fit there; each side's longest at power-of-two steps.
+    # Where one side halves below a length the other fits, the other runs there too: a like-for-like ratio at
+    # the longest length both fit.
     search = {}
     if a.search:
         start = max(a.lengths)
@@ -764,10 +766,10 @@ def run_all(a, work, env):
             for S in sorted(set(todo.values())):
                 row = search.setdefault(S, {"length": S, "recompute": True, "phase": "search"})
                 for side, _ in SIDES:
+                    st = state[side]
                     if todo.get(side) != S:
                         continue
                     res = row[side] = attempt(side, S, True)
-                    st = state[side]
                     st["next"] = None
                     if res["status"] == "ok":
                         st["ok"] = max(st["ok"] or 0, S)
@@ -777,6 +779,10 @@ def run_all(a, work, env):
                         st["fail"] = min(st["fail"] or S, S)
                         if st["ok"] is None and S // 2 >= ALIGN and (S // 2) % ALIGN == 0:
                             st["next"] = S // 2
+                for side, _ in SIDES:   # the companion run: the other side fit here, this one fits longer
+                    if side not in row and (state[side]["ok"] or 0) > S and any(
+                            row.get(o, {}).get("status") == "ok" for o, _ in SIDES if o != side):
+                        row[side] = attempt(side, S, True)
         for S, row in search.items():
             for side, label in SIDES:
                 row.setdefault(side, {"status": "not run", "recompute": True,

@@ -227,9 +227,9 @@ def worker_hf(spec):
         for k in range(spec["warmup"] + spec["steps"]):
             step = f"step {k + 1}"
             ids = torch.randint(0, vocab - 1, (1, S), device=device)
-            # the all-ones mask a tokenizer gives: without it transformers (4.5x) takes the position ids it makes
-            # for a packed batch, builds a dense [S, S] boolean mask and calls SDPA with it (is_causal=False, K/V
-            # repeated to all heads), which rules out the flash kernel; with it, is_causal=True and no mask
+            # the all-ones mask a tokenizer gives: without it transformers (4.57 at least) takes the position ids it
+            # makes for a packed batch, builds a dense [S, S] boolean mask and calls SDPA with it (is_causal=False,
+            # K/V repeated to all heads), which rules out the flash kernel; with it, is_causal=True and no mask
             mask = torch.ones_like(ids)
             sync()
             probe.active = k == 0   # the first step only (backward's recomputation included); a cheap host check
