@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 
 namespace ulysses::arch {
 namespace {
@@ -180,16 +181,8 @@ ModelConfig parse(const json& j, const std::string& file) {
 
 ModelConfigFile read_model_config_file(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
-  std::ifstream in(config_json);
-  if (!in) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
-  ModelConfigFile out{config_json, {}, {}};
-  try {
-    out.json = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", file, e.byte, e.what()), kHint);
-  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
-    throw BadInput(fmt::format("{}: a value out of range: {}", file, e.what()), kHint);
-  }
+  if (!std::ifstream(config_json)) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
+  ModelConfigFile out{config_json, read_json_file<nlohmann::ordered_json>(config_json, kHint), {}};
   if (!out.json.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
   out.config = parse(out.json, file);
   return out;

@@ -8,6 +8,7 @@
 
 #include "core/checksum.hpp"
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/regular_file.hpp"
 
 namespace fs = std::filesystem;
@@ -57,14 +58,7 @@ Manifest read_manifest(const fs::path& dir) {
 }
 
 Manifest parse_manifest(const std::string& text, const fs::path& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw BadInput(fmt::format("{}: not valid JSON (byte {})", path.string(), e.byte));
-  } catch (const nlohmann::json::exception& e) {   // out_of_range: a number no double holds (1e999)
-    throw BadInput(fmt::format("{}: a value out of range: {}", path.string(), e.what()));
-  }
+  const nlohmann::json j = parse_json_input(text, path.string(), "pass a checkpoint written by ulysses-train");
   if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", path.string()));
   if (field<std::string>(j, "format", path) != kFormatName)
     throw BadInput(fmt::format("{}: format is \"{}\", expected \"{}\"", path.string(), j["format"].get<std::string>(),

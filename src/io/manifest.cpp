@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/regular_file.hpp"
 #include "core/sequence_parallel.hpp"
 #include "io/shard_format.hpp"
@@ -144,18 +145,8 @@ void write_manifest(const Manifest& m, const std::filesystem::path& path) {
 
 Manifest read_manifest(const std::filesystem::path& dataset_dir) {
   const std::filesystem::path path = dataset_dir / "manifest.json";
-  std::ifstream in(path);
-  if (!in)
-    throw BadInput(fmt::format("cannot open {}", path.string()), "pass a dataset directory made by ulysses-pack");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw BadInput(fmt::format("{}: not valid JSON (byte {}): {}", path.string(), e.byte, e.what()));
-  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
-    throw BadInput(fmt::format("{}: a value out of range: {}", path.string(), e.what()), "re-pack the dataset");
-  }
-  return manifest_from_json(j, path.string());
+  return manifest_from_json(read_json_file(path, "pass a dataset directory made by ulysses-pack (re-pack a damaged one)"),
+                            path.string());
 }
 
 }  // namespace ulysses::shard

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/regular_file.hpp"
 
 namespace fs = std::filesystem;
@@ -178,16 +179,7 @@ std::string header_text(int fd, const fs::path& path, std::uint64_t file_size) {
 }
 
 json parse_header(const std::string& text, const fs::path& path) {
-  json j;
-  try {
-    j = json::parse(text);   // surrounding whitespace (the official padding) is allowed
-  } catch (const json::parse_error& e) {
-    throw BadInput(fmt::format("{}: header is not valid JSON (parse error near byte {}; the header has {} bytes)",
-                               path.string(), e.byte, text.size()),
-                   kCorruptHint);
-  } catch (const json::exception& e) {   // out_of_range: a number no double holds (1e999)
-    throw BadInput(fmt::format("{}: header holds a value out of range: {}", path.string(), e.what()), kCorruptHint);
-  }
+  const json j = parse_json_input(text, path.string() + ": header", kCorruptHint);   // padding whitespace allowed
   if (!j.is_object())
     throw BadInput(fmt::format("{}: header must be a JSON object, got {}", path.string(), brief(j)), kCorruptHint);
   return j;
@@ -325,16 +317,7 @@ bool is_plain_file_name(const std::string& s) {
 
 // weight_map of model.safetensors.index.json: tensor name -> shard file name in the same directory.
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
-  std::ifstream in(index_path);
-  if (!in) throw BadInput(fmt::format("cannot open {}", index_path.string()), "check the directory's permissions");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw BadInput(fmt::format("{}: not valid JSON (error near byte {})", index_path.string(), e.byte), kCorruptHint);
-  } catch (const json::exception& e) {
-    throw BadInput(fmt::format("{}: a value out of range: {}", index_path.string(), e.what()), kCorruptHint);
-  }
+  const json j = read_json_file(index_path, kCorruptHint);
   if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object() || j.at("weight_map").empty())
     throw BadInput(fmt::format("{}: expected an object with a non-empty \"weight_map\" object", index_path.string()),
                    kCorruptHint);

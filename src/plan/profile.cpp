@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 
 namespace ulysses::plan {
 namespace {
@@ -85,14 +86,7 @@ Profile load_profile(const std::string& name_or_path) {
     throw BadInput(fmt::format("memory profile \"{}\" is neither a built-in profile nor a readable file", name_or_path),
                    fmt::format("built-in: {}; or a file from ulysses-train --calibrate-memory",
                                fmt::join(builtin_profile_names(), ", ")));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw BadInput(fmt::format("{}: not JSON ({})", name_or_path, e.what()),
-                   "write one with ulysses-train --calibrate-memory FILE");
-  }
-  return from_json(j, name_or_path);
+  return from_json(read_json_file(name_or_path, "write one with ulysses-train --calibrate-memory FILE"), name_or_path);
 }
 
 void write_profile(const std::filesystem::path& path, const Profile& p) {

@@ -464,6 +464,17 @@ class BadInput(BadInputCase):
         (d / "config.json").write_text((d / "config.json").read_text().replace('"vocab_size": ', '"vocab_size": 1e999, "x": '))
         self.expect_bad(["import-hf", d, "-o", self.out], "config.json", "out of range")
 
+    def test_json_nested_200000_deep(self):
+        """A safetensors header or config.json nested 200,000 deep is one error line, not a stack overflow."""
+        deep = b"[" * 200000 + b"]" * 200000
+        d = self.hf_with(blob=self.blob(b'{"__metadata__": {"x": ' + deep + b'}}'))
+        self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "nested deeper than 64 levels")
+        shutil.rmtree(d)
+        d = self.hf_with()
+        (d / "config.json").write_text((d / "config.json").read_text().replace('"vocab_size": ',
+                                                                              '"x": ' + deep.decode() + ', "vocab_size": '))
+        self.expect_bad(["import-hf", d, "-o", self.out], "config.json", "nested deeper than 64 levels")
+
     def test_header_not_json(self):
         d = self.hf_with(blob=self.blob(b"{not json at all", b"\0" * 8))
         self.expect_bad(["import-hf", d, "-o", self.out], "model.safetensors", "not valid JSON")

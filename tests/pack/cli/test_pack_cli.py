@@ -307,7 +307,12 @@ class BadInput(BadInputCase):
         manifest.write_text(manifest.read_text().replace(f'"sp": {huge}', '"sp": 1e999'))   # no double holds it
         p = run("verify", self.out, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertIn("a value out of range", p.stderr)
+        self.assertIn("a number out of range", p.stderr)
+        depth = 200000   # stats nested this deep overflowed the stack in the manifest reader's copies
+        manifest.write_text(json.dumps(dict(m, stats=None)).replace('"stats": null', '"stats": ' + "[" * depth + "]" * depth))
+        p = run("verify", self.out, check=False)
+        self.assertEqual((p.returncode, p.stderr.count("\n")), (2, 1), p.stderr)
+        self.assertIn("JSON nested deeper than 64 levels", p.stderr)
         shards = [dict(s, file="/etc/passwd") for s in m["shards"]]   # a shard outside the dataset's folder
         manifest.write_text(json.dumps(dict(m, shards=shards)))
         p = run("verify", self.out, check=False)
