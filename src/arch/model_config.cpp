@@ -27,16 +27,23 @@ const json* field(const json& j, const char* key) {
   throw BadInput(fmt::format("{}: field \"{}\" {}", file, key, why), kHint);
 }
 
-std::int64_t positive_int(const json& v, const std::string& file, const char* key) {
+// Upper bounds on sizes, far above any published model (the largest: ~256K vocabulary, hidden 25K, 126 layers,
+// 128 heads), so a config that declares 3e8 layers is refused at once instead of allocating its parameter list.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 24;     // vocabulary, hidden and intermediate sizes, windows
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 12;    // layers, heads
+
+std::int64_t positive_int(const json& v, const std::string& file, const char* key, std::int64_t max = kMaxSize) {
   if (!v.is_number_integer() || v.get<std::int64_t>() <= 0)
     bad_field(file, key, fmt::format("must be a positive integer (got {})", v.dump()));
+  if (v.get<std::int64_t>() > max)
+    bad_field(file, key, fmt::format("is {}, more than the {} this toolkit accepts", v.get<std::int64_t>(), max));
   return v.get<std::int64_t>();
 }
 
-std::int64_t required_int(const json& j, const std::string& file, const char* key) {
+std::int64_t required_int(const json& j, const std::string& file, const char* key, std::int64_t max = kMaxSize) {
   const json* v = field(j, key);
   if (!v) bad_field(file, key, "is required but missing");
-  return positive_int(*v, file, key);
+  return positive_int(*v, file, key, max);
 }
 
 double number_or(const json& j, const std::string& file, const char* key, double fallback) {
@@ -91,18 +98,18 @@ std::optional<Llama3RopeScaling> rope_scaling_of(const json& j, const std::strin
   if (s.high_freq_factor <= s.low_freq_factor)
     bad_field(where, "high_freq_factor", fmt::format("({}) must be greater than low_freq_factor ({})",
                                                      s.high_freq_factor, s.low_freq_factor));
-  s.original_max_position_embeddings = required_int(*rs, where, "original_max_position_embeddings");
+  s.original_max_position_embeddings = required_int(*rs, where, "original_max_position_embeddings", std::int64_t{1} << 40);
   return s;
 }
 
 // H and Hkv. A null num_key_value_heads means H everywhere; an absent one means H only where the row
 // says so (Mistral and Qwen default to another number, so we ask for it).
 void read_heads(const json& j, const std::string& file, ModelConfig& c) {
-  c.num_heads = required_int(j, file, "num_attention_heads");
+  c.num_heads = required_int(j, file, "num_attention_heads", kMaxCount);
   if (!j.contains("num_key_value_heads") && !c.rules->kv_heads_default_to_heads)
     bad_field(file, "num_key_value_heads", "is required but missing");
   const json* kv = field(j, "num_key_value_heads");
-  c.num_kv_heads = kv ? positive_int(*kv, file, "num_key_value_heads") : c.num_heads;
+  c.num_kv_heads = kv ? positive_int(*kv, file, "num_key_value_heads", kMaxCount) : c.num_heads;
   if (c.num_heads % c.num_kv_heads != 0)
     bad_field(file, "num_key_value_heads", fmt::format("({}) must divide num_attention_heads ({})",
                                                        c.num_kv_heads, c.num_heads));
@@ -111,7 +118,7 @@ void read_heads(const json& j, const std::string& file, ModelConfig& c) {
 void read_head_dim(const json& j, const std::string& file, ModelConfig& c) {
   const json* hd = field(j, "head_dim");
   if (hd && !(c.rules->head_dim == HeadDimRule::kOptionalZeroNull && *hd == 0)) {
-    c.head_dim = positive_int(*hd, file, "head_dim");
+    c.head_dim = positive_int(*hd, file, "head_dim", kMaxCount);
   } else if (c.rules->head_dim == HeadDimRule::kRequired) {
     bad_field(file, "head_dim", "is required but missing");
   } else {
@@ -135,7 +142,7 @@ void read_biases(const json& j, const std::string& file, ModelConfig& c) {
 void read_attention_window(const json& j, const std::string& file, ModelConfig& c) {
   if (c.rules->window == WindowRule::kSlidingWindow) {
     if (!j.contains("sliding_window")) bad_field(file, "sliding_window", "is required (null for none) but missing");
-    if (const json* w = field(j, "sliding_window")) c.sliding_window = positive_int(*w, file, "sliding_window");
+    if (const json* w = field(j, "sliding_window")) c.sliding_window = positive_int(*w, file, "sliding_window", std::int64_t{1} << 40);
   } else if (bool_or(j, file, "use_sliding_window", false)) {
     bad_field(file, "use_sliding_window", "is true; sliding-window layers are not supported for this architecture");
   }
@@ -158,7 +165,7 @@ ModelConfig parse(const json& j, const std::string& file) {
   c.vocab_size = required_int(j, file, "vocab_size");
   c.hidden_size = required_int(j, file, "hidden_size");
   c.intermediate_size = required_int(j, file, "intermediate_size");
-  c.num_layers = required_int(j, file, "num_hidden_layers");
+  c.num_layers = required_int(j, file, "num_hidden_layers", kMaxCount);
   read_heads(j, file, c);
   read_head_dim(j, file, c);
   read_biases(j, file, c);

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -30,8 +31,12 @@ class BadInput : public std::runtime_error {
   std::string hint_;
 };
 
-// Formats "what — HINT: hint" on one line, as every tool prints it.
+// Formats "what — HINT: hint" on one line, as every tool prints it: control characters that came from a file
+// (a newline, an ANSI escape) are shown as \xNN, so the message stays one line and cannot rewrite the terminal.
 std::string one_line(const BadInput& e);
+
+// A string taken from a file, for a message: control characters as \xNN, cut to `max` bytes with "…".
+std::string printable(std::string_view text, std::size_t max = 64);
 
 [[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
 

@@ -14,7 +14,7 @@ namespace ulysses {
 void check_plain_file_name(const std::string& name, const std::string& where) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos)
-    throw BadInput(fmt::format("{}: file \"{}\" is not a plain name inside its folder", where, name),
+    throw BadInput(fmt::format("{}: file \"{}\" is not a plain name inside its folder", where, printable(name)),
                    "a manifest names files beside it (no \"/\", no \"..\"): the manifest is damaged or hostile");
 }
 

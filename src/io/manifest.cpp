@@ -66,7 +66,7 @@ ManifestShard shard_from_json(const json& j, const std::string& where) {
                   field<std::string>(j, "xxh3", where)};
   check_plain_file_name(s.file, where);
   if (s.split != "train" && s.split != "valid")
-    throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, s.split));
+    throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, printable(s.split)));
   return s;
 }
 
@@ -75,7 +75,7 @@ void check_format(const json& j, const std::string& where) {
   if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
   const auto format = field<std::string>(j, "format", where);
   if (format != kFormatName)
-    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, format, kFormatName));
+    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(format), kFormatName));
   const auto version = field<std::int64_t>(j, "format_version", where);
   if (version != kFormatVersion)
     throw BadInput(fmt::format("{}: format_version is {}; this reader reads version {}", where, version,

@@ -8,6 +8,7 @@
 // the duration of each public call (per thread: the error stack is thread-local in the thread-safe build).
 #include "io/shard.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,23 +52,20 @@ std::int64_t read_int_attr(hid_t file, const char* name, const std::string& wher
   return value;
 }
 
-// Variable-length (h5py str) or fixed-length (h5py bytes) strings; fixed ones lose trailing NULs/spaces.
-std::string read_string_attr(hid_t file, const char* name, const std::string& where) {
+// A fixed-length string (what ulysses-pack writes; h5py bytes), trailing NULs/spaces dropped. A variable-length
+// one (older packs, h5py str) is not read: its bytes live in HDF5's global heap, and H5Aread of a crafted one
+// crashes (H5HG_read) or hangs (H5HG__protect) inside libhdf5. nullopt then; the integer attributes and the
+// datasets' exact dtypes and shapes still identify the format.
+std::optional<std::string> read_string_attr(hid_t file, const char* name, const std::string& where) {
   Attr attr = open_attr(file, name, where);
   if (attr_class(attr.get(), where) != H5T_STRING)
     throw BadInput(fmt::format("{}: root attribute \"{}\" is not a string", where, name));
   Type file_type(CHECK_H5_INPUT(where, H5Aget_type(attr.get())));
-  if (CHECK_H5_INPUT(where, H5Tis_variable_str(file_type.get())) > 0) {
-    Type mem_type(CHECK_H5_INPUT(where, H5Tcopy(H5T_C_S1)));
-    CHECK_H5_INPUT(where, H5Tset_size(mem_type.get(), H5T_VARIABLE));
-    CHECK_H5_INPUT(where, H5Tset_cset(mem_type.get(), H5Tget_cset(file_type.get())));   // HDF5 converts no csets
-    char* value = nullptr;
-    CHECK_H5_INPUT(where, H5Aread(attr.get(), mem_type.get(), &value));
-    std::string out = value != nullptr ? value : "";
-    H5free_memory(value);
-    return out;
-  }
-  std::string out(H5Tget_size(file_type.get()), '\0');
+  if (CHECK_H5_INPUT(where, H5Tis_variable_str(file_type.get())) > 0) return std::nullopt;
+  const std::size_t size = H5Tget_size(file_type.get());
+  if (size == 0 || size > 4096)
+    throw BadInput(fmt::format("{}: root attribute \"{}\" is a string of {} bytes", where, name, size));
+  std::string out(size, '\0');
   CHECK_H5_INPUT(where, H5Aread(attr.get(), file_type.get(), out.data()));
   out.erase(out.find_last_not_of(std::string_view("\0 ", 2)) + 1);
   return out;
@@ -118,12 +116,24 @@ void check_offsets(const std::vector<std::int64_t>& offsets, const std::string& 
                                  offsets[i], offsets[i + 1]));
 }
 
+// input_ids [N, S] is int32 with no filter (docs/data-format.md), so N·S·4 bytes must be in the file: a crafted
+// shard of 7 KB declaring 2^30 rows would otherwise make the metadata readers allocate 12 GB.
+void check_declared_rows(hsize_t n, hsize_t seq_len, std::uintmax_t file_bytes, const std::string& where) {
+  if (n > file_bytes / (seq_len * sizeof(std::int32_t)))
+    throw BadInput(fmt::format("{}: {} declares {} sequences of {} int32 tokens but the file holds only {} bytes",
+                               where, kInputIds, n, seq_len, file_bytes),
+                   "the shard is truncated or damaged: re-pack the dataset");
+}
+
 // The metadata datasets (seq_lengths [N], doc_offsets [N + 1], doc_starts [D]), each sequence checked.
 std::vector<SequenceMeta> read_metas(hid_t file, hsize_t n, std::int64_t seq_len, const std::string& where) {
   const std::string from_ids = fmt::format("N = {} from {}", n, kInputIds);
   const auto lengths = read_vector<std::int32_t>(file, kLengthsSpec, H5T_NATIVE_INT32, n, from_ids, where);
   const auto offsets = read_vector<std::int64_t>(file, kOffsetsSpec, H5T_NATIVE_INT64, n + 1, from_ids, where);
   check_offsets(offsets, where);
+  if (offsets.back() > static_cast<std::int64_t>(n) * seq_len)   // each document starts at its own token
+    throw BadInput(fmt::format("{}: {} declares {} documents in {} sequences of {} tokens", where, kDocOffsets,
+                               offsets.back(), n, seq_len));
   const auto starts = read_vector<std::int32_t>(file, kStartsSpec, H5T_NATIVE_INT32,
                                                 static_cast<hsize_t>(offsets.back()), "D = doc_offsets[N]", where);
   std::vector<SequenceMeta> metas(n);
@@ -138,9 +148,9 @@ std::vector<SequenceMeta> read_metas(hid_t file, hsize_t n, std::int64_t seq_len
 
 // The root attributes, checked: format, version, then the sizes.
 ShardParams read_params(hid_t file, const std::string& where) {
-  const std::string format = read_string_attr(file, kAttrFormat, where);
-  if (format != kFormatName)
-    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, format, kFormatName),
+  const std::optional<std::string> format = read_string_attr(file, kAttrFormat, where);
+  if (format && *format != kFormatName)
+    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(*format), kFormatName),
                    "pass a shard written by ulysses-pack");
   const std::int64_t version = read_int_attr(file, kAttrVersion, where);
   if (version != kFormatVersion)
@@ -190,6 +200,7 @@ ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_un
     throw BadInput(fmt::format("{}: dataset \"{}\" has shape [{}], expected [N, {}] (seq_len)", r.where,
                                kInputIds, fmt::join(dims, ", "), seq_len));
   const hsize_t n = dims[0];
+  check_declared_rows(n, seq_len, std::filesystem::file_size(path), r.where);
   r.params.has_loss_mask = CHECK_H5_INPUT(r.where, H5Lexists(f, kLossMask, H5P_DEFAULT)) > 0;
   if (r.params.has_loss_mask) {
     r.mask = open_dataset(f, kMaskSpec, dims, r.where);

@@ -200,14 +200,15 @@ void write_int_attr(hid_t file, const char* name, std::int64_t value, const std:
   CHECK_H5(where, H5Awrite(attr.get(), H5T_NATIVE_INT64, &value));
 }
 
-// A variable-length UTF-8 string: what h5py writes for a Python str, and reads back as one.
-void write_string_attr(hid_t file, const char* name, const char* value, const std::string& where) {
+// A fixed-length ASCII string (h5py reads it as bytes): its value sits in the attribute itself. A variable-length
+// one lives in HDF5's global heap, and reading that from a crafted file crashes or hangs inside libhdf5.
+void write_string_attr(hid_t file, const char* name, const std::string& value, const std::string& where) {
   Type type(CHECK_H5(where, H5Tcopy(H5T_C_S1)));
-  CHECK_H5(where, H5Tset_size(type.get(), H5T_VARIABLE));
-  CHECK_H5(where, H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  CHECK_H5(where, H5Tset_size(type.get(), value.size()));
+  CHECK_H5(where, H5Tset_strpad(type.get(), H5T_STR_NULLPAD));
   Space space(CHECK_H5(where, H5Screate(H5S_SCALAR)));
   Attr attr(CHECK_H5(where, H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)));
-  CHECK_H5(where, H5Awrite(attr.get(), type.get(), &value));
+  CHECK_H5(where, H5Awrite(attr.get(), type.get(), value.data()));
 }
 
 // The contents of the metadata datasets, filled one (checked) sequence at a time.

@@ -29,6 +29,10 @@ void print_sample(const std::filesystem::path& dir, const shard::Manifest& m, st
   if (index < 0 || index >= reader.num_sequences())
     throw BadInput(fmt::format("--sample {} is outside {} (it holds {} sequences)", index, it->file,
                                reader.num_sequences()));
+  if (reader.params().seq_len != m.seq_len)   // the meta below is checked against the shard's own seq_len
+    throw BadInput(fmt::format("{}: the shard's seq_len is {} but the manifest says {}", it->file,
+                               reader.params().seq_len, m.seq_len),
+                   "the dataset is damaged: re-pack it");
   const auto& meta = reader.meta(index);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(m.seq_len));
   reader.read(index, 0, m.seq_len, ids.data(), nullptr);

@@ -108,6 +108,10 @@ TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
       {"qwen window", {{"model_type", "qwen2"}, {"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
        "use_sliding_window"},
       {"mistral window", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}, "sliding_window"},
+      // declared sizes that would allocate without end (a 3e8-layer config hung and took 7 GB)
+      {"layers", {{"num_hidden_layers", 300000000}}, "\"num_hidden_layers\" is 300000000, more than the 4096"},
+      {"vocabulary", {{"vocab_size", std::int64_t{1} << 40}}, "more than the 16777216 this toolkit accepts"},
+      {"heads", {{"num_attention_heads", 1 << 20}}, "\"num_attention_heads\" is 1048576"},
   };
   for (const auto& c : cases) {
     auto j = llama_json();

@@ -94,7 +94,8 @@ def read_dataset(root, expect=None):
             check(shard["xxh3"] == xxhash.xxh3_64_hexdigest(f.read()), f"{path}: xxh3")
         with h5py.File(path, "r") as f:
             a = f.attrs
-            check(a["format"] == "ulysses-packed" and a["format_version"] == 1, f"{path}: format")
+            fmt = a["format"].decode() if isinstance(a["format"], bytes) else a["format"]   # fixed-length: bytes
+            check(fmt == "ulysses-packed" and a["format_version"] == 1, f"{path}: format")
             check((a["seq_len"], a["sp"], a["alignment"], a["pad_id"]) == sizes, f"{path}: attrs")
             chunk_len = int(a["chunk_len"])
             check((S // P) % chunk_len == 0 and S % (P * a["alignment"]) == 0, f"{path}: chunk_len {chunk_len}")

@@ -277,6 +277,37 @@ class BadInput(BadInputCase):
         path.write_text(text)
         return path
 
+    def test_crafted_shards_are_one_line_not_a_crash(self):
+        """Shards crafted as a fuzzer would (issue 15 items 2, 4, 6), read by inspect (no checksum first)."""
+        run("pack", self.jsonl('{"input_ids": [1, 2, 3]}\n' * 4), "-o", self.out, "--seq-len", 128)
+        shard = self.out / "shard-00000.h5"
+        good = shard.read_bytes()
+        attrs = {k: v for k, v in h5py.File(shard, "r").attrs.items()}
+
+        def inspect(*needles):
+            p = run("inspect", self.out, "--sample", 0, check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+            return one_error_line(self, p.stderr, needles, self.root / "no-output")
+
+        # 2^30 declared rows in a file of a few KB: refused before any allocation follows the declared size
+        with h5py.File(shard, "w") as f:
+            f.attrs.update(attrs)
+            f.create_dataset("input_ids", shape=(1 << 30, 128), dtype="<i4", chunks=(1, 128))
+        self.assertLess(shard.stat().st_size, 1 << 20)
+        inspect("declares 1073741824 sequences of 128 int32 tokens but the file holds only")
+        # the manifest's seq_len disagrees with the shard's: inspect read the shard's rows into the manifest's size
+        shard.write_bytes(good)
+        manifest = self.out / "manifest.json"
+        m = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(dict(m, seq_len=64)))
+        inspect("the shard's seq_len is 128 but the manifest says 64")
+        manifest.write_text(json.dumps(m))
+        # a format name with an ANSI escape and a newline: shown escaped, still one line
+        with h5py.File(shard, "a") as f:
+            f.attrs["format"] = np.bytes_(b"\x1b[31mnot\nours")
+        inspect('format is "\\x1b[31mnot\\x0aours", not "ulysses-packed"')
+
     def test_malformed_json(self):
         f = self.jsonl('{"input_ids": [1, 2]}\n{"input_ids": [1, 2\n')
         self.expect_bad([f, "--seq-len", 64], f"{f.name}:2:")
