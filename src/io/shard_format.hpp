@@ -21,7 +21,7 @@ inline constexpr const char* kDocOffsets = "doc_offsets";  // int64 [N + 1]: CSR
 inline constexpr const char* kDocStarts = "doc_starts";    // int32 [D]: start position of each document
 
 // Root attributes (scalars)
-inline constexpr const char* kAttrFormat = "format";          // string "ulysses-packed"
+inline constexpr const char* kAttrFormat = "format";          // fixed-length string "ulysses-packed"
 inline constexpr const char* kAttrVersion = "format_version"; // int64 1
 inline constexpr const char* kAttrSeqLen = "seq_len";         // int64
 inline constexpr const char* kAttrSp = "sp";                  // int64: SP degree the slices align to
