@@ -7,7 +7,7 @@ watchdog with a real hung peer, and the refusal of two ranks on one GPU.
 checks (N = --gpus ranks, 2 or 4, the tiny Llama of datasets/sample, fp32, 8 steps, sequences of 1024 tokens):
   sp_n_tracks_sp1        SP=N over NCCL (MPI with --cpu) tracks SP=1 (losses ≤ 1e-5 relative)
   nccl_equals_mpi        SP=N over NCCL equals SP=N over MPI with host staging (≤ 1e-6)
-  send_recv_equals_a2a   ULYSSES_NCCL_SEND_RECV=1 (NCCL < 2.28's path) equals ncclAlltoAll, bit for bit
+  send_recv_equals_a2a   ULYSSES_NCCL_SEND_RECV=1 (NCCL < 2.28's path) tracks ncclAlltoAll (≤ 1e-6)
   full_shard_tracks      --sharding full_shard over N ranks tracks the replicated SP=1 run (≤ 1e-5)
   hung_peer_ends_job     one rank stopped (SIGSTOP) after step 2: the watchdog ends the job within
                          --comm-timeout + 60 s, with its "did not finish within" line
@@ -106,7 +106,8 @@ class Checks:
         a2a = self.train("a2a", self.a.gpus, "--sp", self.a.gpus, "--sharding", "no_shard")
         sr = self.train("send-recv", self.a.gpus, "--sp", self.a.gpus, "--sharding", "no_shard",
                         env={"ULYSSES_NCCL_SEND_RECV": "1"})
-        self.compare("send_recv_equals_a2a", sr, a2a, 0.0)
+        self.compare("send_recv_equals_a2a", sr, a2a, 1e-6)   # the same data; attention backward may not be
+                                                              # deterministic run to run
 
     def full_shard_tracks(self):
         self.compare("full_shard_tracks", self.train("full-shard", self.a.gpus, "--sp", self.a.gpus,
@@ -125,22 +126,34 @@ class Checks:
         while time.monotonic() < until and p.poll() is None and \
                 (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
             time.sleep(0.5)
-        pids = subprocess.run(["pgrep", "-f", f"--output {out}"], capture_output=True, text=True).stdout.split()
+        pattern = f"ulysses-train.*--output {out}"   # the ranks, not mpiexec (whose command line names it too)
+        pids = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True).stdout.split()
         ranks = [int(x) for x in pids if int(x) != p.pid]
-        if p.poll() is not None or not ranks:
+
+        def end_all():
             p.kill()
+            for pid in ranks:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+
+        if p.poll() is not None or not ranks:
+            end_all()
             return self.report("hung_peer_ends_job", False, "the run ended before a rank could be stopped")
         os.kill(max(ranks), signal.SIGSTOP)
         stopped = time.monotonic()
         try:
             _, err = p.communicate(timeout=limit + 60)
         except subprocess.TimeoutExpired:
-            p.kill()
-            for pid in ranks:
-                subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+            end_all()
             return self.report("hung_peer_ends_job", False, f"still running {limit + 60} s after a rank was stopped")
-        self.report("hung_peer_ends_job", "did not finish within" in err,
-                    f"ended {time.monotonic() - stopped:.0f} s after the stop (timeout {limit} s), exit {p.returncode}")
+        left = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True).stdout.split()
+        end_all()   # the stopped rank, should the launcher have left it
+        self.report("hung_peer_ends_job", "did not finish within" in err and not left,
+                    f"ended {time.monotonic() - stopped:.0f} s after the stop (timeout {limit} s), exit {p.returncode}"
+                    f"{', ranks left running: ' + ' '.join(left) if left else ''}")
 
     def shared_gpu_refused(self):
         if self.a.cpu:

@@ -78,13 +78,22 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seco
       state_->watchdog->begin(fmt::format("NCCL communicator init on a group of {} (rank {})", size_, rank_));
   CHECK_NCCL(nullptr, ncclCommInitRank(&state_->comm, size_, id, rank_));
   init.issued([] { return dist::Probe{dist::Probe::State::kDone, ""}; });
+  // The group agrees on the all-to-all's path (rank 0's ULYSSES_NCCL_SEND_RECV): a mix would deadlock.
+  int send_recv = state_->send_recv ? 1 : 0;
+  CHECK_MPI(MPI_Bcast(&send_recv, 1, MPI_INT, 0, group));
+  state_->send_recv = send_recv != 0;
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // While an error unwinds, NCCL is not touched: destroy flushes work that waits on peers blocked in a
+  // collective, and abort hangs when only some ranks of a node abort (NVIDIA/nccl#863). The state is left to
+  // the process (its watchdog still running), which run_guarded's abort_all ends within moments.
+  if (std::uncaught_exceptions() > 0) {
+    static_cast<void>(state_.release());
+    return;
+  }
   state_->watchdog.reset();   // stop watching before the communicator goes
-  if (state_->comm == nullptr) return;
-  if (std::uncaught_exceptions() > 0) ncclCommAbort(state_->comm);   // peers may be blocked in a collective
-  else ncclCommDestroy(state_->comm);
+  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
 }
 
 // Registered before the NCCL call, so a call that blocks inside NCCL (a missing peer) is timed too.
@@ -151,13 +160,15 @@ torch::Tensor NcclCommunicator::all_to_all(const torch::Tensor& x) {   // [P*n, 
   if (!done) {   // NCCL < 2.28, or ULYSSES_NCCL_SEND_RECV=1: one send and one receive per peer, grouped
     const std::size_t bytes = count * static_cast<std::size_t>(x.element_size());
     CHECK_NCCL(comm, ncclGroupStart());
-    for (int peer = 0; peer < size_; ++peer) {
-      CHECK_NCCL(comm, ncclSend(static_cast<const char*>(x.data_ptr()) + peer * bytes, count, type, peer, comm,
-                                stream_of(device_)));
-      CHECK_NCCL(comm, ncclRecv(static_cast<char*>(out.data_ptr()) + peer * bytes, count, type, peer, comm,
-                                stream_of(device_)));
+    ncclResult_t r = ncclSuccess;   // the group is ended even when a send or receive fails to enqueue
+    for (int peer = 0; peer < size_ && r == ncclSuccess; ++peer) {
+      r = ncclSend(static_cast<const char*>(x.data_ptr()) + peer * bytes, count, type, peer, comm, stream_of(device_));
+      if (r == ncclSuccess)
+        r = ncclRecv(static_cast<char*>(out.data_ptr()) + peer * bytes, count, type, peer, comm, stream_of(device_));
     }
-    CHECK_NCCL(comm, ncclGroupEnd());
+    const ncclResult_t ended = ncclGroupEnd();
+    CHECK_NCCL(comm, r);
+    CHECK_NCCL(comm, ended);
   }
   issued(call);
   return out;

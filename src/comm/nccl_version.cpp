@@ -16,11 +16,6 @@ std::string nccl_version_text(int code) {
   return fmt::format("{}.{}.{}", v.major, v.minor, v.patch);
 }
 
-bool nccl_has_alltoall(int code) {
-  const NcclVersion v = nccl_version(code);
-  return v.major > 2 || (v.major == 2 && v.minor >= 28);
-}
-
 std::string check_nccl_runtime(int built, int runtime) {
   const NcclVersion b = nccl_version(built), r = nccl_version(runtime);
   if (r.major < b.major || (r.major == b.major && r.minor < b.minor))

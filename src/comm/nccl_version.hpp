@@ -18,9 +18,6 @@ struct NcclVersion {
 NcclVersion nccl_version(int code);
 std::string nccl_version_text(int code);   // "2.28.3"
 
-// ncclAlltoAll exists from 2.28 on; older NCCL runs the all-to-all as grouped ncclSend/ncclRecv.
-bool nccl_has_alltoall(int code);
-
 // Throws BadInput when the run-time NCCL is older (major.minor) than the one built with; returns "" when
 // major.minor match and one line for the log when the run-time one is newer (NCCL stays backward compatible).
 std::string check_nccl_runtime(int built, int runtime);

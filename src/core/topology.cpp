@@ -29,6 +29,29 @@ std::string short_list(const std::vector<int>& v) {
   return fmt::format("[{} {} {} ... {}]", v[0], v[1], v[2], v.back());
 }
 
+// A node is a machine (the ranks sharing memory: RankSelf::machine) and, within one, a host name (emulated nodes
+// on one machine have distinct SLURMD_NODENAMEs). Both SLURM_NODEID and SLURMD_NODENAME are inherited from the
+// batch step by ranks that mpiexec starts on other machines, so they alone cannot tell nodes apart.
+// Nodes are numbered by SLURM_NODEID where it names each node exactly once, else by first appearance.
+std::vector<int> node_numbers(const std::vector<RankSelf>& ranks) {
+  const bool machines = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.machine >= 0; });
+  std::map<std::pair<int, std::string>, int> first;   // (machine, host) → first-appearance number
+  std::vector<int> out;
+  for (const RankSelf& r : ranks)
+    out.push_back(first.emplace(std::pair(machines ? r.machine : -1, r.host), static_cast<int>(first.size()))
+                      .first->second);
+  std::map<int, int> slurm_of, node_of_slurm;   // node ↔ SLURM_NODEID, when it is a one-to-one map
+  bool one_to_one = true;
+  for (std::size_t g = 0; g < ranks.size() && one_to_one; ++g) {
+    const int id = ranks[g].node;
+    one_to_one = id >= 0 && slurm_of.emplace(out[g], id).first->second == id &&
+                 node_of_slurm.emplace(id, out[g]).first->second == out[g];
+  }
+  if (one_to_one)
+    for (std::size_t g = 0; g < ranks.size(); ++g) out[g] = ranks[g].node;
+  return out;
+}
+
 }  // namespace
 
 RankSelf rank_self_from_env(const std::string& host_name) {
@@ -46,14 +69,12 @@ RankSelf rank_self_from_env(const std::string& host_name) {
 Topology::Topology(const std::vector<RankSelf>& ranks, int island_size) {
   ULY_CHECK(!ranks.empty(), "empty topology");
   if (island_size < 0) throw BadInput(fmt::format("--island-size ({}) must be 0 (a node) or positive", island_size));
-  const bool slurm_nodes = std::all_of(ranks.begin(), ranks.end(), [](const RankSelf& r) { return r.node >= 0; });
-  std::map<std::string, int> node_of_host;   // first-appearance numbering when SLURM_NODEID is missing
+  const std::vector<int> node_of = node_numbers(ranks);
   std::map<int, int> seen_on_node;
   for (std::size_t g = 0; g < ranks.size(); ++g) {
     RankPlace p;
     p.host = ranks[g].host;
-    p.node = slurm_nodes ? ranks[g].node
-                         : node_of_host.emplace(p.host, static_cast<int>(node_of_host.size())).first->second;
+    p.node = node_of[g];
     p.local_rank = seen_on_node[p.node]++;
     if (ranks[g].local_rank >= 0 && ranks[g].local_rank != p.local_rank && local_rank_warning_.empty())
       local_rank_warning_ = fmt::format(

@@ -27,6 +27,7 @@ struct RankSelf {
   std::string host;     // SLURMD_NODENAME (distinct for emulated nodes on one machine), else the host name
   int node = -1;        // SLURM_NODEID
   int local_rank = -1;  // the launcher's own: kLocalRankVariables, the first one set (a cross-check only)
+  int machine = -1;     // the lowest world rank sharing memory with this one (MPI_COMM_TYPE_SHARED): the machine
 };
 
 // Where a launcher says a rank's local rank, most specific first: MPICH's hydra and Open MPI's mpiexec set
@@ -44,8 +45,10 @@ struct RankPlace {
 
 class Topology {
  public:
-  // One RankSelf per global rank. Where SLURM_NODEID is unknown on any rank, nodes are numbered by host
-  // name in order of first appearance; a rank's local rank is its index among the earlier ranks of its node
+  // One RankSelf per global rank. A node is a (machine, host) pair: the machine from MPI (mpiexec's ranks on
+  // other machines inherit the batch step's SLURM_NODEID and SLURMD_NODENAME), the host name within it (emulated
+  // nodes). Nodes are numbered by SLURM_NODEID where that maps one-to-one onto them, else in order of first
+  // appearance; a rank's local rank is its index among the earlier ranks of its node
   // (the launcher's variable, where known, is compared: local_rank_warning). island_size (ranks) 0 means one island per node; otherwise it must be a
   // multiple of the ranks per node (equal on every node), and island = node / (island_size / ranks per node).
   // Throws BadInput on an island size that does not fit.

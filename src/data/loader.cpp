@@ -35,14 +35,19 @@ std::int64_t MicroBatch::valid_labels() const {
   return std::count_if(labels.begin(), labels.end(), [](std::int64_t l) { return l != shard::kIgnoreIndex; });
 }
 
-double MicroBatch::attention_pairs() const {
+double MicroBatch::attention_pairs(std::optional<std::int64_t> sliding_window) const {
+  auto doubled_pairs = [&](double d) {
+    if (!sliding_window || d <= static_cast<double>(*sliding_window)) return d * d;
+    const auto w = static_cast<double>(*sliding_window);
+    return 2 * d * w - w * w;
+  };
   double pairs = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const auto row = doc_ids.begin() + b * seq_len;
     std::int64_t begin = 0;
     for (std::int64_t i = 1; i <= seq_len; ++i)
       if (i == seq_len || row[i] != row[i - 1]) {
-        pairs += static_cast<double>(i - begin) * static_cast<double>(i - begin);
+        pairs += doubled_pairs(static_cast<double>(i - begin));
         begin = i;
       }
   }

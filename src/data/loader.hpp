@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -41,9 +42,10 @@ struct MicroBatch {
   std::vector<std::int64_t> labels;        // [B, L] next token or -100
   std::vector<std::int64_t> doc_ids;       // [B, S] document id of every position of the whole sequence
   std::int64_t valid_labels() const;       // labels != -100 in this rank's slice
-  // Σ d² over the documents (runs of equal doc id, padding one more) of the B whole sequences: the causal
-  // attention work, for the FLOP count (plan::step_flops).
-  double attention_pairs() const;
+  // Σ d² over the documents (runs of equal doc id, padding one more) of the B whole sequences: twice the causal
+  // attention pairs, for the FLOP count (plan::step_flops). With a sliding window w a document longer than w
+  // counts 2·d·w − w² (its query-key pairs within the window, doubled) instead of d².
+  double attention_pairs(std::optional<std::int64_t> sliding_window = std::nullopt) const;
 };
 
 class DataLoader {

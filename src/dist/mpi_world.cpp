@@ -101,17 +101,19 @@ constexpr std::chrono::seconds kAbortGrace{10};
 
 void abort_all(int code, std::string_view message) {
   int rank = world_rank_or_minus_one();
+  // MPI_Abort from a watchdog thread may wait behind a lock the main thread holds inside MPI, and printing may
+  // block on a full pipe: should neither have ended the process after kAbortGrace, this rank ends itself
+  // (mpiexec and srun --kill-on-bad-exit then end the others; without it, their watchdogs do).
+  if (rank >= 0)
+    std::thread([code] {
+      std::this_thread::sleep_for(kAbortGrace);
+      std::_Exit(code);
+    }).detach();
   print_line(rank, message);
   if (rank < 0) std::exit(code);
   // The line is in the pipe to the launcher; MPI_Abort makes it kill every rank, and under load MPICH's hydra
   // was seen to exit before forwarding it (CI: an "exit 2" with an empty stderr). A moment lets it read.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  // MPI_Abort from a watchdog thread may wait behind a lock the main thread holds inside MPI: should it not
-  // have ended the process after kAbortGrace, this rank ends itself and the launcher ends the rest.
-  std::thread([code] {
-    std::this_thread::sleep_for(kAbortGrace);
-    std::_Exit(code);
-  }).detach();
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);   // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so
 }

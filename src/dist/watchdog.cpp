@@ -27,6 +27,7 @@ Watchdog::Call Watchdog::begin(std::string what) {
 }
 
 void Watchdog::Call::issued(ProbeFn probe) {
+  ULY_CHECK(slot_ != nullptr && probe, "Watchdog::Call::issued on a moved-from call or with an empty probe");
   std::lock_guard lock(slot_->mu);
   slot_->probe = std::move(probe);
 }

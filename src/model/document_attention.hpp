@@ -44,8 +44,8 @@ std::string attention_kernel(const c10::Device& device, c10::ScalarType dtype, s
 // SDPA gets them expanded (and the start-up log says so).
 torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads);
 
-// Whether the flash kernels run on a GPU of compute capability major.minor for this head size: sm80 or newer,
-// and on sm86/sm89 not with head_dim > 192 (no backward kernels there).
+// Whether the flash kernels train on a GPU of compute capability major.minor with this head size, as PyTorch's
+// own checks say: sm80 to sm121, and on sm86/89/120/121 not with 192 < head_dim ≤ 224 (no backward kernels).
 bool flash_supported(int major, int minor, std::int64_t head_dim);
 
 // Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and

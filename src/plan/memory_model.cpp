@@ -14,13 +14,15 @@ struct LayerCounts {
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back)
 };
 
-LayerCounts counts(const arch::ModelConfig& c, int sp) {
+// expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
+// the query heads (model/document_attention.hpp).
+LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv) {
   const auto heads = arch::ulysses_heads(c, sp);
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double q = static_cast<double>(c.num_heads) * d, kv = static_cast<double>(c.num_kv_heads) * d;
   const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
   LayerCounts n;
-  n.attention = 3 * h + 2 * (q + 2 * kv) + (qa + 2 * kva) + 2 * qa;
+  n.attention = 3 * h + 2 * (q + 2 * kv) + (qa + 2 * kva) + 2 * qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = 2 * h;
   n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
@@ -54,7 +56,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
-  const LayerCounts n = counts(c, l.sp);
+  const LayerCounts n = counts(c, l.sp, p.cuda && !f.bf16);
   Breakdown b;
   b.weights = states.device.weights +
               (shards == 0 && f.bf16 ? 2 * arch::matmul_parameter_count(c) : 0);   // autocast's bf16 copies

@@ -82,7 +82,7 @@ std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const
 
 // Model FLOPs of one step over all ranks: 6·M·T + 6·L·H·D·Σd² — M = arch::matmul_parameter_count, T the
 // step's tokens, L layers, H query heads, D head_dim, Σd² over every document of every sequence of the step
-// (attention_pairs). Forward causal attention over a document of d tokens is 2·H·D·d² per layer (QKᵀ and PV,
+// (attention_pairs; 2·d·w − w² for a document longer than a sliding window w). Forward causal attention over a document of d tokens is 2·H·D·d² per layer (QKᵀ and PV,
 // each 2·H·D·d² dense, half of it causal); backward twice that. Recomputation is not counted. Megatron's
 // formula counts 12·L·H·D·S·T (dense, whole rows) and ALST's the same; for one document per row, Σd² = S·T and
 // this is half of theirs; for packed rows of many documents it is far less (8K-token documents in a 1M row:

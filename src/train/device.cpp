@@ -88,10 +88,11 @@ std::optional<double> known_peak_tflops(std::string_view gpu_name, bool bf16) {
     double bf16, fp32;
   };
   // Vendor datasheets: dense bf16 (half the "with sparsity" figure), FP32 (non-tensor). First match wins.
-  static constexpr std::array<Peak, 12> kPeaks{{
+  static constexpr std::array<Peak, 14> kPeaks{{
       {"GB200", 2500, 80}, {"B200", 2250, 75}, {"B100", 1750, 60},
-      {"H200", 989.4, 66.9}, {"H100 PCIe", 756, 51.2}, {"H100 NVL", 835, 60}, {"H100", 989.4, 66.9},
-      {"H800", 989.4, 66.9}, {"A100", 312, 19.5}, {"A800", 312, 19.5}, {"L40S", 362.05, 91.6}, {"A10G", 70, 31.2},
+      {"H200 NVL", 835, 60}, {"H200", 989.4, 66.9}, {"H100 PCIe", 756, 51.2}, {"H100 NVL", 835, 60},
+      {"H100", 989.4, 66.9}, {"H800 PCIe", 756, 51.2}, {"H800", 989.4, 66.9}, {"A100", 312, 19.5},
+      {"A800", 312, 19.5}, {"L40S", 362.05, 91.6}, {"A10G", 70, 31.2},
   }};
   for (const Peak& p : kPeaks)
     if (gpu_name.find(p.key) != std::string_view::npos) return bf16 ? p.bf16 : p.fp32;
@@ -106,14 +107,16 @@ std::string device_bus_id([[maybe_unused]] const c10::Device& d) {
   return "";
 }
 
-void check_one_rank_per_gpu(const std::vector<std::string>& hosts, const std::vector<std::string>& bus_ids) {
-  std::map<std::pair<std::string, std::string>, std::size_t> first;   // (host, GPU) → its first rank
+void check_one_rank_per_gpu(const std::vector<std::string>& nodes, const std::vector<std::string>& bus_ids) {
+  std::map<std::pair<std::string, std::string>, std::size_t> first;   // (node, GPU) → its first rank
   for (std::size_t r = 0; r < bus_ids.size(); ++r) {
-    if (bus_ids[r].empty()) continue;
-    const auto [at, fresh] = first.emplace(std::pair(hosts[r], bus_ids[r]), r);
+    if (bus_ids[r].empty())
+      throw BadInput(fmt::format("rank {} on {} has no GPU but the run uses NCCL", r, nodes[r]),
+                     "check nvidia-smi and CUDA_VISIBLE_DEVICES on that node, or pass --device cpu --comm mpi");
+    const auto [at, fresh] = first.emplace(std::pair(nodes[r], bus_ids[r]), r);
     if (!fresh)
       throw BadInput(fmt::format("ranks {} and {} both drive GPU {} on {}: NCCL refuses two ranks on one GPU",
-                                 at->second, r, bus_ids[r], hosts[r]),
+                                 at->second, r, bus_ids[r], nodes[r]),
                      "launch one task per GPU (--ntasks-per-node equal to --gpus-per-node), or pass --comm mpi to "
                      "share a GPU (slow: tensors go through host memory)");
   }

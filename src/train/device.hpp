@@ -32,9 +32,10 @@ std::optional<double> known_peak_tflops(std::string_view gpu_name, bool bf16);
 // CUDA_VISIBLE_DEVICES each rank was narrowed to.
 std::string device_bus_id(const c10::Device& d);
 
-// NCCL refuses two ranks on one GPU ("Duplicate GPU detected") late, inside its init: BadInput up front
-// naming the first two ranks of one host with the same GPU. hosts[r] and bus_ids[r] per rank ("": CPU).
-void check_one_rank_per_gpu(const std::vector<std::string>& hosts, const std::vector<std::string>& bus_ids);
+// For NCCL, which fails late inside its init: BadInput naming the first two ranks of one node with the same GPU
+// ("Duplicate GPU detected"), or a rank without a GPU (--device auto found none there) among ranks with one.
+// nodes[r] names rank r's node, bus_ids[r] its GPU ("": the CPU).
+void check_one_rank_per_gpu(const std::vector<std::string>& nodes, const std::vector<std::string>& bus_ids);
 
 // The high-water mark of bytes allocated on a CUDA device by PyTorch's caching allocator, in MiB (nullopt on
 // the CPU: see report.hpp's peak_rss_mib), since the start of the process.

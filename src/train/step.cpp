@@ -38,7 +38,8 @@ LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, s
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
     local.sum += out.loss_sum.item<double>();
     local.count += static_cast<double>(out.valid_count.item<std::int64_t>());
-    local.attention_pairs += mb.attention_pairs() / loader.sp_degree();   // the SP group's ranks share it
+    local.attention_pairs +=   // the SP group's ranks share the sequence: each counts its share
+        mb.attention_pairs(model->config().sliding_window) / loader.sp_degree();
   }
   const LossTotals t = sum_over(states.grad_group(), local, device);
   states.finish_gradients(std::max(t.count, 1.0));

@@ -23,6 +23,7 @@
 #include "core/sequence_parallel.hpp"
 #include "core/topology.hpp"
 #include "data/loader.hpp"
+#include "dist/check_mpi.hpp"
 #include "dist/mpi_world.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
@@ -47,15 +48,27 @@ namespace fs = std::filesystem;
 namespace ulysses::train {
 namespace {
 
-// Every rank's `mine` (at most 63 bytes kept), gathered so all ranks hold the list, in rank order.
+// Every rank's `mine` (at most MPI_MAX_PROCESSOR_NAME bytes kept), gathered so all ranks hold the list, in rank order.
 std::vector<std::string> gather_text(comm::Communicator& world, const std::string& mine) {
-  constexpr std::int64_t kWidth = 64;
-  torch::Tensor record = torch::zeros({kWidth}, torch::kUInt8);   // [64] bytes, NUL-terminated
+  constexpr std::int64_t kWidth = MPI_MAX_PROCESSOR_NAME + 1;
+  torch::Tensor record = torch::zeros({kWidth}, torch::kUInt8);   // [kWidth] bytes, NUL-terminated
   std::memcpy(record.data_ptr(), mine.data(), std::min<std::size_t>(mine.size(), kWidth - 1));
   const torch::Tensor all = world.size() > 1 ? world.all_gather(record) : record;   // [world * 64]
   std::vector<std::string> out;
   for (int r = 0; r < world.size(); ++r) out.emplace_back(static_cast<const char*>(all.data_ptr()) + kWidth * r);
   return out;
+}
+
+// The lowest world rank on this machine: the ranks that MPI_COMM_TYPE_SHARED groups share memory, whatever the
+// environment variables they inherited say.
+int machine_leader() {
+  int rank = 0, leader = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm shared = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+  CHECK_MPI(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, shared));
+  MPI_Comm_free(&shared);
+  return leader;
 }
 
 // Every rank's view of where it runs (host, SLURM_NODEID, the launcher's local rank), gathered so all ranks
@@ -66,11 +79,12 @@ std::vector<RankSelf> gather_rank_selves(comm::Communicator& world) {
   MPI_Get_processor_name(name, &len);
   const RankSelf self = rank_self_from_env(std::string(name, static_cast<std::size_t>(len)));
   const std::vector<std::string> hosts = gather_text(world, self.host);
-  torch::Tensor ids = torch::tensor({self.node, self.local_rank}, torch::kInt);   // [2]
-  if (world.size() > 1) ids = world.all_gather(ids);                               // [world * 2]
+  torch::Tensor ids = torch::tensor({self.node, self.local_rank, machine_leader()}, torch::kInt);   // [3]
+  if (world.size() > 1) ids = world.all_gather(ids);                                                 // [world * 3]
   std::vector<RankSelf> out;
   for (int r = 0; r < world.size(); ++r)
-    out.push_back({hosts[static_cast<std::size_t>(r)], ids[2 * r].item<int>(), ids[2 * r + 1].item<int>()});
+    out.push_back({hosts[static_cast<std::size_t>(r)], ids[3 * r].item<int>(), ids[3 * r + 1].item<int>(),
+                   ids[3 * r + 2].item<int>()});
   return out;
 }
 
@@ -319,13 +333,14 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitBadInput;
   const Topology& topo = *placed;
   if (groups.rank() == 0 && !topo.local_rank_warning().empty()) log_info("warning: {}", topo.local_rank_warning());
-  if (*backend == comm::Backend::kNccl) {   // before NCCL's init, which would fail late and cryptically
-    std::vector<std::string> hosts;
-    for (const RankSelf& s : selves) hosts.push_back(s.host);
+  {   // before NCCL's init, which would fail late and cryptically; every rank gathers (CPU ranks give "")
+    std::vector<std::string> nodes;
+    for (int g = 0; g < topo.world(); ++g) nodes.push_back(fmt::format("node {} ({})", topo.place(g).node, topo.place(g).host));
     const std::vector<std::string> gpus = gather_text(world, device_bus_id(*device));
     std::string newer;
     if (bad_input_on_any_rank(world, groups.rank(), [&] {
-          check_one_rank_per_gpu(hosts, gpus);
+          if (*backend != comm::Backend::kNccl) return;
+          check_one_rank_per_gpu(nodes, gpus);
           newer = comm::check_nccl_at_run_time();
         }))
       return kExitBadInput;

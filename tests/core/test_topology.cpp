@@ -187,3 +187,22 @@ TEST(Topology, LocalRankVariablesTable) {
   EXPECT_THROW(ulysses::rank_self_from_env("h"), BadInput);
   unsetenv("SLURM_LOCALID");
 }
+
+TEST(Topology, NodesAreMachinesNotTheVariablesMpiexecsRanksInherit) {
+  // mpiexec across two machines inside an allocation: every rank inherits the batch step's SLURM_NODEID=0,
+  // SLURMD_NODENAME=gpu001 and SLURM_LOCALID=0; MPI_COMM_TYPE_SHARED still tells the machines apart.
+  auto inherited = [](int machine) { return RankSelf{"gpu001", 0, 0, machine}; };
+  Topology t({inherited(0), inherited(0), inherited(2), inherited(2)}, 0);
+  EXPECT_EQ(t.num_nodes(), 2);
+  EXPECT_EQ(t.place(2).node, 1);
+  EXPECT_EQ(t.place(3).local_rank, 1);
+  EXPECT_THROW(ulysses::check_sp_within_islands(RankLayout(4, 4), t, false), BadInput);   // SP 4 spans 2 machines
+  // emulated nodes: one machine, distinct SLURMD_NODENAMEs and SLURM_NODEIDs (tests/slurm)
+  Topology e({{"n1", 0, 0, 0}, {"n1", 0, 1, 0}, {"n2", 1, 0, 0}, {"n2", 1, 1, 0}}, 0);
+  EXPECT_EQ(e.num_nodes(), 2);
+  EXPECT_EQ(e.place(2).node, 1);
+  // SLURM_NODEID numbers the nodes where it names each exactly once (srun's order, which islands follow)
+  Topology s({{"b", 1, 0, 0}, {"a", 0, 0, 1}}, 0);
+  EXPECT_EQ(s.place(0).node, 1);
+  EXPECT_EQ(s.place(1).node, 0);
+}

@@ -158,3 +158,22 @@ TEST_F(Loader, TheValidSplitIsItsOwnStream) {
 
 }  // namespace
 }  // namespace ulysses::data
+
+TEST(MicroBatch, AttentionPairsAreTheDocumentsSquaresOrTheirWindowedPairs) {
+  ulysses::data::MicroBatch mb;
+  mb.batch = 2;
+  mb.seq_len = 8;
+  mb.doc_ids = {0, 0, 0, 1, 1, 1, 1, 1,    // documents of 3 and 5 tokens
+                0, 0, 0, 0, 0, 0, 0, 0};   // one of 8
+  EXPECT_EQ(mb.attention_pairs(), 9 + 25 + 64);
+  // window 4: the 3-token document is within it; 5 and 8 tokens see at most 4 keys each: 2·d·w − w²
+  EXPECT_EQ(mb.attention_pairs(4), 9 + (2 * 5 * 4 - 16) + (2 * 8 * 4 - 16));
+  // the same convention as d² = 2·Σ(i + 1) − d: twice the pairs counted key by key, Σ min(i + 1, w), less w
+  auto pairs = [](int d, int w) {
+    int n = 0;
+    for (int i = 0; i < d; ++i) n += std::min(i + 1, w);
+    return n;
+  };
+  EXPECT_EQ(2 * pairs(8, 8) - 8, 8 * 8);
+  EXPECT_EQ(2 * pairs(8, 4) - 4, 2 * 8 * 4 - 16);
+}

@@ -117,15 +117,18 @@ TEST(DocumentAttention, ExpandedKvHeadsEqualGroupedSdpaForwardAndBackward) {
   EXPECT_TRUE(expand_kv_heads(k, 6)[0][2].equal(k[0][0]) && expand_kv_heads(k, 6)[0][3].equal(k[0][1]));
 }
 
-TEST(DocumentAttention, FlashNeedsSm80AndOnSm86Or89AHeadOf192OrLess) {
-  EXPECT_FALSE(flash_supported(7, 5, 64));    // T4
-  EXPECT_TRUE(flash_supported(8, 0, 256));    // A100
-  EXPECT_TRUE(flash_supported(8, 6, 128));    // A10 / RTX 30
-  EXPECT_FALSE(flash_supported(8, 6, 256));   // no backward kernels there
-  EXPECT_FALSE(flash_supported(8, 9, 224));   // L40S / RTX 40
+TEST(DocumentAttention, FlashFollowsPyTorchsHardwareAndHeadDimRules) {
+  EXPECT_FALSE(flash_supported(7, 5, 64));     // T4
+  EXPECT_TRUE(flash_supported(8, 0, 256));     // A100
+  EXPECT_TRUE(flash_supported(8, 6, 128));     // A10 / RTX 30
+  EXPECT_FALSE(flash_supported(8, 6, 224));    // no backward kernels for 192 < head_dim <= 224 there
+  EXPECT_TRUE(flash_supported(8, 6, 256));
+  EXPECT_FALSE(flash_supported(8, 9, 200));    // L40S / RTX 40
   EXPECT_TRUE(flash_supported(8, 9, 192));
-  EXPECT_TRUE(flash_supported(9, 0, 256));    // H100 / H200
-  EXPECT_TRUE(flash_supported(10, 0, 128));   // B200
+  EXPECT_TRUE(flash_supported(9, 0, 224));     // H100 / H200
+  EXPECT_TRUE(flash_supported(10, 0, 128));    // B200
+  EXPECT_FALSE(flash_supported(12, 0, 208));   // RTX 50
+  EXPECT_FALSE(flash_supported(13, 0, 128));   // beyond what PyTorch 2.11 lists
 }
 
 // ---- SP = P against SP = 1, ranks as threads ---------------------------------------------------

@@ -79,6 +79,23 @@ TEST(MemoryModel, ASlidingWindowAddsItsMaskAndScores) {
   EXPECT_EQ(with.working - without.working, S * S * (1 + 2 * 32 / 8));   // bool mask + bf16 scores of 4 heads
 }
 
+TEST(MemoryModel, Fp32OnCudaCountsTheExpandedKvHeadsOfGroupedAttention) {
+  // There no fused kernel takes grouped KV heads, so SDPA gets K and V expanded to the query heads and saves them.
+  Profile gpu = load_profile("h100"), host = gpu;
+  host.cuda = false;
+  const Layout l{1, 1, 1, 1};
+  const std::int64_t S = 4096;
+  const Features fp32 = resolve(MemoryFlags{}, kLlama8B, 1);
+  const double extra = predict(kLlama8B, l, fp32, gpu, S).working - predict(kLlama8B, l, fp32, host, S).working;
+  // K and V: 2 × (32 − 8) heads × 128 elements per token, S tokens, 4 bytes, × 2 × the work factor as every
+  // element of the working set (memory_model.cpp)
+  EXPECT_NEAR(extra, 4 * 2 * gpu.work_factor * S * (2 * (32 - 8) * 128), 8);
+  MemoryFlags bf16;
+  bf16.precision = "bf16";
+  const Features half = resolve(bf16, kLlama8B, 1);   // flash takes grouped heads natively
+  EXPECT_EQ(predict(kLlama8B, l, half, gpu, S).working, predict(kLlama8B, l, half, host, S).working);
+}
+
 TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   MemoryFlags flags;
   flags.sharding = "no_shard";
