@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh machine: bootstrap (idempotent), configure, build, test.
+# The whole test suite from a fresh machine: bootstrap (idempotent), configure, build, test. Then, for the whole
+# suite only, the sanitizer build: the torch-free suites again under ASan + UBSan (clang, $ASAN_BUILD, default
+# build-asan/), and every fuzz target of tests/fuzz/ for 20 s (tests/README.md: fuzzing longer, reproducing).
 #   bash tools/test.sh                 # everything
-#   bash tools/test.sh --suite pack    # extra arguments go to `meson test`
+#   bash tools/test.sh --suite pack    # extra arguments go to `meson test` (the main build only)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export BUILD=${BUILD:-build}
 bash tools/build.sh
 meson test -C "$BUILD" --print-errorlogs "$@"
+(($# == 0)) || exit 0
+ASAN_BUILD=${ASAN_BUILD:-build-asan}
+opts=(-Dtorch=disabled -Dcuda=disabled -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
+      -Dfuzz_seconds=20)
+if [[ -f $ASAN_BUILD/build.ninja ]]; then meson setup --reconfigure "$ASAN_BUILD" "${opts[@]}" >/dev/null
+else CC=clang CXX=clang++ meson setup "$ASAN_BUILD" "${opts[@]}" >/dev/null; fi
+ninja -C "$ASAN_BUILD"
+meson test -C "$ASAN_BUILD" --print-errorlogs --suite unit --suite io --suite pack --suite ckpt --suite mpi \
+  --suite fuzz

@@ -18,6 +18,14 @@ std::string innermost_h5_error() {
   return msg;
 }
 
+// libhdf5 1.10 cannot close itself after a crafted file failed a metadata checksum (its cache keeps the entry):
+// its atexit hook then prints "HDF5: infinite loop closing library" under the tool's one error line. It is
+// told before its first call not to install that hook; the OS reclaims its memory at exit anyway.
+const bool kNoAtexit = [] {
+  H5dont_atexit();
+  return true;
+}();
+
 }  // namespace
 
 [[noreturn]] void h5_failed(Blame blame, const std::string& where, std::string_view call, const char* src,

@@ -15,8 +15,9 @@ constexpr std::int64_t kInt32Bound = std::int64_t{1} << 31;
 
 // The check and search loops below run over every input token. Builds target baseline x86-64 (SSE2),
 // which has no 32-bit unsigned min/max, so on x86-64 these loops are also compiled for AVX2 and the
-// CPU picks the clone when the program loads (an ifunc): the checks then run at memory speed.
-#if defined(__x86_64__)
+// CPU picks the clone when the program loads (an ifunc): the checks then run at memory speed. Clang (the fuzz and
+// sanitizer builds) does not multiversion function templates: it compiles the baseline loops only.
+#if defined(__x86_64__) && !defined(__clang__)
 #define ULY_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define ULY_VECTOR_CLONES
