@@ -28,12 +28,18 @@ const char* format_name(Format f) {
   return "auto";
 }
 
+// fs::exists without its filesystem_error: a name too long for the filesystem (ENAMETOOLONG) does not exist.
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
 // Megatron inputs name a pair; both .bin and .idx globs must not count the same dataset twice.
 std::string dataset_key(const std::string& path) {
   fs::path p(path);
   auto ext = p.extension();
-  if ((ext == ".bin" || ext == ".idx") && fs::exists(fs::path(p).replace_extension(".idx")) &&
-      fs::exists(fs::path(p).replace_extension(".bin")))
+  if ((ext == ".bin" || ext == ".idx") && path_exists(fs::path(p).replace_extension(".idx")) &&
+      path_exists(fs::path(p).replace_extension(".bin")))
     return fs::path(p).replace_extension("").string();
   return path;
 }
@@ -53,8 +59,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
     std::sort(matches.begin(), matches.end());
     for (const auto& m : matches) {
       const MegatronPaths pair = megatron_paths(m);   // Megatron's own convention: the prefix of a .bin/.idx pair
-      if (!fs::exists(m) && !(fs::exists(pair.bin) && fs::exists(pair.idx)))
-        throw BadInput(fmt::format("input {} does not exist (nor {} + {})", m, pair.bin.string(), pair.idx.string()),
+      if (!path_exists(m) && !(path_exists(pair.bin) && path_exists(pair.idx)))
+        throw BadInput(fmt::format("input {} does not exist (nor {} + {})", printable(m, 200), printable(pair.bin.string(), 200),
+                                   printable(pair.idx.string(), 200)),
                        "check the path or quote the glob pattern");
       if (seen.insert(dataset_key(m)).second) out.push_back(m);
     }

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/checksum.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/parallel.hpp"
 #include "io/manifest.hpp"
@@ -67,6 +68,18 @@ std::uint64_t check_contents(const shard::ShardReader& r, const shard::Manifest&
   return tokens;
 }
 
+// A count of the manifest's statistics (0 when absent): BadInput unless a non-negative integer (a string there
+// escaped as nlohmann's type_error).
+std::uint64_t stats_count(const nlohmann::json& stats, const char* key, const fs::path& dir) {
+  if (!stats.is_object() || !stats.contains(key)) return 0;
+  const nlohmann::json& v = stats.at(key);
+  if (!v.is_number_unsigned())
+    throw BadInput(fmt::format("{}/manifest.json: stats.{} is {}, not a non-negative integer", dir.string(), key,
+                               printable(v.dump())),
+                   "the manifest is damaged: re-pack the dataset");
+  return v.get<std::uint64_t>();
+}
+
 }  // namespace
 
 int run_verify(const fs::path& dir, int threads) {
@@ -76,7 +89,10 @@ int run_verify(const fs::path& dir, int threads) {
   parallel_for(m.shards.size(), threads > 0 ? threads : 2, [&](std::size_t i) {
     const auto& s = m.shards[i];
     const fs::path path = dir / s.file;
-    if (!fs::exists(path)) return bad.add(fmt::format("{}: missing", s.file));
+    std::error_code ec;   // a name too long, a directory: a mismatch line, not a filesystem_error
+    const fs::file_status status = fs::status(path, ec);
+    if (ec || !fs::exists(status)) return bad.add(fmt::format("{}: missing", s.file));
+    if (!fs::is_regular_file(status)) return bad.add(fmt::format("{}: not a regular file", s.file));
     if (auto size = static_cast<std::int64_t>(fs::file_size(path)); size != s.bytes)
       bad.add(fmt::format("{}: {} bytes, manifest says {}", s.file, size, s.bytes));
     if (auto sum = xxh3_file_hex(path); sum != s.xxh3)
@@ -92,14 +108,13 @@ int run_verify(const fs::path& dir, int threads) {
       bad.add(fmt::format("{}: {}", s.file, e.what()));
     }
   });
-  const auto& st = m.stats;
-  const std::uint64_t expect_tokens = st.value("tokens", 0ull) - st.value("truncated_tokens", 0ull) -
-                                      st.value("dropped_tokens", 0ull);
+  const auto stat = [&](const char* key) { return stats_count(m.stats, key, dir); };
+  const std::uint64_t expect_tokens = stat("tokens") - stat("truncated_tokens") - stat("dropped_tokens");
   if (tokens != expect_tokens)
     bad.add(fmt::format("shards hold {} tokens; the manifest accounts for {} (tokens - truncated - dropped)",
                         tokens.load(), expect_tokens));
-  if (sequences != st.value("sequences", 0ull))
-    bad.add(fmt::format("shards hold {} sequences; the manifest says {}", sequences.load(), st.value("sequences", 0ull)));
+  if (sequences != stat("sequences"))
+    bad.add(fmt::format("shards hold {} sequences; the manifest says {}", sequences.load(), stat("sequences")));
   if (bad.count() == 0) {
     log_info("OK: {} shards, {} sequences, {} tokens verified", m.shards.size(), sequences.load(), tokens.load());
     return 0;

@@ -111,6 +111,10 @@ class SpillFile {
     while (size > 0) {
       const ssize_t n = ::write(fd_, data, size);
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == ENOSPC || errno == EDQUOT))   // the user's disk, not our bug: exit 2 with the way out
+        throw BadInput(fmt::format("cannot write scratch file {}: {}", name_, std::strerror(errno)),
+                       "JSONL inputs are spilled as int32 tokens inside --output's folder (4 bytes a token): free "
+                       "space there or choose another --output");
       if (n <= 0) {
         throw std::runtime_error(fmt::format("cannot write scratch file {}: {}", name_,
                                              n < 0 ? std::strerror(errno) : "short write"));

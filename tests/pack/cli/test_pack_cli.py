@@ -277,6 +277,26 @@ class BadInput(BadInputCase):
         path.write_text(text)
         return path
 
+    def test_manifest_fields_of_the_wrong_kind_and_shards_that_are_not_files(self):
+        """Library exceptions that reached users (issue 15 item 7): a string where stats counts, a shard entry that
+        is a directory or a name too long for the filesystem, and an input name too long."""
+        run("pack", self.jsonl('{"input_ids": [1, 2, 3]}\n' * 4), "-o", self.out, "--seq-len", 128)
+        manifest = self.out / "manifest.json"
+        m = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(dict(m, stats=dict(m["stats"], tokens="many"))))
+        p = run("verify", self.out, check=False)
+        self.assertEqual((p.returncode, len(p.stderr.splitlines())), (2, 1), p.stderr)
+        self.assertIn('stats.tokens is "many", not a non-negative integer', p.stderr)
+        (self.out / "adir").mkdir()
+        for name, why in (("adir", "not a regular file"), ("x" * 300, "missing")):
+            manifest.write_text(json.dumps(dict(m, shards=[dict(m["shards"][0], file=name)])))
+            p = run("verify", self.out, check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)   # a mismatch report, as for any shard that differs
+            self.assertIn(f"{name}: {why}", p.stderr)
+            self.assertNotIn("filesystem error", p.stderr)
+        self.out = self.root / "other"
+        self.expect_bad([self.root / ("y" * 300 + ".jsonl"), "--seq-len", 64], "does not exist")
+
     def test_crafted_shards_are_one_line_not_a_crash(self):
         """Shards crafted as a fuzzer would (issue 15 items 2, 4, 6), read by inspect (no checksum first)."""
         run("pack", self.jsonl('{"input_ids": [1, 2, 3]}\n' * 4), "-o", self.out, "--seq-len", 128)
@@ -422,6 +442,15 @@ class BadInput(BadInputCase):
             write_megatron(path, docs)
             self.out = small / "out"
             self.expect_bad([f"{path}.bin", "--seq-len", 1024], "full", str(small))
+
+    def test_jsonl_spill_fills_the_disk(self):
+        """JSONL is spilled as int32 tokens inside the output folder while it is scanned, before the free-space
+        check of the shards: a full disk there is one line and exit 2 (it was a runtime_error, exit 1)."""
+        with small_tmpfs(self, self.root / "tiny", size="64k") as small:
+            f = self.jsonl("".join(json.dumps({"input_ids": list(range(i, i + 2000))}) + "\n" for i in range(20)))
+            self.out = small / "out"
+            self.expect_bad([f, "--seq-len", 2048], "cannot write scratch file", "No space left on device",
+                            "free space there")
 
 
 if __name__ == "__main__":
