@@ -54,7 +54,10 @@ TEST(SequenceParallel, OneCheckNamesTheNumbersAndTheWayOut) {
   EXPECT_EQ(split_error(1000, 4, 64),   // 1000 is no multiple of 64 at any degree: no --sp to offer
             std::make_pair(std::string("SOURCE: sequence length (1000) is not divisible by the SP degree (4) × alignment (64) = 256"),
                            std::string("the nearest valid lengths are 768 and 1024")));
-  EXPECT_EQ(split_error(0, 2, 1).first, "SOURCE: sequence length (0) is not divisible by the SP degree (2)");
+  EXPECT_EQ(split_error(0, 2, 1).first, "SOURCE: the sequence length (0) must be positive");
+  EXPECT_EQ(split_error(-64, 1, 64),   // it said "-64 is not a multiple of 64", and offered 64 as the nearest
+            std::make_pair(std::string("SOURCE: the sequence length (-64) must be positive"),
+                           std::string("a multiple of the SP degree × alignment (1 × 64)")));
   EXPECT_EQ(split_error(8, 0, 1).first, "SOURCE: the SP degree (0) and the alignment (1) must be positive");
   const std::int64_t huge = std::int64_t{1} << 32;   // huge × huge wraps to 0: no division by it
   EXPECT_EQ(split_error(128, huge, huge).first,

@@ -88,10 +88,13 @@ MegatronIndex read_index(const InputFile& idx) {
   const auto sequences = get<std::uint64_t>(h.data() + 18);
   const auto documents = get<std::uint64_t>(h.data() + 26);
   // Bounded by the file size first, so the byte count below cannot overflow.
-  const bool counts_fit = sequences <= idx.size() && documents <= idx.size();
-  const std::uint64_t needed = kHeaderBytes + 12 * sequences + 8 * documents;
-  const bool multimodal = counts_fit && idx.size() == needed + sequences;
-  if (!counts_fit || (idx.size() != needed && !multimodal)) {
+  if (sequences > idx.size() || documents > idx.size())
+    throw BadInput(fmt::format("{}: its header declares {} sequences and {} document indices, more than its {} bytes "
+                               "can hold", idx.name(), sequences, documents, idx.size()),
+                   "the .idx is damaged or was not written by Megatron's indexed dataset builder");
+  const std::uint64_t needed = kHeaderBytes + 12 * sequences + 8 * documents;   // cannot overflow now
+  const bool multimodal = idx.size() == needed + sequences;
+  if (idx.size() != needed && !multimodal) {
     throw BadInput(fmt::format("{}: {} bytes, but its header ({} sequences, {} document indices) needs "
                                "{} bytes (or {} with multimodal modes)", idx.name(), idx.size(),
                                sequences, documents, needed, needed + sequences),
@@ -140,10 +143,9 @@ void check_sequences(const MegatronIndex& index, const InputFile& idx, const Inp
                                  where(), length, pointer, size, token_type_name(index.type)),
                      kMismatchHint);
     }
-    if (pointer > bin_bytes || length > (bin_bytes - pointer) / size) {
-      throw BadInput(fmt::format("{} ({} tokens at byte {}) ends at byte {}, past the end of {} ({} "
-                                 "bytes)", where(), length, pointer, pointer + length * size, bin.name(),
-                                 bin_bytes), kMismatchHint);
+    if (pointer > bin_bytes || length > (bin_bytes - pointer) / size) {   // (pointer + length·size may overflow)
+      throw BadInput(fmt::format("{} ({} tokens of {} bytes from byte {}) runs past the end of {} ({} bytes)", where(),
+                                 length, size, pointer, bin.name(), bin_bytes), kMismatchHint);
     }
     end_of_data = std::max(end_of_data, pointer + length * size);
   }

@@ -209,7 +209,24 @@ TEST(MegatronErrors, SequencePastTheEndOfBin) {
   const auto path = d.save();
   expect_bad_input([&] { scan(path, ReaderOptions{}); },
                    {d.idx_name(), "byte offset " + std::to_string(kPointers + 8 * 10), "sequence 10",
-                    "ends at byte " + std::to_string(size), d.bin_name(), std::to_string(size - 2) + " bytes"});
+                    "2 tokens of 2 bytes from byte " + std::to_string(size - 4), "runs past the end of", d.bin_name(),
+                    std::to_string(size - 2) + " bytes"});
+}
+
+TEST(MegatronErrors, HugeCountsAreNamedWithoutWrappedArithmetic) {
+  // issue 15 item 9: a length near 2^63 made "ends at byte -9223372036854775808", and a sequence count near 2^64
+  // a wrapped byte count; the messages now say what the file declares and what it holds.
+  Damaged d;
+  for (int i = 0; i < 4; ++i) d.idx[34 + 4 * 0 + i] = static_cast<char>(0xff);   // sequence 0: length -1 as int32
+  d.idx[34 + 3] = 0x7f;                                                           // 2^31 - 1 tokens
+  auto path = d.save();
+  expect_bad_input([&] { scan(path, ReaderOptions{}); },
+                   {"sequence 0", "2147483647 tokens of 2 bytes from byte 0", "runs past the end of"});
+  Damaged e;
+  for (int i = 0; i < 8; ++i) e.idx[18 + i] = static_cast<char>(0xff);   // the sequence count: 2^64 - 1
+  path = e.save();
+  expect_bad_input([&] { scan(path, ReaderOptions{}); },
+                   {"declares 18446744073709551615 sequences", "more than its"});
 }
 
 TEST(MegatronErrors, BinLargerThanDescribed) {
