@@ -1,7 +1,8 @@
 // An output directory that appears complete or not at all.
 //
-// Files are written into "<final>.tmp-<pid>/"; commit() renames it to <final> (replacing an old one
-// only with overwrite). If the object dies uncommitted (error, exception), the temporary is removed.
+// Files are written into ".<name>.tmp-<host>-<pid>/" beside it; commit() renames that to <final> (replacing an old
+// one only with overwrite). If the object dies uncommitted (error, exception), the temporary is removed; one that a
+// killed run on this host left (its PID gone) is removed, with a log line, by the next run for the same output.
 // A pre-existing <final> without overwrite is refused up front, before any work.
 #pragma once
 

@@ -1,4 +1,7 @@
 // OutputDir: complete or absent; never overwrite without asking.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -44,4 +47,21 @@ TEST_F(OutputDirTest, ExistingRefusedWithoutOverwrite) {
   std::ofstream(out.tmp() / "new.txt") << "y";
   out.commit();
   EXPECT_TRUE(fs::exists(root / "ds" / "new.txt"));
+}
+
+TEST_F(OutputDirTest, TemporariesOfKilledRunsOnThisHostAreRemoved) {
+  const pid_t dead = fork();   // a PID that has just ended
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const fs::path stale = root / (".ds.tmp-" + std::string(host) + "-" + std::to_string(dead));
+  const fs::path live = root / (".ds.tmp-" + std::string(host) + "-" + std::to_string(getppid()));
+  const fs::path elsewhere = root / (".ds.tmp-otherhost-" + std::to_string(dead));
+  for (const auto& d : {stale, live, elsewhere}) fs::create_directories(d / "shard-00000.h5");
+  ulysses::OutputDir out(root / "ds", false);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live)) << "a running pack's temporary";
+  EXPECT_TRUE(fs::exists(elsewhere)) << "another host's PIDs mean nothing here";
+  EXPECT_NE(out.tmp(), stale);
 }

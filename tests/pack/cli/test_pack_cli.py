@@ -120,7 +120,11 @@ class PackSample(unittest.TestCase):
         self.assertEqual((out / "manifest.json").read_text(), before)
         self.assertEqual(run("verify", out).returncode, 0)
         self.assertEqual(sorted(x.name for x in self.root.iterdir() if x.name.startswith("crash")), ["crash"])
-        run(*args, "--seq-len", 8192, "--overwrite")
+        stale = list(self.root.glob(".crash.tmp-*"))   # SIGKILL leaves the temporary; the next run removes it
+        self.assertEqual(len(stale), 1, stale)
+        p = run(*args, "--seq-len", 8192, "--overwrite")
+        self.assertIn(f"removed {stale[0]}: left by a run", p.stderr)
+        self.assertEqual(list(self.root.glob(".crash.tmp-*")), [])
         self.assertEqual(json.loads((out / "manifest.json").read_text())["seq_len"], 8192)
         flat.unlink()
 
