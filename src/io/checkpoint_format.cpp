@@ -18,11 +18,14 @@ namespace {
 
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const fs::path& file) {
-  if (!j.contains(key)) throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key));
+  constexpr const char* kHint = "the checkpoint's manifest is damaged: resume from an earlier checkpoint";
+  if (!j.is_object() || !j.contains(key))
+    throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key), kHint);
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw BadInput(fmt::format("{}: field \"{}\" has the wrong type ({})", file.string(), key, j.at(key).dump()));
+    throw BadInput(fmt::format("{}: field \"{}\" has the wrong type ({})", file.string(), key,
+                               printable(j.at(key).dump())), kHint);
   }
 }
 

@@ -75,7 +75,8 @@ void check_format(const json& j, const std::string& where) {
   if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
   const auto format = field<std::string>(j, "format", where);
   if (format != kFormatName)
-    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(format), kFormatName));
+    throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(format), kFormatName),
+                   "pass a dataset directory made by ulysses-pack");
   const auto version = field<std::int64_t>(j, "format_version", where);
   if (version != kFormatVersion)
     throw BadInput(fmt::format("{}: format_version is {}; this reader reads version {}", where, version,
@@ -87,7 +88,8 @@ void check_sizes(const Manifest& m, const std::string& where) {
   const std::optional<std::int64_t> unit = split_unit(m.sp, m.alignment);
   if (m.seq_len <= 0 || !unit || m.seq_len % *unit != 0)
     throw BadInput(fmt::format("{}: seq_len ({}) must be a positive multiple of sp ({}) × alignment ({})", where,
-                               m.seq_len, m.sp, m.alignment));
+                               m.seq_len, m.sp, m.alignment),
+                   "the manifest is damaged: re-pack the dataset");
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ void print_sample(const std::filesystem::path& dir, const shard::Manifest& m, st
   shard::ShardReader reader(dir / it->file);
   if (index < 0 || index >= reader.num_sequences())
     throw BadInput(fmt::format("--sample {} is outside {} (it holds {} sequences)", index, it->file,
-                               reader.num_sequences()));
+                               reader.num_sequences()),
+                   fmt::format("pass --sample between 0 and {}", reader.num_sequences() - 1));
   if (reader.params().seq_len != m.seq_len)   // the meta below is checked against the shard's own seq_len
     throw BadInput(fmt::format("{}: the shard's seq_len is {} but the manifest says {}", it->file,
                                reader.params().seq_len, m.seq_len),

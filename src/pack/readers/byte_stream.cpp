@@ -20,7 +20,8 @@ namespace {
 class Fd {
  public:
   explicit Fd(const std::string& name) : name_(name), fd_(::open(name.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)));
+    if (fd_ < 0)
+      throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)), "check the path and its permissions");
   }
   ~Fd() { ::close(fd_); }
   Fd(const Fd&) = delete;
@@ -51,7 +52,8 @@ class PlainStream final : public ByteStream {
 class GzipStream final : public ByteStream {
  public:
   explicit GzipStream(const std::string& name) : name_(name), gz_(gzopen(name.c_str(), "rb")) {
-    if (gz_ == nullptr) throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)));
+    if (gz_ == nullptr)
+      throw BadInput(fmt::format("cannot open {}: {}", name_, std::strerror(errno)), "check the path and its permissions");
     gzbuffer(gz_, 1 << 20);
   }
   ~GzipStream() override { gzclose(gz_); }

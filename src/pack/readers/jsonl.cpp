@@ -181,8 +181,13 @@ class JsonlScan {
 
   std::unique_ptr<TokenSource> run() {
     std::error_code error;
-    const std::uintmax_t bytes = std::filesystem::file_size(path_, error);   // fails for a folder too
-    if (error) throw BadInput(fmt::format("cannot open {}: {}", path_.string(), error.message()));
+    const std::filesystem::file_status status = std::filesystem::status(path_, error);
+    if (error) throw BadInput(fmt::format("cannot open {}: {}", path_.string(), error.message()),
+                              "check the path and its permissions");
+    if (!std::filesystem::is_regular_file(status))   // a FIFO would block the reader, a directory cannot be read
+      throw BadInput(fmt::format("input {} is not a regular file (a FIFO, device or directory)", path_.string()),
+                     "pass a JSONL file (.jsonl, .jsonl.gz or .jsonl.zst)");
+    const std::uintmax_t bytes = std::filesystem::file_size(path_);
     sink_.stats().input_bytes += bytes;
     const auto stream = open_byte_stream(path_);
     std::filesystem::create_directories(options_.scratch_dir);
