@@ -1,7 +1,6 @@
 #include "arch/model_config.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 
 #include <fmt/ranges.h>
@@ -188,7 +187,8 @@ ModelConfig parse(const json& j, const std::string& file) {
 
 ModelConfigFile read_model_config_file(const std::filesystem::path& config_json) {
   const std::string file = config_json.string();
-  if (!std::ifstream(config_json)) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
+  std::error_code ec;
+  if (!std::filesystem::exists(config_json, ec)) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
   ModelConfigFile out{config_json, read_json_file<nlohmann::ordered_json>(config_json, kHint), {}};
   if (!out.json.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
   out.config = parse(out.json, file);

@@ -14,13 +14,15 @@
 namespace ulysses {
 
 inline constexpr int kMaxJsonDepth = 64;   // our files nest ≤ 5 deep; Hugging Face configs ≤ 6
+inline constexpr std::size_t kMaxJsonBytes = std::size_t{64} << 20;   // read_json_file: a manifest or config
+inline constexpr int kMaxOrderedKeys = 10000;   // keys of one object in ordered_json (its insert is a linear scan)
 
 // `where` names the source in messages (a path, or "path: header"); `hint` ends every message. Json:
 // nlohmann::json, or nlohmann::ordered_json where the key order matters (config.json is exported as read).
 template <typename Json = nlohmann::json>
 Json parse_json_input(std::string_view text, const std::string& where, const std::string& hint);
 
-// The whole file, then parse_json_input; BadInput "cannot open FILE" when it cannot be read.
+// The whole file (a regular file of at most kMaxJsonBytes: core/regular_file.hpp), then parse_json_input.
 template <typename Json = nlohmann::json>
 Json read_json_file(const std::filesystem::path& path, const std::string& hint);
 

@@ -33,4 +33,32 @@ int open_regular_file(const std::filesystem::path& path, const std::string& what
   return fd;
 }
 
+std::string read_small_file(const std::filesystem::path& path, const std::string& what, std::size_t max_bytes) {
+  const int fd = open_regular_file(path, what);
+  struct stat st{};
+  ::fstat(fd, &st);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw BadInput(fmt::format("{} {} has {} bytes, more than the {} a file of its kind may have", what, path.string(),
+                               size, max_bytes),
+                   "check that it is the file you meant");
+  }
+  std::string text(size, '\0');
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, text.data() + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  const int err = errno;
+  ::close(fd);
+  if (done != size)
+    throw BadInput(fmt::format("cannot read {} {}: {} of {} bytes ({})", what, path.string(), done, size,
+                               std::strerror(err)),
+                   "check the file and its filesystem");
+  return text;
+}
+
 }  // namespace ulysses

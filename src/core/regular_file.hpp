@@ -17,4 +17,8 @@ void check_plain_file_name(const std::string& name, const std::string& where);
 // is not a regular file. The caller closes it.
 int open_regular_file(const std::filesystem::path& path, const std::string& what);
 
+// The whole of a small file (a manifest, a config): open_regular_file, then exactly its size in bytes, refused
+// past `max_bytes` (/dev/zero or a 10 GB "config.json" must not be read into memory).
+std::string read_small_file(const std::filesystem::path& path, const std::string& what, std::size_t max_bytes);
+
 }  // namespace ulysses

@@ -54,10 +54,11 @@ nlohmann::json to_json(const Manifest& m) {
 
 Manifest read_manifest(const fs::path& dir) {
   const fs::path path = dir / kManifest;
-  std::ifstream in(path);
-  if (!in) throw BadInput(fmt::format("{} is not a checkpoint: {} is missing", dir.string(), kManifest),
-                          "pass a step-NNNNNNN directory (or a run's checkpoints/ with --resume auto)");
-  return parse_manifest(std::string(std::istreambuf_iterator<char>(in), {}), path);
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw BadInput(fmt::format("{} is not a checkpoint: {} is missing", dir.string(), kManifest),
+                   "pass a step-NNNNNNN directory (or a run's checkpoints/ with --resume auto)");
+  return parse_manifest(read_small_file(path, "checkpoint manifest", kMaxJsonBytes), path);
 }
 
 Manifest parse_manifest(const std::string& text, const fs::path& path) {
@@ -106,9 +107,12 @@ FileEntry file_entry(const std::filesystem::path& dir, const std::string& file) 
 std::string step_dir_name(std::int64_t step) { return fmt::format("step-{:07d}", step); }
 
 std::optional<fs::path> latest(const fs::path& dir) {
-  std::ifstream in(dir / kLatest);
-  std::string name;
-  if (!in || !std::getline(in, name) || name.empty()) return std::nullopt;
+  std::error_code ec;
+  if (!fs::exists(dir / kLatest, ec)) return std::nullopt;
+  const std::string text = read_small_file(dir / kLatest, "checkpoint pointer", 4096);
+  const std::string name = text.substr(0, text.find('\n'));
+  if (name.empty()) return std::nullopt;
+  check_plain_file_name(name, (dir / kLatest).string());   // "../../elsewhere" must not be followed
   const fs::path ckpt = dir / name;
   if (!fs::exists(ckpt / kManifest))
     throw BadInput(fmt::format("{} names {}, which holds no {}", (dir / kLatest).string(), name, kManifest),

@@ -81,8 +81,8 @@ std::vector<std::string> builtin_profile_names() {
 Profile load_profile(const std::string& name_or_path) {
   for (const auto& p : builtins())
     if (p.name == name_or_path) return p;
-  std::ifstream in(name_or_path);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::exists(name_or_path, ec))
     throw BadInput(fmt::format("memory profile \"{}\" is neither a built-in profile nor a readable file", name_or_path),
                    fmt::format("built-in: {}; or a file from ulysses-train --calibrate-memory",
                                fmt::join(builtin_profile_names(), ", ")));

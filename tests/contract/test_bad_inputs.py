@@ -61,7 +61,8 @@ class Contract(unittest.TestCase):
     def hf_dir(self, config=None, safetensors=b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "):
         d = self.case / "hf"
         d.mkdir()
-        (d / "config.json").write_text(config if config is not None else CONFIG.read_text())
+        if config is not False:
+            (d / "config.json").write_text(config if config is not None else CONFIG.read_text())
         if isinstance(safetensors, bytes):
             (d / "model.safetensors").write_bytes(safetensors)
         return d
@@ -89,11 +90,21 @@ class Contract(unittest.TestCase):
             os.mkfifo(path)
             return path
 
+        def fifo_in(d, name):
+            os.mkfifo(d / name)
+            return d
+
+        def mkdir_in(d, name):
+            (d / name).mkdir()
+            return d
+
         def megatron(idx_bytes):
             self.file("m.bin", b"\x01\x00" * 4)
             return self.file("m.idx", idx_bytes)
 
         def full_disk():
+            if os.geteuid() != 0:
+                self.skipTest("mounting a small tmpfs needs root")
             mnt = self.case / "small"
             mnt.mkdir()
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
@@ -177,6 +188,9 @@ class Contract(unittest.TestCase):
             ("config 1e999", lambda: (pack(self.good, "--seq-len", 64, "--model-config", self.file(
                 "config.json", CONFIG.read_text().replace('"vocab_size":', '"x": 1e999, "vocab_size":'))),
                                       ["config.json", "out of range"], out())),
+            ("config a directory", lambda: (pack(self.good, "--seq-len", 64, "--model-config",
+                                                 mkdir_in(self.case, "config.json") / "config.json"), ["not a regular file"],
+                                            out())),
             ("config 3e8 layers", lambda: (pack(self.good, "--seq-len", 64, "--model-config", self.file(
                 "config.json", json.dumps(dict(json.loads(CONFIG.read_text()), num_hidden_layers=300000000)))),
                                            ["num_hidden_layers", "300000000"], out())),
@@ -184,6 +198,10 @@ class Contract(unittest.TestCase):
             ("manifest not json", lambda: ([PACK, "verify", self.file("ds/manifest.json", "{oops").parent],
                                            ["manifest.json", "not valid JSON"], None)),
             ("manifest missing", lambda: ([PACK, "verify", self.case], ["manifest.json"], None)),
+            ("manifest a fifo", lambda: ([PACK, "verify", fifo_in(self.case, "manifest.json")],
+                                         ["manifest.json", "not a regular file"], None)),
+            ("manifest a directory", lambda: ([PACK, "verify", mkdir_in(self.case, "manifest.json")],
+                                              ["manifest.json", "not a regular file"], None)),
             ("manifest nested", lambda: ([PACK, "verify", self.copy_dataset(stats=Raw(DEEP))],
                                          ["manifest.json", "nested deeper than 64"], None)),
             ("manifest 1e999", lambda: ([PACK, "verify", self.copy_dataset(seq_len=Raw("1e999"))],
@@ -208,8 +226,11 @@ class Contract(unittest.TestCase):
             # ---- ulysses-ckpt
             ("import config nested", lambda: ([CKPT, "import-hf", self.hf_dir(config='{"a": ' + DEEP + '}'), "-o",
                                                out()], ["config.json", "nested deeper"], out())),
-            ("import fifo safetensors", lambda: ([CKPT, "import-hf", self.hf_dir(safetensors=None), "-o", out()],
-                                                 ["model.safetensors"], out())),
+            ("import fifo safetensors", lambda: ([CKPT, "import-hf", fifo_in(self.hf_dir(safetensors=None),
+                                                                              "model.safetensors"), "-o", out()],
+                                                 ["model.safetensors", "not a regular file"], out())),
+            ("import fifo config", lambda: ([CKPT, "import-hf", fifo_in(self.hf_dir(config=False), "config.json"), "-o",
+                                             out()], ["config.json", "not a regular file"], out())),
             ("import header past the end", lambda: ([CKPT, "import-hf", self.hf_dir(
                 safetensors=struct.pack("<Q", 5000) + b"{}"), "-o", out()], ["model.safetensors", "5000"], out())),
             ("import header 1e999", lambda: ([CKPT, "import-hf", self.hf_dir(safetensors=(lambda h: struct.pack(
@@ -225,6 +246,8 @@ class Contract(unittest.TestCase):
             ("plan 3e8 layers", lambda: ([PLAN, "--model", self.file("config.json", json.dumps(
                 dict(json.loads(CONFIG.read_text()), num_hidden_layers=300000000)))], ["num_hidden_layers"], None)),
             ("plan unknown profile", lambda: ([PLAN, "--model", CONFIG, "--profile", "tpu-v9"], ["tpu-v9"], None)),
+            ("plan profile /dev/zero", lambda: ([PLAN, "--model", CONFIG, "--profile", "/dev/zero"],
+                                                ["/dev/zero", "not a regular file"], None)),
             ("plan zero nodes", lambda: ([PLAN, "--model", CONFIG, "--nodes", 0], ["--nodes"], None)),
             ("plan bad size", lambda: ([PLAN, "--model", CONFIG, "--gpu-memory", "80QB"], ["--gpu-memory", "80QB"],
                                        None)),

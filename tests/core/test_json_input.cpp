@@ -11,6 +11,8 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 
+#include <fmt/format.h>
+
 namespace {
 
 using ulysses::BadInput;
@@ -44,13 +46,35 @@ TEST(JsonInput, DepthUpToTheLimitAndKeyOrderAreKept) {
   EXPECT_EQ(ordered.dump(), R"({"z":1,"a":2})");
 }
 
-TEST(JsonInput, AFileThatCannotBeOpenedIsBadInput) {
+TEST(JsonInput, AFileThatCannotBeReadWhole) {
+  auto refusal_of = [](const std::filesystem::path& path) {
+    try {
+      ulysses::read_json_file(path, "pass a config.json");
+    } catch (const BadInput& e) {
+      return ulysses::one_line(e);
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal_of("/nonexistent/config.json"),
+            "cannot open JSON file /nonexistent/config.json: No such file or directory — HINT: check the path and its "
+            "permissions");
+  EXPECT_EQ(refusal_of("/dev/zero"), "JSON file /dev/zero is not a regular file (a FIFO, device or directory) — HINT: "
+                                     "pass a regular file");   // it read without end
+  EXPECT_NE(refusal_of("/tmp").find("is not a regular file"), std::string::npos);   // a directory
+}
+
+TEST(JsonInput, OrderedObjectsHaveAKeyLimit) {
+  // ordered_json inserts by a linear scan: a million keys would take hours, so config.json (read ordered) has a cap
+  std::string many = "{";
+  for (int i = 0; i <= ulysses::kMaxOrderedKeys; ++i) many += fmt::format("{}\"k{}\": {}", i ? "," : "", i, i);
+  many += "}";
   try {
-    ulysses::read_json_file("/nonexistent/config.json", "pass a config.json");
-    FAIL() << "accepted";
+    ulysses::parse_json_input<nlohmann::ordered_json>(many, "config.json", "h");
+    ADD_FAILURE() << "accepted";
   } catch (const BadInput& e) {
-    EXPECT_EQ(ulysses::one_line(e), "cannot open /nonexistent/config.json — HINT: pass a config.json");
+    EXPECT_EQ(std::string(e.what()), "config.json: a JSON object with more than 10000 keys");
   }
+  EXPECT_EQ(ulysses::parse_json_input(many, "x", "h").size(), 10001u);   // unordered: no limit needed
 }
 
 }  // namespace
