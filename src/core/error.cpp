@@ -24,6 +24,7 @@ std::string one_line(const BadInput& e) {
 
 std::string printable(std::string_view text, std::size_t max) {
   if (text.size() <= max) return escape_controls(text);
+  while (max > 0 && (static_cast<unsigned char>(text[max]) & 0xC0) == 0x80) --max;   // not inside a UTF-8 character
   return escape_controls(text.substr(0, max)) + "…";
 }
 

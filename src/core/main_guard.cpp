@@ -16,7 +16,7 @@ int run_guarded(const std::function<int()>& body) {
     fmt::print(stderr, "error: {}\n", one_line(e));
     return kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", printable(e.what(), 4096));   // library text may quote a file's bytes
     return kExitFailure;
   }
 }

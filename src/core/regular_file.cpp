@@ -1,5 +1,6 @@
 #include "core/regular_file.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -12,8 +13,10 @@
 namespace ulysses {
 
 void check_plain_file_name(const std::string& name, const std::string& where) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-      name.find('\0') != std::string::npos)
+  const bool control = std::any_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;   // a newline or an escape would reach the terminal
+  });
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || control)
     throw BadInput(fmt::format("{}: file \"{}\" is not a plain name inside its folder", where, printable(name)),
                    "a manifest names files beside it (no \"/\", no \"..\"): the manifest is damaged or hostile");
 }

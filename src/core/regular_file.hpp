@@ -10,7 +10,8 @@
 namespace ulysses {
 
 // A file named inside a manifest (a dataset's shards, a checkpoint's files) must stay in that manifest's folder: a
-// plain name — not empty, no "/", not "." or "..". BadInput naming `where` and the name otherwise.
+// plain name — not empty, no "/", not "." or "..", no control character. BadInput naming `where` and the name
+// otherwise.
 void check_plain_file_name(const std::string& name, const std::string& where);
 
 // A read-only descriptor of `path` (O_CLOEXEC); BadInput naming `what` and the path when it cannot be opened or

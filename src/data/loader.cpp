@@ -63,6 +63,8 @@ DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions
     if (s.split != o_.split) continue;
     const auto shard = static_cast<std::uint32_t>(shards_.size());
     shards_.emplace_back(dir_ / s.file);
+    if (const std::string differ = shard::shard_mismatch(shards_.back().params(), manifest_); !differ.empty())
+      throw BadInput(fmt::format("{}: {}", (dir_ / s.file).string(), differ), "the dataset is damaged: re-pack it");
     for (std::int64_t row = 0; row < shards_.back().num_sequences(); ++row)
       index_.push_back({shard, static_cast<std::uint32_t>(row)});
   }

@@ -128,7 +128,7 @@ int run_guarded(const MpiWorld& world, const std::function<int()>& body) {
     message = one_line(e);
   } catch (const std::exception& e) {
     code = kExitFailure;
-    message = e.what();
+    message = printable(e.what(), 4096);   // library text may quote a file's bytes
   }
   message = "error: " + message;
   if (world.size() > 1) abort_all(code, message);

@@ -145,6 +145,15 @@ void write_manifest(const Manifest& m, const std::filesystem::path& path) {
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
 }
 
+std::string shard_mismatch(const ShardParams& p, const Manifest& m) {
+  if (p.seq_len == m.seq_len && p.sp == m.sp && p.alignment == m.alignment && p.pad_id == m.pad_id &&
+      p.has_loss_mask == m.has_loss_mask)
+    return "";
+  return fmt::format("parameters (seq_len {}, sp {}, alignment {}, pad_id {}, mask {}) differ from the manifest's "
+                     "(seq_len {}, sp {}, alignment {}, pad_id {}, mask {})", p.seq_len, p.sp, p.alignment, p.pad_id,
+                     p.has_loss_mask, m.seq_len, m.sp, m.alignment, m.pad_id, m.has_loss_mask);
+}
+
 Manifest read_manifest(const std::filesystem::path& dataset_dir) {
   const std::filesystem::path path = dataset_dir / "manifest.json";
   return manifest_from_json(read_json_file(path, "pass a dataset directory made by ulysses-pack (re-pack a damaged one)"),

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/shard.hpp"
+
 namespace ulysses::shard {
 
 struct ManifestShard {
@@ -48,6 +50,10 @@ struct Manifest {
 nlohmann::json to_json(const Manifest& m);
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& where);   // BadInput naming `where`
 void write_manifest(const Manifest& m, const std::filesystem::path& path);        // pretty JSON
+// "" when a shard's own sizes (its root attributes) are the manifest's, else one phrase naming both: a reader must
+// not index a shard by the manifest's seq_len when the shard says another.
+std::string shard_mismatch(const ShardParams& shard, const Manifest& m);
+
 Manifest read_manifest(const std::filesystem::path& dataset_dir);                 // BadInput on missing/bad
 
 }  // namespace ulysses::shard

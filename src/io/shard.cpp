@@ -71,12 +71,31 @@ std::optional<std::string> read_string_attr(hid_t file, const char* name, const 
   return out;
 }
 
-// Opens dataset spec.name, checks its dtype, and returns it with its dims.
+// The dataset's bytes are in this file, unfiltered: HDF5 can also link a name to another file (external links),
+// map a dataset onto other files (external storage, virtual datasets) or filter it (a deflate bomb) — a hostile
+// shard would read /etc/passwd or a FIFO, or decompress gigabytes per row. None of that is our format.
+void check_storage(hid_t ds, const IntSpec& spec, const std::string& where) {
+  Plist dcpl(CHECK_H5_INPUT(where, H5Dget_create_plist(ds)));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL || layout < 0 ||
+      CHECK_H5_INPUT(where, H5Pget_external_count(dcpl.get())) != 0 || CHECK_H5_INPUT(where, H5Pget_nfilters(dcpl.get())) != 0)
+    throw BadInput(fmt::format("{}: dataset \"{}\" is not stored in the file itself without filters (a link, external "
+                               "or virtual storage, or compression)", where, spec.name),
+                   "pass a shard written by ulysses-pack");
+}
+
+// Opens dataset spec.name, checks its storage and dtype, and returns it with its dims.
 Dataset open_dataset(hid_t file, const IntSpec& spec, std::vector<hsize_t>& dims, const std::string& where) {
   if (CHECK_H5_INPUT(where, H5Lexists(file, spec.name, H5P_DEFAULT)) == 0)
     throw BadInput(fmt::format("{}: dataset \"{}\" is missing", where, spec.name));
+  H5L_info_t link{};
+  CHECK_H5_INPUT(where, H5Lget_info(file, spec.name, &link, H5P_DEFAULT));
+  if (link.type != H5L_TYPE_HARD)   // before H5Dopen2, which would follow an external link to another file
+    throw BadInput(fmt::format("{}: \"{}\" is a link to elsewhere, not a dataset of this file", where, spec.name),
+                   "pass a shard written by ulysses-pack");
   Plist dapl = uncached_dataset_access(where);
   Dataset ds(CHECK_H5_INPUT(where, H5Dopen2(file, spec.name, dapl.get())));
+  check_storage(ds.get(), spec, where);
   Type type(CHECK_H5_INPUT(where, H5Dget_type(ds.get())));
   const bool ok = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == spec.bytes &&
                   (H5Tget_sign(type.get()) == H5T_SGN_2) == spec.is_signed;

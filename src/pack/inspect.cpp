@@ -30,10 +30,8 @@ void print_sample(const std::filesystem::path& dir, const shard::Manifest& m, st
     throw BadInput(fmt::format("--sample {} is outside {} (it holds {} sequences)", index, it->file,
                                reader.num_sequences()),
                    fmt::format("pass --sample between 0 and {}", reader.num_sequences() - 1));
-  if (reader.params().seq_len != m.seq_len)   // the meta below is checked against the shard's own seq_len
-    throw BadInput(fmt::format("{}: the shard's seq_len is {} but the manifest says {}", it->file,
-                               reader.params().seq_len, m.seq_len),
-                   "the dataset is damaged: re-pack it");
+  if (const std::string differ = shard::shard_mismatch(reader.params(), m); !differ.empty())
+    throw BadInput(fmt::format("{}: {}", it->file, differ), "the dataset is damaged: re-pack it");
   const auto& meta = reader.meta(index);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(m.seq_len));
   reader.read(index, 0, m.seq_len, ids.data(), nullptr);

@@ -32,15 +32,6 @@ class Problems {
   int count_ = 0;
 };
 
-void check_params(const shard::ShardParams& p, const shard::Manifest& m, const std::string& file, Problems& bad) {
-  if (p.seq_len != m.seq_len || p.sp != m.sp || p.alignment != m.alignment || p.pad_id != m.pad_id ||
-      p.has_loss_mask != m.has_loss_mask)
-    bad.add(fmt::format("{}: parameters (seq_len {}, sp {}, alignment {}, pad_id {}, mask {}) differ from the manifest's "
-                        "(seq_len {}, sp {}, alignment {}, pad_id {}, mask {})",
-                        file, p.seq_len, p.sp, p.alignment, p.pad_id, p.has_loss_mask, m.seq_len, m.sp, m.alignment,
-                        m.pad_id, m.has_loss_mask));
-}
-
 // Returns the shard's non-padding token count.
 std::uint64_t check_contents(const shard::ShardReader& r, const shard::Manifest& m, const std::string& file,
                              Problems& bad) {
@@ -99,7 +90,8 @@ int run_verify(const fs::path& dir, int threads) {
       bad.add(fmt::format("{}: xxh3 {}, manifest says {}", s.file, sum, s.xxh3));
     try {
       shard::ShardReader r(path);
-      check_params(r.params(), m, s.file, bad);
+      if (const std::string differ = shard::shard_mismatch(r.params(), m); !differ.empty())
+        return bad.add(fmt::format("{}: {}", s.file, differ));   // its rows cannot be read by the manifest's sizes
       if (r.num_sequences() != s.num_sequences)
         bad.add(fmt::format("{}: {} sequences, manifest says {}", s.file, r.num_sequences(), s.num_sequences));
       tokens += check_contents(r, m, s.file, bad);
@@ -109,10 +101,10 @@ int run_verify(const fs::path& dir, int threads) {
     }
   });
   const auto stat = [&](const char* key) { return stats_count(m.stats, key, dir); };
-  const std::uint64_t expect_tokens = stat("tokens") - stat("truncated_tokens") - stat("dropped_tokens");
-  if (tokens != expect_tokens)
-    bad.add(fmt::format("shards hold {} tokens; the manifest accounts for {} (tokens - truncated - dropped)",
-                        tokens.load(), expect_tokens));
+  const std::uint64_t total = stat("tokens"), truncated = stat("truncated_tokens"), dropped = stat("dropped_tokens");
+  if (truncated > total || dropped > total - truncated || tokens != total - truncated - dropped)
+    bad.add(fmt::format("shards hold {} tokens; the manifest counts {} tokens, {} truncated and {} dropped",
+                        tokens.load(), total, truncated, dropped));
   if (sequences != stat("sequences"))
     bad.add(fmt::format("shards hold {} sequences; the manifest says {}", sequences.load(), stat("sequences")));
   if (bad.count() == 0) {

@@ -123,6 +123,23 @@ class Contract(unittest.TestCase):
                 f.create_dataset("input_ids", shape=(rows, 128), dtype="<i4", chunks=(1, 128))
             return d
 
+        def shard_input_ids(**how):
+            """The good shard with input_ids replaced: an external link, or stored compressed or in another file."""
+            import h5py
+            import numpy as np
+            d = self.copy_dataset()
+            with h5py.File(d / "shard-00000.h5", "a") as f:
+                ids = f["input_ids"][()]
+                del f["input_ids"]
+                if "link" in how:
+                    f["input_ids"] = h5py.ExternalLink(str(self.dataset / "shard-00000.h5"), "/input_ids")
+                elif "external" in how:
+                    raw = self.file("ids.raw", ids.astype("<i4").tobytes())
+                    f.create_dataset("input_ids", shape=ids.shape, dtype="<i4", external=[(str(raw), 0, ids.nbytes)])
+                else:
+                    f.create_dataset("input_ids", data=ids.astype(np.int32), chunks=(1, 128), compression="gzip")
+            return d
+
         checkpoint_manifest = {"format": "ulysses-checkpoint", "format_version": 1, "step": 1,
                                "layout": {"world": 1, "sp": 1, "dp": 1}, "architecture": "LlamaForCausalLM",
                                "optimizer_layout": "replicated", "consolidated": False,
@@ -220,9 +237,15 @@ class Contract(unittest.TestCase):
             ("negative max-tokens", lambda: ([PACK, "inspect", self.dataset, "--sample", 0, "--max-tokens", -5],
                                              ["--max-tokens"], None)),
             ("manifest seq_len differs", lambda: ([PACK, "inspect", self.copy_dataset(seq_len=64), "--sample", 0],
-                                                  ["seq_len is 128 but the manifest says 64"], None)),
+                                                  ["(seq_len 128,", "manifest's (seq_len 64,"], None)),
             ("shard declares 2^30 rows", lambda: ([PACK, "inspect", shard_with_rows(1 << 30), "--sample", 0],
                                                   ["1073741824 sequences", "the file holds only"], None)),
+            ("shard ids an external link", lambda: ([PACK, "inspect", shard_input_ids(link=True), "--sample", 0],
+                                                    ["input_ids", "a link to elsewhere"], None)),
+            ("shard ids in another file", lambda: ([PACK, "inspect", shard_input_ids(external=True), "--sample", 0],
+                                                   ["input_ids", "not stored in the file itself"], None)),
+            ("shard ids compressed", lambda: ([PACK, "inspect", shard_input_ids(), "--sample", 0],
+                                              ["input_ids", "not stored in the file itself"], None)),
             # ---- ulysses-ckpt
             ("import config nested", lambda: ([CKPT, "import-hf", self.hf_dir(config='{"a": ' + DEEP + '}'), "-o",
                                                out()], ["config.json", "nested deeper"], out())),

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
 #include "core/sequence_parallel.hpp"
 #include "data/loader.hpp"
 #include "io/manifest.hpp"
@@ -154,6 +155,19 @@ TEST_F(Loader, TheValidSplitIsItsOwnStream) {
   std::set<int> seen;
   for (int i = 0; i < 2; ++i, l.advance_step()) seen.insert(read(l)[0]);
   EXPECT_EQ(seen, (std::set<int>{100, 101}));
+}
+
+TEST_F(Loader, AShardWhoseSizesDifferFromTheManifestIsBadInput) {
+  // The loader indexes rows by the manifest's seq_len: a shard that says another one is refused, not read past.
+  shard::Manifest m = shard::read_manifest(dir_);
+  m.seq_len = 2 * kS;
+  shard::write_manifest(m, dir_ / "manifest.json");
+  try {
+    DataLoader l(dir_, options());
+    ADD_FAILURE() << "accepted";
+  } catch (const ulysses::BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("(seq_len {}, sp 2", kS)), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -325,8 +325,13 @@ class BadInput(BadInputCase):
         manifest = self.out / "manifest.json"
         m = json.loads(manifest.read_text())
         manifest.write_text(json.dumps(dict(m, seq_len=64)))
-        inspect("the shard's seq_len is 128 but the manifest says 64")
+        inspect("parameters (seq_len 128, sp 1", "differ from the manifest's (seq_len 64")
         manifest.write_text(json.dumps(m))
+        # a variable-length format attribute, as earlier ulysses-pack versions wrote it: accepted, its bytes unread
+        with h5py.File(shard, "a") as f:
+            f.attrs["format"] = "ulysses-packed"   # h5py writes a str as a variable-length string
+            self.assertTrue(h5py.check_string_dtype(f.attrs.get_id("format").dtype).length is None)
+        self.assertEqual(run("inspect", self.out, "--sample", 0).returncode, 0)
         # a format name with an ANSI escape and a newline: shown escaped, still one line
         with h5py.File(shard, "a") as f:
             f.attrs["format"] = np.bytes_(b"\x1b[31mnot\nours")
