@@ -157,6 +157,20 @@ void check_unsupported(const json& j, const std::string& file) {
     bad_field(file, "attention_dropout", "must be 0 (attention dropout is not supported)");
 }
 
+// Sizes each within bounds can still multiply past int64 in the parameter and byte counts downstream (2^24 hidden
+// and intermediate, 2048 layers: ~2^62 parameters): the total is bounded too, counted in floating point.
+void check_total_size(const ModelConfig& c, const std::string& file) {
+  constexpr double kMaxParameters = 0x1p44;   // 17.6 trillion: 25× the largest published dense model
+  const double h = static_cast<double>(c.hidden_size), attention = static_cast<double>(c.num_heads + 2 * c.num_kv_heads) *
+                                                                     static_cast<double>(c.head_dim);
+  const double layer = h * (attention + static_cast<double>(c.num_heads * c.head_dim)) +
+                       3 * h * static_cast<double>(c.intermediate_size);
+  const double total = static_cast<double>(c.num_layers) * layer + 2 * h * static_cast<double>(c.vocab_size);
+  if (total > kMaxParameters)
+    throw BadInput(fmt::format("{}: the sizes declare about {:.3g} parameters, more than the {:.3g} this toolkit "
+                               "accepts", file, total, kMaxParameters), kHint);
+}
+
 ModelConfig parse(const json& j, const std::string& file) {
   ModelConfig c;
   read_architecture(j, file, c);
@@ -167,6 +181,7 @@ ModelConfig parse(const json& j, const std::string& file) {
   c.num_layers = required_int(j, file, "num_hidden_layers", kMaxCount);
   read_heads(j, file, c);
   read_head_dim(j, file, c);
+  check_total_size(c, file);
   read_biases(j, file, c);
   read_attention_window(j, file, c);
   c.qk_norm = c.rules->qk_norm;

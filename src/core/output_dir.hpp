@@ -1,12 +1,14 @@
 // An output directory that appears complete or not at all.
 //
-// Files are written into ".<name>.tmp-<host>-<pid>/" beside it; commit() renames that to <final> (replacing an old
-// one only with overwrite). If the object dies uncommitted (error, exception), the temporary is removed; one that a
-// killed run on this host left (its PID gone) is removed, with a log line, by the next run for the same output.
+// Files are written into ".<name>.tmp-<host>-<pid>/" beside it, under an flock held on "<that>.lock" while it
+// lives; commit() renames it to <final> (replacing an old one only with overwrite). If the object dies uncommitted
+// (error, exception), the temporary is removed. One that a killed run on this host left (its lock free) is removed
+// by the next run for the same output, which says so once it has committed.
 // A pre-existing <final> without overwrite is refused up front, before any work.
 #pragma once
 
 #include <filesystem>
+#include <vector>
 
 namespace ulysses {
 
@@ -22,7 +24,10 @@ class OutputDir {
   void commit();
 
  private:
+  void release_lock();
   std::filesystem::path final_, tmp_;
+  std::vector<std::filesystem::path> removed_;   // temporaries of killed runs, removed at construction
+  int lock_fd_ = -1;
   bool overwrite_, committed_ = false;
 };
 

@@ -112,6 +112,8 @@ TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
       {"layers", {{"num_hidden_layers", 300000000}}, "\"num_hidden_layers\" is 300000000, more than the 4096"},
       {"vocabulary", {{"vocab_size", std::int64_t{1} << 40}}, "more than the 16777216 this toolkit accepts"},
       {"heads", {{"num_attention_heads", 1 << 20}}, "\"num_attention_heads\" is 1048576"},
+      {"total", {{"hidden_size", 1 << 24}, {"intermediate_size", 1 << 24}, {"num_hidden_layers", 2048}},
+       "more than the 1.76e+13 this toolkit accepts"},
   };
   for (const auto& c : cases) {
     auto j = llama_json();

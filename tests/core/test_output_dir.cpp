@@ -59,8 +59,14 @@ TEST_F(OutputDirTest, TemporariesOfKilledRunsOnThisHostAreRemoved) {
   const fs::path live = root / (".ds.tmp-" + std::string(host) + "-" + std::to_string(getppid()));
   const fs::path elsewhere = root / (".ds.tmp-otherhost-" + std::to_string(dead));
   for (const auto& d : {stale, live, elsewhere}) fs::create_directories(d / "shard-00000.h5");
+  // a live PID here but a free lock: the run that held it is gone (a PID of another PID namespace, or reused)
+  const fs::path reused = root / (".ds.tmp-" + std::string(host) + "-1");
+  fs::create_directories(reused);
+  std::ofstream(reused.string() + ".lock") << "";
   ulysses::OutputDir out(root / "ds", false);
   EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(reused)) << "its lock was free";
+  EXPECT_FALSE(fs::exists(reused.string() + ".lock"));
   EXPECT_TRUE(fs::exists(live)) << "a running pack's temporary";
   EXPECT_TRUE(fs::exists(elsewhere)) << "another host's PIDs mean nothing here";
   EXPECT_NE(out.tmp(), stale);
