@@ -14,7 +14,10 @@ ASAN_BUILD=${ASAN_BUILD:-build-asan}
 opts=(-Dtorch=disabled -Dcuda=disabled -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
       -Dfuzz_seconds=20)
 if [[ -f $ASAN_BUILD/build.ninja ]]; then meson setup --reconfigure "$ASAN_BUILD" "${opts[@]}" >/dev/null
-else CC=clang CXX=clang++ meson setup "$ASAN_BUILD" "${opts[@]}" >/dev/null; fi
+else CC="ccache clang" CXX="ccache clang++" meson setup "$ASAN_BUILD" "${opts[@]}" >/dev/null; fi
 ninja -C "$ASAN_BUILD"
+# A build dir first made with gcc has no fuzz targets (libFuzzer is clang's): say so rather than fuzz nothing.
+targets=$(meson test -C "$ASAN_BUILD" --list --suite fuzz 2>/dev/null | grep -c fuzz_ || true)
+((targets == 10)) || { echo "$ASAN_BUILD has $targets fuzz targets, not 10: remove it (made with another compiler?)" >&2; exit 1; }
 meson test -C "$ASAN_BUILD" --print-errorlogs --suite unit --suite io --suite pack --suite ckpt --suite mpi \
   --suite fuzz

@@ -6,6 +6,7 @@ usage: make_seeds.py TARGET OUT_DIR ULYSSES_PACK
 import gzip
 import json
 import pathlib
+import shutil
 import struct
 import subprocess
 import sys
@@ -58,7 +59,11 @@ def jsonl():
     lines = gzip.open(SAMPLE, "rb").read().splitlines()[:20]
     plain = b"\n".join(lines) + b"\n"
     masked = b"".join(json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}).encode() + b"\n" for _ in range(3))
-    return {"plain": b"\x00" + plain, "gzip": b"\x01" + gzip.compress(plain), "masked": b"\x04" + masked}
+    seeds = {"plain": b"\x00" + plain, "gzip": b"\x01" + gzip.compress(plain), "masked": b"\x04" + masked}
+    zstd = shutil.which("zstd")   # the zstd command, where installed
+    if zstd:
+        seeds["zstd"] = b"\x02" + subprocess.run([zstd, "-q", "-c"], input=plain, capture_output=True, check=True).stdout
+    return seeds
 
 
 def megatron(tmp):

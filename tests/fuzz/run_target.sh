@@ -7,7 +7,7 @@ set -euo pipefail
 binary=$1 name=$2 seconds=$3 root=$4 python=$5 pack=$6
 here=$(cd "$(dirname "$0")" && pwd)
 work=$root/$name
-rm -rf "$work" && mkdir -p "$work/corpus" "$work/seeds" "$work/tmp"
+rm -rf "$work/corpus" "$work/seeds" "$work/tmp" && mkdir -p "$work/corpus" "$work/seeds" "$work/tmp"   # crash-* stay
 "$python" "$here/make_seeds.py" "$name" "$work/seeds" "$pack"
 cd "$work"
 # libFuzzer's own exit code for a crash is 77, which meson reads as "skipped": 1 instead.

@@ -92,8 +92,13 @@ MegatronIndex read_index(const InputFile& idx) {
     throw BadInput(fmt::format("{}: its header declares {} sequences and {} document indices, more than its {} bytes "
                                "can hold", idx.name(), sequences, documents, idx.size()),
                    "the .idx is damaged or was not written by Megatron's indexed dataset builder");
-  const std::uint64_t needed = kHeaderBytes + 12 * sequences + 8 * documents;   // cannot overflow now
-  const bool multimodal = idx.size() == needed + sequences;
+  std::uint64_t needed = 0;   // kHeaderBytes + 12·sequences + 8·documents, checked (a sparse file may be huge)
+  if (__builtin_mul_overflow(sequences, std::uint64_t{12}, &needed) || __builtin_add_overflow(needed, kHeaderBytes, &needed) ||
+      __builtin_add_overflow(needed, 8 * documents, &needed) || documents > (std::uint64_t{1} << 60))
+    throw BadInput(fmt::format("{}: its header declares {} sequences and {} document indices", idx.name(), sequences,
+                               documents),
+                   "the .idx is damaged or was not written by Megatron's indexed dataset builder");
+  const bool multimodal = idx.size() >= needed && idx.size() - needed == sequences;
   if (idx.size() != needed && !multimodal) {
     throw BadInput(fmt::format("{}: {} bytes, but its header ({} sequences, {} document indices) needs "
                                "{} bytes (or {} with multimodal modes)", idx.name(), idx.size(),
