@@ -21,11 +21,10 @@ T field(const nlohmann::json& j, const char* key, const fs::path& file) {
   constexpr const char* kHint = "the checkpoint's manifest is damaged: resume from an earlier checkpoint";
   if (!j.is_object() || !j.contains(key))
     throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key), kHint);
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw BadInput(fmt::format("{}: field \"{}\" has the wrong type ({})", file.string(), key,
-                               printable(j.at(key).dump())), kHint);
+  if constexpr (std::is_same_v<T, nlohmann::json>) {
+    return j.at(key);
+  } else {
+    return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", file.string(), key), kHint);
   }
 }
 

@@ -23,14 +23,7 @@ using nlohmann::json;
 template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key));
-  const json& v = j.at(key);
-  bool ok = true;
-  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
-  else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned();
-  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
-  else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
-  if (!ok) throw BadInput(fmt::format("{}: field \"{}\" has the wrong type (got {})", where, key, v.dump()));
-  return v.get<T>();
+  return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", where, key), "re-pack the dataset");
 }
 
 // j[key] as an array (or an object for stats), checked.

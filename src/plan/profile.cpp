@@ -47,17 +47,20 @@ std::vector<Profile> builtins() {
 Profile from_json(const nlohmann::json& j, const std::string& file) {
   Profile p;
   try {
-    p.name = j.at("profile").get<std::string>();
-    p.source = j.value("source", "calibration file " + file);
-    p.cuda = j.at("cuda").get<bool>();
-    p.saved_factor = j.at("saved_factor").get<double>();
-    p.work_factor = j.at("work_factor").get<double>();
-    p.mlp_factor = j.at("mlp_factor").get<double>();
-    p.loss_factor = j.at("loss_factor").get<double>();
-    p.device_fixed = j.at("device_fixed").get<std::int64_t>();
-    p.host_fixed = j.at("host_fixed").get<std::int64_t>();
-    p.checkpoint_bytes = j.at("checkpoint_bytes").get<int>();
-    p.offload_bytes = j.at("offload_bytes").get<int>();
+    const std::string hint = "write one with ulysses-train --calibrate-memory FILE";
+    auto get = [&]<typename T>(const char* key, T& out) { out = json_value<T>(j.at(key), file + ": " + key, hint); };
+    get("profile", p.name);
+    p.source = j.contains("source") ? json_value<std::string>(j["source"], file + ": source", hint)
+                                    : "calibration file " + file;
+    get("cuda", p.cuda);
+    get("saved_factor", p.saved_factor);
+    get("work_factor", p.work_factor);
+    get("mlp_factor", p.mlp_factor);
+    get("loss_factor", p.loss_factor);
+    get("device_fixed", p.device_fixed);
+    get("host_fixed", p.host_fixed);
+    get("checkpoint_bytes", p.checkpoint_bytes);
+    get("offload_bytes", p.offload_bytes);
     p.measurements = j.value("measurements", nlohmann::json::array());
   } catch (const nlohmann::json::exception& e) {
     throw BadInput(fmt::format("{}: not a memory profile ({})", file, e.what()),
