@@ -262,6 +262,8 @@ class Contract(unittest.TestCase):
             ("inspect not a checkpoint", lambda: ([CKPT, "inspect", self.case], ["is neither a checkpoint"], None)),
             ("inspect layout nested", lambda: ([CKPT, "inspect", checkpoint(layout=Raw(DEEP))], ["nested deeper"],
                                                None)),
+            ("inspect step 2.7e26", lambda: ([CKPT, "inspect", checkpoint(step=Raw("266666666666666666666666660"))],
+                                             ['"step"', "not an integer"], None)),   # found by fuzzing: UB cast
             ("inspect file outside", lambda: ([CKPT, "inspect", checkpoint(
                 files=[{"file": "/etc/passwd", "bytes": 1, "xxh3": "0123456789abcdef"}])], ["/etc/passwd"], None)),
             # ---- ulysses-plan
