@@ -8,9 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <vector>
-
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -93,7 +92,10 @@ OutputDir::OutputDir(fs::path final_path, bool overwrite)
   lock_fd_ = hold_lock(tmp_.string() + ".lock");
   fs::remove_all(tmp_, ec);
   fs::create_directory(tmp_, ec);
-  if (ec) throw BadInput(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
+  if (ec) {
+    release_lock();   // the destructor does not run for a constructor that throws
+    throw BadInput(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
+  }
 }
 
 OutputDir::~OutputDir() {
