@@ -3,10 +3,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -53,7 +53,7 @@ std::vector<std::string> gather_text(comm::Communicator& world, const std::strin
   constexpr std::int64_t kWidth = MPI_MAX_PROCESSOR_NAME + 1;
   torch::Tensor record = torch::zeros({kWidth}, torch::kUInt8);   // [kWidth] bytes, NUL-terminated
   std::memcpy(record.data_ptr(), mine.data(), std::min<std::size_t>(mine.size(), kWidth - 1));
-  const torch::Tensor all = world.size() > 1 ? world.all_gather(record) : record;   // [world * 64]
+  const torch::Tensor all = world.size() > 1 ? world.all_gather(record) : record;   // [world * kWidth]
   std::vector<std::string> out;
   for (int r = 0; r < world.size(); ++r) out.emplace_back(static_cast<const char*>(all.data_ptr()) + kWidth * r);
   return out;
@@ -113,6 +113,25 @@ bool bad_input_on_any_rank(comm::Communicator& world, int rank, const std::funct
   if (first[0][0].item<std::int64_t>() == rank) fmt::print(stderr, "[rank {}] error: {}\n", rank, *why);
   std::signal(SIGTERM, SIG_IGN);   // exiting 2 anyway, within moments
   return true;
+}
+
+// Before NCCL's init, which would fail late and cryptically: one GPU per rank, and the NCCL found at run time.
+// Every rank takes part (CPU ranks give no bus id); true when a rank's check failed (bad_input_on_any_rank).
+bool bad_gpus_for_nccl(const Topology& topo, comm::Communicator& world, int rank, const c10::Device& device,
+                       comm::Backend backend) {
+  std::vector<std::string> nodes;
+  for (int g = 0; g < topo.world(); ++g)
+    nodes.push_back(fmt::format("node {} ({})", topo.place(g).node, topo.place(g).host));
+  const std::vector<std::string> gpus = gather_text(world, device_bus_id(device));
+  std::string newer;
+  if (bad_input_on_any_rank(world, rank, [&] {
+        if (backend != comm::Backend::kNccl) return;
+        check_one_rank_per_gpu(nodes, gpus);
+        newer = comm::check_nccl_at_run_time();
+      }))
+    return true;
+  if (rank == 0 && !newer.empty()) log_info("{}", newer);
+  return false;
 }
 
 double max_over_ranks(double value, comm::Communicator& world) {
@@ -333,19 +352,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitBadInput;
   const Topology& topo = *placed;
   if (groups.rank() == 0 && !topo.local_rank_warning().empty()) log_info("warning: {}", topo.local_rank_warning());
-  {   // before NCCL's init, which would fail late and cryptically; every rank gathers (CPU ranks give "")
-    std::vector<std::string> nodes;
-    for (int g = 0; g < topo.world(); ++g) nodes.push_back(fmt::format("node {} ({})", topo.place(g).node, topo.place(g).host));
-    const std::vector<std::string> gpus = gather_text(world, device_bus_id(*device));
-    std::string newer;
-    if (bad_input_on_any_rank(world, groups.rank(), [&] {
-          if (*backend != comm::Backend::kNccl) return;
-          check_one_rank_per_gpu(nodes, gpus);
-          newer = comm::check_nccl_at_run_time();
-        }))
-      return kExitBadInput;
-    if (groups.rank() == 0 && !newer.empty()) log_info("{}", newer);
-  }
+  if (bad_gpus_for_nccl(topo, world, groups.rank(), *device, *backend)) return kExitBadInput;
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);
   at::set_num_threads(o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here));
