@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, idempotently, everything the toolkit needs to build, test and run on one machine:
 #   - Debian packages (compilers, clang with libFuzzer for the sanitizer build, Meson, MPICH, HDF5 serial,
-#     CLI11, fmt, nlohmann-json, GoogleTest, zstd/zlib, Slurm + munge for the launch tests, ccache),
+#     CLI11, fmt, nlohmann-json, GoogleTest, zstd/zlib, protobuf + ISA-L for the trainer's TensorBoard files,
+#     Slurm + munge for the launch tests, ccache),
 #   - a Python virtual environment holding the PyPI PyTorch wheel (whose torch/ folder *is* LibTorch,
 #     CUDA build; it runs on CPU too) and the test-only references (transformers, safetensors, h5py).
 # A second run checks stamps and returns in about a second. It prints nothing but progress lines.
@@ -23,6 +24,7 @@ APT_PACKAGES=(
   libhdf5-dev hdf5-tools
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   libzstd-dev zlib1g-dev libxxhash-dev
+  libprotobuf-dev protobuf-compiler libisal-dev
   slurm-wlm slurmctld slurmd slurm-client munge
 )
 

@@ -50,7 +50,10 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
   app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
-  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl; required to train");
+  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl, tensorboard/; required to train");
+  app.add_option("--tensorboard", o.tensorboard,
+                 "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "
+                 "view with: tensorboard --logdir OUTPUT");
   app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();

@@ -5,6 +5,7 @@ namespace ulysses::train {
 nlohmann::json to_json(const TrainOptions& o) {
   return {{"data", o.data.string()},         {"model_config", o.model_config.string()},
           {"init_from", o.init_from.string()}, {"output", o.output.string()},
+          {"tensorboard", o.tensorboard},
           {"sp", o.sp},                      {"micro_batch", o.micro_batch},
           {"grad_accum", o.grad_accum},      {"steps", o.steps},
           {"lr", o.lr},                      {"min_lr_ratio", o.min_lr_ratio},
@@ -25,6 +26,11 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},
           {"allow_sp_across_islands", o.allow_sp_across_islands}};
+}
+
+std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o) {
+  if (o.tensorboard == "none") return std::nullopt;
+  return o.tensorboard.empty() ? o.output / "tensorboard" : std::filesystem::path(o.tensorboard);
 }
 
 }  // namespace ulysses::train

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,8 @@ struct TrainOptions {
   std::filesystem::path data;              // a dataset directory made by ulysses-pack
   std::filesystem::path model_config;      // a Hugging Face config.json (from-scratch init)
   std::filesystem::path init_from;         // or a Hugging Face model directory (config.json + safetensors)
-  std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl
+  std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl, tensorboard/
+  std::string tensorboard;                 // TensorBoard event folder ("": output/tensorboard; "none": off)
   std::int64_t sp = 1;                     // sequence-parallel degree; DP = world / sp
   std::int64_t micro_batch = 1;            // sequences per micro-batch per DP rank
   std::int64_t grad_accum = 1;
@@ -49,5 +51,8 @@ struct TrainOptions {
 };
 
 nlohmann::json to_json(const TrainOptions& o);
+
+// Where the TensorBoard events go: --tensorboard, by default OUTPUT/tensorboard; nothing for "none".
+std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o);
 
 }  // namespace ulysses::train

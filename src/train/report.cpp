@@ -74,10 +74,25 @@ std::string duration(double seconds) {   // "3h02m", "4m10s", "12s"
 
 }  // namespace
 
-Metrics::Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step) {
+Metrics::Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step,
+                 const std::optional<std::filesystem::path>& tensorboard) {
   if (resumed_step) truncate_after(jsonl, *resumed_step);
   out_.open(jsonl, std::ios::app);
   if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()));
+  if (tensorboard)   // the resumed run logs from the step after its checkpoint: later ones logged before are stale
+    events_.emplace(*tensorboard, resumed_step ? std::optional(*resumed_step + 1) : std::nullopt);
+}
+
+void Metrics::write_line(const nlohmann::json& line) {
+  out_ << line.dump() << "\n";
+  out_.flush();
+  if (!events_) return;
+  std::vector<std::pair<std::string, double>> scalars;
+  for (const auto& [key, value] : line.items()) {
+    if (key == "step") continue;
+    scalars.emplace_back(key.starts_with("eval_") ? "eval/" + key.substr(5) : "train/" + key, value.get<double>());
+  }
+  events_->add(line["step"].get<std::int64_t>(), scalars);
 }
 
 void Metrics::write(const StepReport& r) {
@@ -87,14 +102,11 @@ void Metrics::write(const StepReport& r) {
                       {"tflops_per_device", r.tflops_per_device}, {"peak_rss_mib", r.peak_mib}};
   if (r.mfu) j["mfu"] = *r.mfu;
   if (r.peak_gpu_mib) j["peak_gpu_mib"] = *r.peak_gpu_mib;
-  out_ << j.dump() << "\n";
-  out_.flush();
+  write_line(j);
 }
 
 void Metrics::write_eval(std::int64_t step, double loss, double tokens) {
-  out_ << nlohmann::json{{"step", step}, {"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}}.dump()
-       << "\n";
-  out_.flush();
+  write_line({{"step", step}, {"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}});
 }
 
 std::string step_line(const StepReport& r) {

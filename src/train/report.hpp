@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/rank_layout.hpp"
 #include "core/topology.hpp"
+#include "io/tensorboard.hpp"
 
 namespace ulysses::train {
 
@@ -37,16 +40,23 @@ struct StepReport {
   std::optional<double> eta_seconds;     // the remaining steps at this run's mean step time (the step line only)
 };
 
+// metrics.jsonl, and the same numbers as TensorBoard scalars when given a folder: every field of a line but
+// "step" under the tag train/<field>, eval lines' eval_<x> under eval/<x> (eval/loss, eval/ppl, eval/tokens).
 class Metrics {
  public:
   // Appends. A run resumed from step `resumed_step` first drops the lines after it (steps a killed run wrote
-  // after its last checkpoint, which the resumed run writes again), so every step appears once.
-  explicit Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step = std::nullopt);
+  // after its last checkpoint, which the resumed run writes again), so every step appears once; its
+  // TensorBoard file tells TensorBoard to drop them too.
+  Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step,
+          const std::optional<std::filesystem::path>& tensorboard);
   void write(const StepReport& r);
   void write_eval(std::int64_t step, double loss, double tokens);   // {"step", "eval_loss", "eval_ppl", "eval_tokens"}
 
  private:
+  void write_line(const nlohmann::json& line);
+
   std::ofstream out_;
+  std::optional<tensorboard::EventWriter> events_;
 };
 
 std::string step_line(const StepReport& r);

@@ -230,9 +230,10 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   if (r.o.eval_every > 0)
     log_info("eval: every {} steps and at the end, on {} validation sequence(s)", r.o.eval_every,
              r.o.eval_sequences > 0 ? std::min(r.o.eval_sequences, r.valid_sequences) : r.valid_sequences);
-  log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl",
+  const auto events = tensorboard_dir(r.o);
+  log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl{}",
            r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
-           r.o.output.string());
+           r.o.output.string(), events ? ", TensorBoard events in " + events->string() : "");
 }
 
 // One optimizer step; returns the report (loss over all ranks).
@@ -305,6 +306,7 @@ void check_output(const TrainOptions& o, int rank) {
   if (rank == 0 && o.overwrite && o.resume.empty() && fs::exists(o.output)) {
     fs::remove_all(ckpts);
     fs::remove(o.output / "metrics.jsonl");
+    fs::remove_all(o.output / "tensorboard");   // the default folder only: a --tensorboard elsewhere may be shared
   }
 }
 
@@ -443,7 +445,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (r.rank == 0) fs::create_directories(o.output);
   world.barrier();
   std::optional<Metrics> metrics;
-  if (r.rank == 0) metrics.emplace(o.output / "metrics.jsonl", from ? std::optional(state.step) : std::nullopt);
+  if (r.rank == 0)
+    metrics.emplace(o.output / "metrics.jsonl", from ? std::optional(state.step) : std::nullopt, tensorboard_dir(o));
   install_stop_signals();
   const bool tty = r.rank == 0 && isatty(STDERR_FILENO);
   std::optional<Progress> bar;

@@ -10,10 +10,13 @@ import math
 import os
 import pathlib
 import signal
+import struct
 import subprocess
 import sys
 import time
 import unittest
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
 from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs  # noqa: E402
@@ -360,13 +363,19 @@ class Train(PackedSample):
         p = self.run_ok(cmd)   # the schedule may change: listed, not refused
         self.assertIn("resume changes: lr 0.003 → 0.001; steps 2 → 4", p.stderr)
 
+    def valid_data(self):
+        """The sample packed with a 10% validation split (once per class)."""
+        data = self.root / "with-valid"
+        if not data.exists():
+            subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", data, "--seq-len", 256, "--sp", 4, "--pad-id",
+                                          258, "--model-config", CONFIG, "--valid-fraction", 0.1])),
+                           check=True, capture_output=True)
+        return data
+
     def test_eval_loss_is_the_same_at_any_layout(self):
         """--eval-every on the validation split: eval loss at SP=1, SP=4 and SP=2 × DP=2 (5 sequences: one DP rank
         idle in the last round) equal ≤ 1e-6 relative (lr 0: the same seeded weights), in the log and metrics."""
-        data = self.root / "with-valid"
-        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", data, "--seq-len", 256, "--sp", 4, "--pad-id", 258,
-                                      "--model-config", CONFIG, "--valid-fraction", 0.1])), check=True,
-                       capture_output=True)
+        data = self.valid_data()
         got = {}
         for n, sp, k in ((1, 1, 0), (4, 4, 0), (1, 1, 5), (4, 2, 5)):
             out = self.root / f"eval-{n}-{sp}-{k}"
@@ -391,6 +400,33 @@ class Train(PackedSample):
         self.assertGreater(png.stat().st_size, 10_000)
         p = self.run_ok(train_cmd(1, self.data, self.root / "no-valid", "--eval-every", 1, "--dry-run"), code=2)
         self.assertIn("the valid split holds no sequences — HINT: pack with --valid-fraction", p.stderr)
+
+    def test_tensorboard_scalars_equal_metrics(self):
+        """The TensorBoard events, read by the tensorboard package's own loader (which checks every record's CRC),
+        hold each number of metrics.jsonl at its step under train/<field> or eval/<field>, once — also after a
+        resume from a checkpoint older than the last logged step (the resumed file's restart marker drops the
+        steps the first run logged past it); --tensorboard none writes no events."""
+        run = self.root / "tb"
+        common = ("--sp", 2, "--eval-every", 4, "--eval-sequences", 2)
+        self.run_ok(train_cmd(2, self.valid_data(), run, *common, "--steps", 8, "--save-every", 5))
+        self.run_ok(train_cmd(2, self.valid_data(), run, *common, "--steps", 10,
+                              "--resume", run / "checkpoints" / "step-0000005"))
+        self.assertEqual(len(list((run / "tensorboard").glob("events.out.tfevents.*"))), 2)
+        events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+        want = {}
+        for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+            for key, value in line.items():
+                if key != "step":
+                    tag = "eval/" + key[5:] if key.startswith("eval_") else "train/" + key
+                    want.setdefault(tag, []).append((line["step"], struct.unpack("f", struct.pack("f", value))[0]))
+        self.assertEqual([s for s, _ in want["train/loss"]], list(range(1, 11)))
+        self.assertEqual([s for s, _ in want["eval/loss"]], [4, 8, 10])
+        self.assertEqual(sorted(events.Tags()["scalars"]), sorted(want))
+        for tag, points in want.items():
+            self.assertEqual([(e.step, e.value) for e in events.Scalars(tag)], points, tag)
+        off = self.root / "tb-off"
+        self.run_ok(train_cmd(1, self.data, off, "--steps", 1, "--tensorboard", "none"))
+        self.assertFalse((off / "tensorboard").exists())
 
     def test_metrics_hold_every_step_once_after_a_resume(self):
         """A run killed after its last checkpoint wrote steps the resumed run writes again: they are dropped on

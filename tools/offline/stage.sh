@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stages, for an air-gapped cluster node, the Debian packages the toolkit's build and tests need that such
 # a node lacks (MPICH with mpiexec, HDF5 serial, CLI11, fmt, nlohmann-json, xxhash, zstd, zlib, GoogleTest,
-# pkg-config), with their dependencies, into one folder that can be copied to the node at any path.
+# protobuf with protoc and ISA-L for the trainer's TensorBoard files, pkg-config), with their dependencies, into one folder that can be copied to the node at any path.
 #
 #   tools/offline/stage.sh DIR
 #
@@ -34,6 +34,7 @@ WANTED=(
   libhdf5-dev hdf5-tools
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   libzstd-dev zlib1g-dev libxxhash-dev
+  libprotobuf-dev protobuf-compiler libisal-dev
   pkg-config
 )
 # Base libraries that must never be shadowed on the node (their Priority field says "optional" in
