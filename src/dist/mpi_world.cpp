@@ -7,7 +7,9 @@
 #include <string>
 #include <thread>
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -98,6 +100,14 @@ void check_world_size(int mpi_size, std::optional<int> expected) {
 }
 
 constexpr std::chrono::seconds kAbortGrace{10};
+constexpr std::chrono::seconds kLowerRankFirst{1};
+
+// MPICH's MPI_Abort prints "Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort(...)" from the
+// calling process: our line has said what happened, so its stderr goes to /dev/null first.
+void silence_stderr() {
+  std::fflush(stderr);
+  if (const int null = open("/dev/null", O_WRONLY); null >= 0) dup2(null, STDERR_FILENO);
+}
 
 void abort_all(int code, std::string_view message) {
   int rank = world_rank_or_minus_one();
@@ -106,14 +116,18 @@ void abort_all(int code, std::string_view message) {
   // (mpiexec and srun --kill-on-bad-exit then end the others; without it, their watchdogs do).
   if (rank >= 0)
     std::thread([code] {
-      std::this_thread::sleep_for(kAbortGrace);
+      std::this_thread::sleep_for(kLowerRankFirst + kAbortGrace);
       std::_Exit(code);
     }).detach();
+  // One line per job: an error every rank meets (a flag, a file) is said by rank 0, whose abort ends the others
+  // while they wait; a rank that fails alone says it a moment later, with its rank number.
+  if (rank > 0) std::this_thread::sleep_for(kLowerRankFirst);
   print_line(rank, message);
   if (rank < 0) std::exit(code);
   // The line is in the pipe to the launcher; MPI_Abort makes it kill every rank, and under load MPICH's hydra
   // was seen to exit before forwarding it (CI: an "exit 2" with an empty stderr). A moment lets it read.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  silence_stderr();
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);   // MPI_Abort does not return; this satisfies [[noreturn]] should it ever do so
 }

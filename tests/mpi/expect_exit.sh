@@ -1,7 +1,9 @@
 #!/bin/bash
 # expect_exit.sh EXIT MAX_SECONDS TEXT -- COMMAND...
 # Runs COMMAND under `timeout 60` and passes when it exits with EXIT ("nonzero" = any code but 0 and
-# timeout's 124), within MAX_SECONDS, with TEXT somewhere in its stderr. Prints what it runs and sees.
+# timeout's 124), within MAX_SECONDS, with TEXT somewhere in its stderr, and, when EXPECT_STDERR_LINES is set, with
+# exactly that many lines on stderr (one error line per job: no line per rank, no MPI_Abort text). Prints what it
+# runs and sees.
 set -u
 expected=$1 max_seconds=$2 text=$3
 shift 4
@@ -20,4 +22,8 @@ else
 fi
 [ "$elapsed" -le "$max_seconds" ] || fail "took ${elapsed}s, more than ${max_seconds}s"
 grep -qF -- "$text" <<<"$stderr" || fail "stderr lacks: $text"
+if [ -n "${EXPECT_STDERR_LINES:-}" ]; then
+  lines=$(grep -c . <<<"$stderr")
+  [ "$lines" -eq "$EXPECT_STDERR_LINES" ] || fail "stderr has $lines lines, not $EXPECT_STDERR_LINES"
+fi
 echo "PASS"
