@@ -98,13 +98,15 @@ int diff_sets(const Weights& a, const Weights& b, const std::string& what, doubl
 }  // namespace
 
 int run_diff(const DiffOptions& o) {
-  if (!(o.tolerance >= 0)) throw BadInput(fmt::format("--tolerance {} must be >= 0", o.tolerance));
+  if (!(o.tolerance >= 0)) throw BadInput(fmt::format("--tolerance {} must be >= 0", o.tolerance),
+                                          "pass 0 (bit for bit) or a positive relative tolerance such as 1e-6");
   const Side a = open_side(o.a), b = open_side(o.b);
   fmt::print("A = {}\nB = {}\n", o.a.string(), o.b.string());
   int problems = diff_sets(a.model, b.model, "weights", o.tolerance);
   if (o.optimizer) {
     if (!a.checkpoint || !b.checkpoint)
-      throw BadInput("--optimizer compares two checkpoints; a Hugging Face directory has no optimizer state");
+      throw BadInput("--optimizer compares two checkpoints; a Hugging Face directory has no optimizer state",
+                     "compare the weights only (without --optimizer), or two ulysses-train checkpoints");
     problems += diff_sets(a.optimizer, b.optimizer, "optimizer", o.tolerance);
   }
   return problems == 0 ? 0 : 1;

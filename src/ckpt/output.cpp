@@ -60,7 +60,8 @@ std::vector<std::string> write_tensors(const fs::path& path, const Weights& from
           if (!is_model_float(in.dtype) || !is_model_float(t.dtype))
             throw BadInput(fmt::format("{}: tensor '{}' is {}, which cannot be converted to {}",
                                        from.file_of(t.source).string(), t.source, st::dtype_name(in.dtype),
-                                       st::dtype_name(t.dtype)));
+                                       st::dtype_name(t.dtype)),
+                           "only floating-point weights (F32, BF16, F16) convert: export with the source's dtype (--dtype)");
           out.resize(n * out_size);
           convert(raw.data(), in.dtype, out.data(), t.dtype, n);
           bytes = out.data();

@@ -143,7 +143,8 @@ Weights Weights::hf_dir(const fs::path& dir) {
 const st::TensorInfo& Weights::info(const std::string& name) const {
   const auto it = index_.find(name);
   if (it == index_.end())
-    throw BadInput(fmt::format("tensor '{}' not found in {}", name, path_.string()));
+    throw BadInput(fmt::format("tensor '{}' not found in {}", name, path_.string()),
+                   "ulysses-ckpt inspect lists the tensors a checkpoint or model directory holds");
   return *it->second;
 }
 
@@ -176,7 +177,8 @@ void Weights::read_f32(const std::string& name, std::uint64_t first, std::uint64
   const st::TensorInfo& t = info(name);
   if (!is_model_float(t.dtype))
     throw BadInput(fmt::format("{}: tensor '{}' is {}, not a floating-point weight (F32, BF16, F16)",
-                               file_of(name).string(), name, st::dtype_name(t.dtype)));
+                               file_of(name).string(), name, st::dtype_name(t.dtype)),
+                   "a model's weights are F32, BF16 or F16: check the file with ulysses-ckpt inspect");
   const std::size_t size = st::itemsize(t.dtype);
   if (t.dtype == st::DType::kF32) {
     read_range(name, first * size, count * size, dst);

@@ -46,14 +46,16 @@ std::string xxh3_file_hex(const std::filesystem::path& path) {
   const int fd = open_regular_file(path, "file");
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* p) { close(*p); delete p; });
   struct stat st {};
-  if (fstat(fd, &st) != 0) throw BadInput(fmt::format("cannot stat {}", path.string()));
+  if (fstat(fd, &st) != 0) throw BadInput(fmt::format("cannot stat {}", path.string()),
+                                          "check that the file exists and is readable");
   const auto size = static_cast<std::size_t>(st.st_size);
   Xxh3Stream stream;
   for (std::size_t offset = 0; offset < size; offset += kWindow) {
     const std::size_t n = std::min(kWindow, size - offset);
     // MAP_POPULATE maps the whole window in one call instead of one page fault per few pages
     void* p = mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, static_cast<off_t>(offset));
-    if (p == MAP_FAILED) throw BadInput(fmt::format("cannot map {} at byte {}", path.string(), offset));
+    if (p == MAP_FAILED) throw BadInput(fmt::format("cannot map {} at byte {}", path.string(), offset),
+                                        "check that the file is readable and was not truncated");
     madvise(p, n, MADV_SEQUENTIAL);
     stream.update(p, n);
     munmap(p, n);

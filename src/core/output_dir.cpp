@@ -94,7 +94,8 @@ OutputDir::OutputDir(fs::path final_path, bool overwrite)
   fs::create_directory(tmp_, ec);
   if (ec) {
     release_lock();   // the destructor does not run for a constructor that throws
-    throw BadInput(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
+    throw BadInput(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()),
+                   "check that the output's folder exists, is writable and has free space");
   }
 }
 

@@ -6,7 +6,8 @@ namespace ulysses {
 
 RankLayout::RankLayout(int world, int sp) : world_(world), sp_(sp) {
   if (world < 1 || sp < 1)
-    throw BadInput(fmt::format("world size ({}) and --sp ({}) must be positive", world, sp));
+    throw BadInput(fmt::format("world size ({}) and --sp ({}) must be positive", world, sp),
+                   "launch one rank or more and pass --sp 1 or more");
   if (world % sp != 0)
     throw BadInput(fmt::format("world size ({}) is not divisible by --sp ({})", world, sp),
                    fmt::format("launch a multiple of {} ranks, or choose --sp among the divisors of {}", sp, world));

@@ -35,7 +35,8 @@ std::optional<std::int64_t> split_unit(std::int64_t sp, std::int64_t alignment) 
 
 void check_sequence_split(std::int64_t seq_len, std::int64_t sp, const std::string& source, std::int64_t alignment) {
   if (sp < 1 || alignment < 1)
-    throw BadInput(fmt::format("{}: the SP degree ({}) and the alignment ({}) must be positive", source, sp, alignment));
+    throw BadInput(fmt::format("{}: the SP degree ({}) and the alignment ({}) must be positive", source, sp, alignment),
+                   "pass --sp and --align of 1 or more (a dataset's manifest records those it was packed with)");
   if (seq_len < 1)
     throw BadInput(fmt::format("{}: the sequence length ({}) must be positive", source, seq_len),
                    fmt::format("a multiple of the SP degree × alignment ({} × {})", sp, alignment));

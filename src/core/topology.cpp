@@ -19,7 +19,8 @@ int env_int(const char* name) {
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   if (*end != '\0' || n < 0 || n > 1'000'000)
-    throw BadInput(fmt::format("{}='{}' is not a non-negative integer", name, v));
+    throw BadInput(fmt::format("{}='{}' is not a non-negative integer", name, v),
+                   fmt::format("unset {} or set it to the launcher's value", name));
   return static_cast<int>(n);
 }
 
@@ -68,7 +69,8 @@ RankSelf rank_self_from_env(const std::string& host_name) {
 
 Topology::Topology(const std::vector<RankSelf>& ranks, int island_size) {
   ULY_CHECK(!ranks.empty(), "empty topology");
-  if (island_size < 0) throw BadInput(fmt::format("--island-size ({}) must be 0 (a node) or positive", island_size));
+  if (island_size < 0) throw BadInput(fmt::format("--island-size ({}) must be 0 (a node) or positive", island_size),
+                                      "pass 0 (one node) or the ranks per NVLink island, whole nodes (72 on GB200 NVL72)");
   const std::vector<int> node_of = node_numbers(ranks);
   std::map<int, int> seen_on_node;
   for (std::size_t g = 0; g < ranks.size(); ++g) {
@@ -142,7 +144,8 @@ std::vector<int> sp_group_crossing_islands(const RankLayout& layout, const Topol
 
 void check_sp_within_islands(const RankLayout& layout, const Topology& topo, bool allow) {
   if (layout.world() != topo.world())
-    throw BadInput(fmt::format("the rank layout has {} ranks but the launcher placed {}", layout.world(), topo.world()));
+    throw BadInput(fmt::format("the rank layout has {} ranks but the launcher placed {}", layout.world(), topo.world()),
+                   "launch the ranks the layout asks for (--world, SLURM_NTASKS)");
   const std::vector<int> group = sp_group_crossing_islands(layout, topo);
   if (group.empty() || allow) return;
   std::set<int> islands;

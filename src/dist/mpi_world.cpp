@@ -41,7 +41,8 @@ int parse_ntasks(const char* text) {
   char* end = nullptr;
   long n = std::strtol(text, &end, 10);
   if (end == text || *end != '\0' || n < 1 || n > 1'000'000)
-    throw BadInput(fmt::format("SLURM_NTASKS='{}' is not a positive task count", text));
+    throw BadInput(fmt::format("SLURM_NTASKS='{}' is not a positive task count", text),
+                   "launch with srun inside a Slurm job, or unset SLURM_NTASKS outside one");
   return static_cast<int>(n);
 }
 

@@ -16,15 +16,16 @@ namespace fs = std::filesystem;
 namespace ulysses::checkpoint {
 namespace {
 
+constexpr const char* kDamaged = "the checkpoint's manifest is damaged: resume from an earlier checkpoint";
+
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const fs::path& file) {
-  constexpr const char* kHint = "the checkpoint's manifest is damaged: resume from an earlier checkpoint";
   if (!j.is_object() || !j.contains(key))
-    throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key), kHint);
+    throw BadInput(fmt::format("{}: required field \"{}\" is missing", file.string(), key), kDamaged);
   if constexpr (std::is_same_v<T, nlohmann::json>) {
     return j.at(key);
   } else {
-    return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", file.string(), key), kHint);
+    return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", file.string(), key), kDamaged);
   }
 }
 
@@ -62,10 +63,10 @@ Manifest read_manifest(const fs::path& dir) {
 
 Manifest parse_manifest(const std::string& text, const fs::path& path) {
   const nlohmann::json j = parse_json_input(text, path.string(), "pass a checkpoint written by ulysses-train");
-  if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", path.string()));
+  if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", path.string()), kDamaged);
   if (field<std::string>(j, "format", path) != kFormatName)
     throw BadInput(fmt::format("{}: format is \"{}\", expected \"{}\"", path.string(), j["format"].get<std::string>(),
-                               kFormatName));
+                               kFormatName), "pass a checkpoint directory written by ulysses-train");
   Manifest m;
   m.format_version = field<int>(j, "format_version", path);
   if (m.format_version != kFormatVersion)
@@ -86,7 +87,7 @@ Manifest parse_manifest(const std::string& text, const fs::path& path) {
   if (j.contains("consolidated")) m.consolidated = field<bool>(j, "consolidated", path);
   if (j.contains("shards")) m.shards = j["shards"];
   const auto files = field<nlohmann::json>(j, "files", path);
-  if (!files.is_array()) throw BadInput(fmt::format("{}: field \"files\" must be an array", path.string()));
+  if (!files.is_array()) throw BadInput(fmt::format("{}: field \"files\" must be an array", path.string()), kDamaged);
   for (const auto& f : files) {
     m.files.push_back({field<std::string>(f, "file", path), field<std::int64_t>(f, "bytes", path),
                        field<std::string>(f, "xxh3", path)});

@@ -19,19 +19,21 @@ namespace {
 
 using nlohmann::json;
 
+constexpr const char* kRepack = "the manifest is damaged or not ulysses-pack's: re-pack the dataset";
+
 // j[key] as T; BadInput naming `where` and the key when it is missing or of the wrong type.
 template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key));
-  return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", where, key), "re-pack the dataset");
+  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key), kRepack);
+  return json_value<T>(j.at(key), fmt::format("{}: field \"{}\"", where, key), kRepack);
 }
 
 // j[key] as an array (or an object for stats), checked.
 const json& container(const json& j, const char* key, bool array, const std::string& where) {
-  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key));
+  if (!j.contains(key)) throw BadInput(fmt::format("{}: field \"{}\" is missing", where, key), kRepack);
   const json& v = j.at(key);
   if (array ? !v.is_array() : !v.is_object())
-    throw BadInput(fmt::format("{}: field \"{}\" must be a JSON {}", where, key, array ? "array" : "object"));
+    throw BadInput(fmt::format("{}: field \"{}\" must be a JSON {}", where, key, array ? "array" : "object"), kRepack);
   return v;
 }
 
@@ -46,26 +48,26 @@ json shard_to_json(const ManifestShard& s) {
 }
 
 ManifestInput input_from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where), kRepack);
   return {field<std::string>(j, "path", where), field<std::string>(j, "format", where),
           field<std::int64_t>(j, "bytes", where), field<std::string>(j, "xxh3", where),
           field<std::int64_t>(j, "documents", where), field<std::int64_t>(j, "tokens", where)};
 }
 
 ManifestShard shard_from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where), kRepack);
   ManifestShard s{field<std::string>(j, "file", where), field<std::string>(j, "split", where),
                   field<std::int64_t>(j, "num_sequences", where), field<std::int64_t>(j, "bytes", where),
                   field<std::string>(j, "xxh3", where)};
   check_plain_file_name(s.file, where);
   if (s.split != "train" && s.split != "valid")
-    throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, printable(s.split)));
+    throw BadInput(fmt::format("{}: split is \"{}\", not \"train\" or \"valid\"", where, printable(s.split)), kRepack);
   return s;
 }
 
 // The format magic and version, before any other field is trusted.
 void check_format(const json& j, const std::string& where) {
-  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where));
+  if (!j.is_object()) throw BadInput(fmt::format("{}: must be a JSON object", where), kRepack);
   const auto format = field<std::string>(j, "format", where);
   if (format != kFormatName)
     throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(format), kFormatName),
@@ -82,7 +84,7 @@ void check_sizes(const Manifest& m, const std::string& where) {
   if (m.seq_len <= 0 || !unit || m.seq_len % *unit != 0)
     throw BadInput(fmt::format("{}: seq_len ({}) must be a positive multiple of sp ({}) × alignment ({})", where,
                                m.seq_len, m.sp, m.alignment),
-                   "the manifest is damaged: re-pack the dataset");
+                   kRepack);
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ namespace {
 using namespace h5;
 using namespace detail;
 
+constexpr const char* kNotOurShard = "pass a shard written by ulysses-pack (ulysses-pack verify checks a dataset; "
+                                     "pack it again if it is damaged)";
+
 Attr open_attr(hid_t file, const char* name, const std::string& where) {
   if (CHECK_H5_INPUT(where, H5Aexists(file, name)) == 0)
     throw BadInput(fmt::format("{}: root attribute \"{}\" is missing", where, name),
@@ -34,7 +37,7 @@ Attr open_attr(hid_t file, const char* name, const std::string& where) {
   Attr attr(CHECK_H5_INPUT(where, H5Aopen(file, name, H5P_DEFAULT)));
   Space space(CHECK_H5_INPUT(where, H5Aget_space(attr.get())));
   if (CHECK_H5_INPUT(where, H5Sget_simple_extent_npoints(space.get())) != 1)
-    throw BadInput(fmt::format("{}: root attribute \"{}\" is not a scalar", where, name));
+    throw BadInput(fmt::format("{}: root attribute \"{}\" is not a scalar", where, name), kNotOurShard);
   return attr;
 }
 
@@ -46,7 +49,7 @@ H5T_class_t attr_class(hid_t attr, const std::string& where) {
 std::int64_t read_int_attr(hid_t file, const char* name, const std::string& where) {
   Attr attr = open_attr(file, name, where);
   if (attr_class(attr.get(), where) != H5T_INTEGER)
-    throw BadInput(fmt::format("{}: root attribute \"{}\" is not an integer", where, name));
+    throw BadInput(fmt::format("{}: root attribute \"{}\" is not an integer", where, name), kNotOurShard);
   std::int64_t value = 0;
   CHECK_H5_INPUT(where, H5Aread(attr.get(), H5T_NATIVE_INT64, &value));
   return value;
@@ -59,12 +62,12 @@ std::int64_t read_int_attr(hid_t file, const char* name, const std::string& wher
 std::optional<std::string> read_string_attr(hid_t file, const char* name, const std::string& where) {
   Attr attr = open_attr(file, name, where);
   if (attr_class(attr.get(), where) != H5T_STRING)
-    throw BadInput(fmt::format("{}: root attribute \"{}\" is not a string", where, name));
+    throw BadInput(fmt::format("{}: root attribute \"{}\" is not a string", where, name), kNotOurShard);
   Type file_type(CHECK_H5_INPUT(where, H5Aget_type(attr.get())));
   if (CHECK_H5_INPUT(where, H5Tis_variable_str(file_type.get())) > 0) return std::nullopt;
   const std::size_t size = H5Tget_size(file_type.get());
   if (size == 0 || size > 4096)
-    throw BadInput(fmt::format("{}: root attribute \"{}\" is a string of {} bytes", where, name, size));
+    throw BadInput(fmt::format("{}: root attribute \"{}\" is a string of {} bytes", where, name, size), kNotOurShard);
   std::string out(size, '\0');
   CHECK_H5_INPUT(where, H5Aread(attr.get(), file_type.get(), out.data()));
   out.erase(out.find_last_not_of(std::string_view("\0 ", 2)) + 1);
@@ -81,25 +84,26 @@ void check_storage(hid_t ds, const IntSpec& spec, const std::string& where) {
       CHECK_H5_INPUT(where, H5Pget_external_count(dcpl.get())) != 0 || CHECK_H5_INPUT(where, H5Pget_nfilters(dcpl.get())) != 0)
     throw BadInput(fmt::format("{}: dataset \"{}\" is not stored in the file itself without filters (a link, external "
                                "or virtual storage, or compression)", where, spec.name),
-                   "pass a shard written by ulysses-pack");
+                   kNotOurShard);
 }
 
 // Opens dataset spec.name, checks its storage and dtype, and returns it with its dims.
 Dataset open_dataset(hid_t file, const IntSpec& spec, std::vector<hsize_t>& dims, const std::string& where) {
   if (CHECK_H5_INPUT(where, H5Lexists(file, spec.name, H5P_DEFAULT)) == 0)
-    throw BadInput(fmt::format("{}: dataset \"{}\" is missing", where, spec.name));
+    throw BadInput(fmt::format("{}: dataset \"{}\" is missing", where, spec.name), kNotOurShard);
   H5L_info_t link{};
   CHECK_H5_INPUT(where, H5Lget_info(file, spec.name, &link, H5P_DEFAULT));
   if (link.type != H5L_TYPE_HARD)   // before H5Dopen2, which would follow an external link to another file
     throw BadInput(fmt::format("{}: \"{}\" is a link to elsewhere, not a dataset of this file", where, spec.name),
-                   "pass a shard written by ulysses-pack");
+                   kNotOurShard);
   Plist dapl = uncached_dataset_access(where);
   Dataset ds(CHECK_H5_INPUT(where, H5Dopen2(file, spec.name, dapl.get())));
   check_storage(ds.get(), spec, where);
   Type type(CHECK_H5_INPUT(where, H5Dget_type(ds.get())));
   const bool ok = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == spec.bytes &&
                   (H5Tget_sign(type.get()) == H5T_SGN_2) == spec.is_signed;
-  if (!ok) throw BadInput(fmt::format("{}: dataset \"{}\" must have dtype {}", where, spec.name, spec.dtype));
+  if (!ok) throw BadInput(fmt::format("{}: dataset \"{}\" must have dtype {}", where, spec.name, spec.dtype),
+                          kNotOurShard);
   Space space(CHECK_H5_INPUT(where, H5Dget_space(ds.get())));
   dims.resize(static_cast<std::size_t>(CHECK_H5_INPUT(where, H5Sget_simple_extent_ndims(space.get()))));
   CHECK_H5_INPUT(where, H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
@@ -110,7 +114,7 @@ void check_shape(const IntSpec& spec, const std::vector<hsize_t>& dims, const st
                  const std::string& why, const std::string& where) {
   if (dims != want)
     throw BadInput(fmt::format("{}: dataset \"{}\" has shape [{}], expected [{}] ({})", where, spec.name,
-                               fmt::join(dims, ", "), fmt::join(want, ", "), why));
+                               fmt::join(dims, ", "), fmt::join(want, ", "), why), kNotOurShard);
 }
 
 // The whole 1-D dataset spec.name, checked to hold `count` values.
@@ -128,11 +132,11 @@ std::vector<T> read_vector(hid_t file, const IntSpec& spec, hid_t mem_type, hsiz
 // doc_offsets [N + 1] starts at 0 and never decreases (so it indexes doc_starts [D = doc_offsets[N]]).
 void check_offsets(const std::vector<std::int64_t>& offsets, const std::string& where) {
   if (offsets.front() != 0)
-    throw BadInput(fmt::format("{}: {}[0] is {}, not 0", where, kDocOffsets, offsets.front()));
+    throw BadInput(fmt::format("{}: {}[0] is {}, not 0", where, kDocOffsets, offsets.front()), kNotOurShard);
   for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
     if (offsets[i + 1] < offsets[i])
       throw BadInput(fmt::format("{}: {} decreases at sequence {} ({} then {})", where, kDocOffsets, i,
-                                 offsets[i], offsets[i + 1]));
+                                 offsets[i], offsets[i + 1]), kNotOurShard);
 }
 
 // input_ids [N, S] is int32 with no filter (docs/data-format.md), so N·S·4 bytes must be in the file: a crafted
@@ -152,7 +156,7 @@ std::vector<SequenceMeta> read_metas(hid_t file, hsize_t n, std::int64_t seq_len
   check_offsets(offsets, where);
   if (offsets.back() > static_cast<std::int64_t>(n) * seq_len)   // each document starts at its own token
     throw BadInput(fmt::format("{}: {} declares {} documents in {} sequences of {} tokens", where, kDocOffsets,
-                               offsets.back(), n, seq_len));
+                               offsets.back(), n, seq_len), kNotOurShard);
   const auto starts = read_vector<std::int32_t>(file, kStartsSpec, H5T_NATIVE_INT32,
                                                 static_cast<hsize_t>(offsets.back()), "D = doc_offsets[N]", where);
   std::vector<SequenceMeta> metas(n);
@@ -160,7 +164,7 @@ std::vector<SequenceMeta> read_metas(hid_t file, hsize_t n, std::int64_t seq_len
     metas[i].length = lengths[i];
     metas[i].doc_starts.assign(starts.begin() + offsets[i], starts.begin() + offsets[i + 1]);
     if (std::string problem = meta_problem(metas[i], seq_len); !problem.empty())
-      throw BadInput(fmt::format("{}: sequence {}: {}", where, i, problem));
+      throw BadInput(fmt::format("{}: sequence {}: {}", where, i, problem), kNotOurShard);
   }
   return metas;
 }
@@ -170,7 +174,7 @@ ShardParams read_params(hid_t file, const std::string& where) {
   const std::optional<std::string> format = read_string_attr(file, kAttrFormat, where);
   if (format && *format != kFormatName)
     throw BadInput(fmt::format("{}: format is \"{}\", not \"{}\"", where, printable(*format), kFormatName),
-                   "pass a shard written by ulysses-pack");
+                   kNotOurShard);
   const std::int64_t version = read_int_attr(file, kAttrVersion, where);
   if (version != kFormatVersion)
     throw BadInput(fmt::format("{}: format_version is {}; this reader reads version {}", where, version,
@@ -185,7 +189,7 @@ ShardParams read_params(hid_t file, const std::string& where) {
   const std::int64_t chunk_len = read_int_attr(file, kAttrChunkLen, where);
   if (chunk_len <= 0 || (p.seq_len / p.sp) % chunk_len != 0)
     throw BadInput(fmt::format("{}: chunk_len ({}) does not divide seq_len / sp = {} / {}", where, chunk_len,
-                               p.seq_len, p.sp));
+                               p.seq_len, p.sp), kNotOurShard);
   return p;
 }
 
@@ -206,7 +210,8 @@ ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_un
   Impl& r = *impl_;
   r.where = path.string();
   if (!std::filesystem::is_regular_file(path))
-    throw BadInput(fmt::format("shard {} does not exist or is not a file", r.where));
+    throw BadInput(fmt::format("shard {} does not exist or is not a file", r.where),
+                   "run ulysses-pack verify on the dataset; pack it again if shards are missing");
   Plist fapl = file_access(r.where);
   r.file = File(CHECK_H5_INPUT(r.where, H5Fopen(r.where.c_str(), H5F_ACC_RDONLY, fapl.get())));
   const hid_t f = r.file.get();
@@ -217,7 +222,7 @@ ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_un
   r.ids = open_dataset(f, kIdsSpec, dims, r.where);
   if (dims.size() != 2 || dims[1] != seq_len)
     throw BadInput(fmt::format("{}: dataset \"{}\" has shape [{}], expected [N, {}] (seq_len)", r.where,
-                               kInputIds, fmt::join(dims, ", "), seq_len));
+                               kInputIds, fmt::join(dims, ", "), seq_len), kNotOurShard);
   const hsize_t n = dims[0];
   check_declared_rows(n, seq_len, std::filesystem::file_size(path), r.where);
   r.params.has_loss_mask = CHECK_H5_INPUT(r.where, H5Lexists(f, kLossMask, H5P_DEFAULT)) > 0;

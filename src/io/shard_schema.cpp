@@ -26,9 +26,11 @@ std::string meta_problem(const SequenceMeta& m, std::int64_t seq_len) {
 void check_params(const ShardParams& p, const std::string& where) {
   if (p.seq_len <= 0 || p.sp <= 0 || p.alignment <= 0)
     throw BadInput(fmt::format("{}: seq_len ({}), sp ({}) and alignment ({}) must be positive", where,
-                               p.seq_len, p.sp, p.alignment));
+                               p.seq_len, p.sp, p.alignment),
+                   "pack the dataset again with ulysses-pack (--seq-len, --sp and --align of 1 or more)");
   if (p.seq_len > std::numeric_limits<std::int32_t>::max())
-    throw BadInput(fmt::format("{}: seq_len ({}) exceeds the int32 positions of the format", where, p.seq_len));
+    throw BadInput(fmt::format("{}: seq_len ({}) exceeds the int32 positions of the format", where, p.seq_len),
+                   "pack sequences of at most 2147483647 tokens");
   const std::optional<std::int64_t> unit = split_unit(p.sp, p.alignment);
   if (!unit || p.seq_len % *unit != 0)
     throw BadInput(fmt::format("{}: seq_len ({}) is not a multiple of sp ({}) × alignment ({})", where,

@@ -31,7 +31,8 @@ torch::ScalarType float_dtype(const st::TensorInfo& t, const std::filesystem::pa
     case st::DType::kF16: return torch::kHalf;
     default:
       throw BadInput(fmt::format("{}: tensor {} has dtype {}; model weights must be F32, BF16 or F16",
-                                 dir.string(), t.name, st::dtype_name(t.dtype)));
+                                 dir.string(), t.name, st::dtype_name(t.dtype)),
+                     "convert the weights to F32, BF16 or F16 (safetensors from transformers' save_pretrained are)");
   }
 }
 

@@ -50,7 +50,8 @@ std::int64_t check_model(const PackOptions& o) {
     vocab = cfg.vocab_size;
   }
   if (vocab > 0 && (o.pad_id < 0 || o.pad_id >= vocab))
-    throw BadInput(fmt::format("--pad-id ({}) is outside the vocabulary [0, {})", o.pad_id, vocab));
+    throw BadInput(fmt::format("--pad-id ({}) is outside the vocabulary [0, {})", o.pad_id, vocab),
+                   "pass a --pad-id below the vocabulary size (--vocab-size, or the model config's vocab_size)");
   return vocab;
 }
 
@@ -122,7 +123,8 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t se
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment) {
   check_sequence_split(seq_len, sp, "--seq-len", alignment);
   if (seq_len > (std::int64_t{1} << 31) - 1)
-    throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len));
+    throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len),
+                   "pass a --seq-len of at most 2147483647");
 }
 
 PackSummary run_pack(const PackOptions& o) {

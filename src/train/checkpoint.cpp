@@ -1,5 +1,6 @@
 #include "train/checkpoint.hpp"
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include <fmt/ranges.h>
 #include "core/output_dir.hpp"
 #include "io/checkpoint_format.hpp"
@@ -18,6 +20,8 @@ namespace fs = std::filesystem;
 
 namespace ulysses::train {
 namespace {
+
+constexpr const char* kDamagedCheckpoint = "the checkpoint is damaged: resume from an earlier one";
 
 using Part = ModelStates::Part;
 
@@ -117,7 +121,8 @@ void read_part(const Source& source, const fs::path& path, ModelStates& states, 
                               "the checkpoint was written for another model");
     if (info->dtype != st::DType::kF32 || info->shape != w.shape)
       throw BadInput(fmt::format("{}: tensor {} is {} {}, the model expects F32 {}", path.string(), w.name,
-                                 st::dtype_name(info->dtype), fmt::join(info->shape, "x"), fmt::join(w.shape, "x")));
+                                 st::dtype_name(info->dtype), fmt::join(info->shape, "x"), fmt::join(w.shape, "x")),
+                     "the checkpoint was written for another model");
     const auto [first, count] = states.held(part, w.name);
     torch::Tensor host = torch::empty({count}, torch::kFloat32);   // [count]
     if (count > 0)
@@ -129,8 +134,33 @@ void read_part(const Source& source, const fs::path& path, ModelStates& states, 
 
 std::int64_t steps_of(const std::map<std::string, std::string>& metadata, const fs::path& path) {
   const auto it = metadata.find("steps");
-  if (it == metadata.end()) throw BadInput(fmt::format("{}: metadata \"steps\" is missing", path.string()));
-  return std::stoll(it->second);
+  if (it == metadata.end()) throw BadInput(fmt::format("{}: metadata \"steps\" is missing", path.string()),
+                                           kDamagedCheckpoint);
+  std::int64_t steps = -1;
+  const char* end = it->second.data() + it->second.size();
+  if (std::from_chars(it->second.data(), end, steps).ptr != end || steps < 0)
+    throw BadInput(fmt::format("{}: metadata \"steps\" is \"{}\", not a step count", path.string(),
+                               printable(it->second)),
+                   kDamagedCheckpoint);
+  return steps;
+}
+
+// trainer_state.json: the step, the data cursor and the tokens seen (each checked), and the run's options.
+TrainerState read_trainer_state(const fs::path& path) {
+  const nlohmann::json ts = read_json_file(path, kDamagedCheckpoint);
+  const auto number = [&]<typename T>(const char* key, T fallback, bool required) {
+    if (!ts.is_object() || !ts.contains(key)) {
+      if (required) throw BadInput(fmt::format("{}: field \"{}\" is missing", path.string(), key), kDamagedCheckpoint);
+      return fallback;
+    }
+    return json_value<T>(ts.at(key), fmt::format("{}: field \"{}\"", path.string(), key), kDamagedCheckpoint);
+  };
+  TrainerState s;
+  s.step = number("step", std::int64_t{0}, true);
+  s.cursor = number("cursor", std::uint64_t{0}, true);
+  s.tokens_seen = number("tokens_seen", std::int64_t{0}, false);
+  s.options = ts.contains("options") && ts.at("options").is_object() ? ts.at("options") : nlohmann::json::object();
+  return s;
 }
 
 }  // namespace
@@ -198,19 +228,13 @@ TrainerState load_checkpoint(const fs::path& dir, ModelStates& states) {
   } else {
     throw BadInput(fmt::format("{}: optimizer_layout \"{}\" is not one this build reads (\"{}\", \"{}\")",
                                (dir / checkpoint::kManifest).string(), m.optimizer_layout,
-                               checkpoint::kOptimizerReplicated, checkpoint::kOptimizerSharded));
+                               checkpoint::kOptimizerReplicated, checkpoint::kOptimizerSharded),
+                   "resume it with the ulysses-train that wrote it, or merge it with ulysses-ckpt merge first");
   }
-  std::ifstream in(dir / checkpoint::kTrainerState);
-  nlohmann::json ts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (ts.is_discarded() || !ts.contains("step") || !ts.contains("cursor"))
-    throw BadInput(fmt::format("{}: not a valid trainer state", (dir / checkpoint::kTrainerState).string()));
-  TrainerState s;
-  s.step = ts["step"].get<std::int64_t>();
-  s.cursor = ts["cursor"].get<std::uint64_t>();
-  s.tokens_seen = ts.value("tokens_seen", std::int64_t{0});
-  s.options = ts.value("options", nlohmann::json::object());
+  TrainerState s = read_trainer_state(dir / checkpoint::kTrainerState);
   if (s.step != m.step)
-    throw BadInput(fmt::format("{}: trainer state step {} disagrees with the manifest's {}", dir.string(), s.step, m.step));
+    throw BadInput(fmt::format("{}: trainer state step {} disagrees with the manifest's {}", dir.string(), s.step, m.step),
+                   kDamagedCheckpoint);
   return s;
 }
 

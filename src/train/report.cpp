@@ -14,6 +14,8 @@ namespace ulysses::train {
 
 namespace {
 
+constexpr const char* kRunDirHint = "check that the run directory is writable and has free space";
+
 std::string group_text(const std::vector<int>& v) {
   if (v.size() <= 8) return fmt::format("[{}]", fmt::join(v, " "));
   return fmt::format("[{} {} {} ... {}]", v[0], v[1], v[2], v.back());
@@ -60,7 +62,8 @@ void truncate_after(const std::filesystem::path& jsonl, std::int64_t last) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= last) out << line << "\n";
     }
-    if (!out) throw BadInput(fmt::format("cannot rewrite metrics file {}", tmp.string()));
+    if (!out) throw BadInput(fmt::format("cannot rewrite metrics file {}", tmp.string()),
+                             kRunDirHint);
   }
   std::filesystem::rename(tmp, jsonl);
 }
@@ -78,7 +81,8 @@ Metrics::Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t>
                  const std::optional<std::filesystem::path>& tensorboard) {
   if (resumed_step) truncate_after(jsonl, *resumed_step);
   out_.open(jsonl, std::ios::app);
-  if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()));
+  if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()),
+                            kRunDirHint);
   if (tensorboard)   // the resumed run logs from the step after its checkpoint: later ones logged before are stale
     events_.emplace(*tensorboard, resumed_step ? std::optional(*resumed_step + 1) : std::nullopt);
 }

@@ -98,7 +98,8 @@ TEST(CheckWorldSize, SlurmNtasksMismatchNamesBothNumbersAndTheFix) {
 
 TEST(CheckWorldSize, SlurmNtasksMustBeACount) {
   ScopedEnv ntasks("SLURM_NTASKS", "four");
-  EXPECT_EQ(bad_input_text(4, std::nullopt), "SLURM_NTASKS='four' is not a positive task count");
+  EXPECT_EQ(bad_input_text(4, std::nullopt), "SLURM_NTASKS='four' is not a positive task count — HINT: launch with "
+                                            "srun inside a Slurm job, or unset SLURM_NTASKS outside one");
 }
 
 TEST(CheckWorldSize, NoExpectationAcceptsAnySize) {

@@ -16,6 +16,7 @@ import sys
 import time
 import unittest
 
+import xxhash
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
@@ -438,6 +439,28 @@ class Train(PackedSample):
         self.run_ok(train_cmd(1, self.data, run, "--steps", 10, "--resume", run / "checkpoints" / "step-0000005"))
         steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
         self.assertEqual(steps, list(range(1, 11)))
+
+    def test_a_damaged_trainer_state_is_one_line(self):
+        """trainer_state.json with a step that is no integer or a cursor no integer holds (its size and checksum in
+        the manifest made to match, as a crafted checkpoint would) is one error line at resume, naming the file and
+        the field, exit 2: not a library exception (exit 1) from nlohmann."""
+        run = self.root / "state"
+        self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 1))
+        step = run / "checkpoints" / "step-0000001"
+        good = json.loads((step / "trainer_state.json").read_text())
+        manifest = json.loads((step / "manifest.json").read_text())
+        for field, value in (("step", "x"), ("cursor", 2.7e26)):
+            text = json.dumps(dict(good, **{field: value}))
+            (step / "trainer_state.json").write_text(text)
+            for entry in manifest["files"]:
+                if entry["file"] == "trainer_state.json":
+                    entry.update(bytes=len(text), xxh3=xxhash.xxh3_64_hexdigest(text.encode()))
+            (step / "manifest.json").write_text(json.dumps(manifest))
+            p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 2, "--resume", "auto"), code=2)
+            errors = [line for line in p.stderr.splitlines() if "error:" in line]
+            self.assertEqual(len(errors), 1, p.stderr)
+            self.assertIn(f'trainer_state.json: field "{field}" is', errors[0])
+            self.assertIn("HINT: the checkpoint is damaged", errors[0])
 
     def expect_bad(self, cmd, *needles, env=None):
         p = self.run_ok(cmd, code=2, env=env)

@@ -31,7 +31,8 @@ class Fd {
     for (;;) {
       const ssize_t n = ::read(fd_, dst, capacity);
       if (n >= 0) return static_cast<std::size_t>(n);
-      if (errno != EINTR) throw BadInput(fmt::format("cannot read {}: {}", name_, std::strerror(errno)));
+      if (errno != EINTR) throw BadInput(fmt::format("cannot read {}: {}", name_, std::strerror(errno)),
+                                         "check that the file is readable and complete");
     }
   }
 

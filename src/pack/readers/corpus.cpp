@@ -78,7 +78,8 @@ Format detect_format(const std::filesystem::path& path) {
   if (has_idx && has_bin) return Format::kMegatron;
   if (!std::filesystem::exists(path)) {
     throw BadInput(fmt::format("{}: no such file (nor a {} + {} pair)", path.string(),
-                               megatron.idx.string(), megatron.bin.string()));
+                               megatron.idx.string(), megatron.bin.string()),
+                   "check the path; a Megatron dataset may be named by its prefix (NAME for NAME.bin + NAME.idx)");
   }
   std::string why = "its name is not *.jsonl, *.jsonl.gz, *.jsonl.zst or *.json";
   if (path.extension() == ".bin") {

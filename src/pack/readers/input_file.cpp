@@ -13,6 +13,9 @@
 #include "core/regular_file.hpp"
 
 namespace ulysses::pack {
+namespace {
+constexpr const char* kChanged = "the file was truncated or changed while it was read: check it, then pack again";
+}  // namespace
 
 InputFile::InputFile(const std::filesystem::path& path) : name_(path.string()) {
   fd_ = open_regular_file(path, "input");
@@ -47,7 +50,8 @@ void InputFile::read_exact(std::uint64_t offset, void* dst, std::size_t bytes) c
     if (n <= 0) {
       throw BadInput(fmt::format("{}: cannot read {} bytes at byte offset {} (file has {} bytes): {}",
                                  name_, bytes, offset, size_,
-                                 n < 0 ? std::strerror(errno) : "unexpected end of file"));
+                                 n < 0 ? std::strerror(errno) : "unexpected end of file"),
+                     kChanged);
     }
     done += static_cast<std::size_t>(n);
   }
@@ -62,7 +66,8 @@ MappedRange::MappedRange(const InputFile& file, std::uint64_t offset, std::size_
   base_ = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file.fd_, static_cast<off_t>(start));
   if (base_ == MAP_FAILED) {
     throw BadInput(fmt::format("{}: cannot map {} bytes at byte offset {}: {}", file.name(), bytes, offset,
-                               std::strerror(errno)));
+                               std::strerror(errno)),
+                   kChanged);
   }
   ::madvise(base_, length_, MADV_SEQUENTIAL);
   data_ = static_cast<const std::byte*>(base_) + (offset - start);

@@ -247,7 +247,8 @@ std::unique_ptr<TokenSource> scan_jsonl(const std::filesystem::path& path, const
                                         DocSink& sink) {
   if (options.tokens_key.empty() || options.tokens_key == options.mask_key) {
     throw BadInput(fmt::format("{}: --tokens-key \"{}\" must be non-empty and differ from --loss-mask-key",
-                               path.string(), options.tokens_key));
+                               path.string(), options.tokens_key),
+                   "pass a non-empty --tokens-key that differs from --loss-mask-key");
   }
   ULY_CHECK(!options.scratch_dir.empty(), "no scratch_dir to spill {} into", path.string());
   return JsonlScan(path, options, sink).run();

@@ -25,6 +25,9 @@
 namespace ulysses::pack {
 namespace {
 
+constexpr const char* kNotMegatron = "not a Megatron-LM MMIDIDX index of a known version: make it again with "
+                                     "Megatron's tools/preprocess_data.py";
+
 constexpr std::string_view kMagic{"MMIDIDX\0\0", 9};
 constexpr std::uint64_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 constexpr const char* kMismatchHint =
@@ -53,7 +56,7 @@ TokenType dtype_from_code(const InputFile& idx, std::uint8_t code) {
       TokenType::kI64, TokenType::kF64, TokenType::kF32, TokenType::kU16};
   if (code < 1 || code > kByCode.size()) {
     throw BadInput(fmt::format("{}: byte offset 17: unknown dtype code {} (Megatron uses 1..8)",
-                               idx.name(), code));
+                               idx.name(), code), kNotMegatron);
   }
   return kByCode[code - 1];
 }
@@ -81,7 +84,7 @@ MegatronIndex read_index(const InputFile& idx) {
   const auto version = get<std::uint64_t>(h.data() + 9);
   if (version != 1) {
     throw BadInput(fmt::format("{}: byte offset 9: MMIDIDX version {}, only version 1 is known",
-                               idx.name(), version));
+                               idx.name(), version), kNotMegatron);
   }
   MegatronIndex index;
   index.type = dtype_from_code(idx, get<std::uint8_t>(h.data() + 17));
@@ -145,8 +148,7 @@ void check_sequences(const MegatronIndex& index, const InputFile& idx, const Inp
     if (length < 0 || pointer < 0 || pointer % size != 0) {
       throw BadInput(fmt::format("{} has length {} and .bin byte offset {}; both must be >= 0 and the "
                                  "offset a multiple of the {}-byte {} token",
-                                 where(), length, pointer, size, token_type_name(index.type)),
-                     kMismatchHint);
+                                 where(), length, pointer, size, token_type_name(index.type)), kMismatchHint);
     }
     if (pointer > bin_bytes || length > (bin_bytes - pointer) / size) {   // (pointer + length·size may overflow)
       throw BadInput(fmt::format("{} ({} tokens of {} bytes from byte {}) runs past the end of {} ({} bytes)", where(),

@@ -333,6 +333,21 @@ class BadInput(BadInputCase):
             f.attrs["format"] = "ulysses-packed"   # h5py writes a str as a variable-length string
             self.assertTrue(h5py.check_string_dtype(f.attrs.get_id("format").dtype).length is None)
         self.assertEqual(run("inspect", self.out, "--sample", 0).returncode, 0)
+        # ... and whose global heap is crafted (the object's and then the collection's declared size 2^40, where
+        # libhdf5's H5HG_read read past its buffer or hung): still accepted, the heap never touched
+        vlen = shard.read_bytes()
+        gcol = vlen.index(b"GCOL")   # "GCOL", version, 3 reserved, collection size (8); then object 1: index (2),
+        for field in (gcol + 24, gcol + 8):   # refcount (2), reserved (4), size (8)
+            shard.write_bytes(vlen[:field] + (1 << 40).to_bytes(8, "little") + vlen[field + 8:])
+            p = run("inspect", self.out, "--sample", 0, check=False)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        shard.write_bytes(good)
+        # the shard's own sp and alignment attributes 2^32 (the manifest's are sound): their product wrapped to 0
+        with h5py.File(shard, "a") as f:
+            f.attrs["sp"] = np.int64(1 << 32)
+            f.attrs["alignment"] = np.int64(1 << 32)
+        inspect("4294967296")
+        shard.write_bytes(good)
         # a format name with an ANSI escape and a newline: shown escaped, still one line
         with h5py.File(shard, "a") as f:
             f.attrs["format"] = np.bytes_(b"\x1b[31mnot\nours")

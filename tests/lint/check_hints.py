@@ -1,0 +1,67 @@
+"""Every bad input says what to do about it: each `throw BadInput(...)` under src/ passes a hint (its second
+argument), so the line a user sees ends with "— HINT: …" (the contract of core/error.hpp). Prints the calls
+without one, file:line, and exits 1 when there are any.
+
+usage: check_hints.py SRC_DIR
+"""
+import pathlib
+import re
+import sys
+
+
+def call_end(text, start):
+    """Index just past the parenthesis that closes the call opened at text[start - 1], skipping string and
+    character literals."""
+    depth, i = 1, start
+    while depth:
+        c = text[i]
+        if c in "\"'":
+            i += 1
+            while text[i] != c:
+                i += 2 if text[i] == "\\" else 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        i += 1
+    return i
+
+
+def top_level_commas(args):
+    depth, count, i = 0, 0, 0
+    while i < len(args):
+        c = args[i]
+        if c in "\"'":
+            i += 1
+            while args[i] != c:
+                i += 2 if args[i] == "\\" else 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            count += 1
+        i += 1
+    return count
+
+
+def main(src):
+    missing = []
+    for path in sorted(pathlib.Path(src).rglob("*.[ch]pp")):
+        text = path.read_text()
+        for m in re.finditer(r"\bthrow BadInput\(", text):
+            end = call_end(text, m.end())
+            if top_level_commas(text[m.end():end - 1]) == 0:
+                line = text.count("\n", 0, m.start()) + 1
+                missing.append(f"{path}:{line}: {' '.join(text[m.start():end].split())[:120]}")
+    for line in missing:
+        print(line)
+    if missing:
+        print(f"{len(missing)} BadInput without a hint: pass what the user should do as the second argument")
+        return 1
+    print("every BadInput has a hint")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
