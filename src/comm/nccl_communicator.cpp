@@ -85,14 +85,16 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seco
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  state_->watchdog.reset();   // stop watching before the communicator goes
   // While an error unwinds, NCCL is not touched: destroy flushes work that waits on peers blocked in a
-  // collective, and abort hangs when only some ranks of a node abort (NVIDIA/nccl#863). The state is left to
-  // the process (its watchdog still running), which run_guarded's abort_all ends within moments.
+  // collective, and abort hangs when only some ranks of a node abort (NVIDIA/nccl#863). The communicator is
+  // left to the process, which ends within moments: run_guarded's abort_all with several ranks, its return
+  // with one. Its watchdog is stopped first (its thread only polls events, so the join is quick): left
+  // running it could judge the abandoned collective a second fatal, or call exit beside the main thread's.
   if (std::uncaught_exceptions() > 0) {
     static_cast<void>(state_.release());
     return;
   }
-  state_->watchdog.reset();   // stop watching before the communicator goes
   if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
 }
 

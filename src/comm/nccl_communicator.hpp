@@ -12,8 +12,9 @@
 // init is watched the same way), then polls an event recorded after it and ncclCommGetAsyncError. An error,
 // or a collective still unfinished after `timeout`, ends every rank (MPI_Abort) with one line naming the
 // collective, its size and group — the job first: ncclCommAbort could wait behind a spinning kernel.
-// Teardown while an exception unwinds aborts the communicator instead of destroying it (destroy flushes
-// pending work that may wait on peers blocked in a collective).
+// Teardown while an exception unwinds stops the watchdog and leaves the communicator to the ending process,
+// neither destroyed (destroy flushes pending work that may wait on peers blocked in a collective) nor aborted
+// (ncclCommAbort can hang when only some ranks abort).
 #pragma once
 
 #include <mpi.h>

@@ -99,8 +99,9 @@ torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads) {   /
 bool flash_supported(int major, int minor, std::int64_t head_dim) {
   const int cc = major * 10 + minor;
   if (cc < 80 || cc > 121) return false;   // PyTorch's flash kernels: sm80 to sm121
-  // sm86/89/120/121 have no backward kernels for 192 < head_dim ≤ 224 (PyTorch's sdp_utils, training)
-  const bool small_smem = cc == 86 || cc == 89 || cc == 120 || cc == 121;
+  // sm86 to sm89 and sm120 to sm121 (ranges, as PyTorch's sdp_utils checks them) have no backward kernels for
+  // 192 < head_dim ≤ 224
+  const bool small_smem = (cc >= 86 && cc <= 89) || (cc >= 120 && cc <= 121);
   return !(small_smem && head_dim > 192 && head_dim <= 224);
 }
 

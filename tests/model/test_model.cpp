@@ -125,6 +125,7 @@ TEST(DocumentAttention, FlashFollowsPyTorchsHardwareAndHeadDimRules) {
   EXPECT_TRUE(flash_supported(8, 6, 256));
   EXPECT_FALSE(flash_supported(8, 9, 200));    // L40S / RTX 40
   EXPECT_TRUE(flash_supported(8, 9, 192));
+  EXPECT_FALSE(flash_supported(8, 7, 200));    // Jetson Orin: inside PyTorch's [sm86, sm89] range
   EXPECT_TRUE(flash_supported(9, 0, 224));     // H100 / H200
   EXPECT_TRUE(flash_supported(10, 0, 128));    // B200
   EXPECT_FALSE(flash_supported(12, 0, 208));   // RTX 50

@@ -26,7 +26,7 @@ Per length it prints tokens/s of both sides, RATIO ours/transformers (target >= 
 MFU of both against two denominators: the GPU's bf16 matmul ceiling measured at the start of the same run
 (8192^3 matmuls, median of timed reps with CUDA events; the MFU target for ours, >= 45%, is judged against
 it at the fixed lengths, where no side recomputes) and the datasheet dense bf16 peak of the GPU
-(DATASHEET_BF16_TFLOPS; n/a for a device not listed there); peak GPU memory; and the attention kernel of
+(the trainer's table in src/train/device.cpp; n/a for a device not listed there); peak GPU memory; and the attention kernel of
 each side: ours from the trainer's "attention:" log line, transformers' SDPA backend as
 torch._fused_sdp_choice picks it for the query/key/value, mask and flags that transformers passes to
 scaled_dot_product_attention in the run's first step.
@@ -80,11 +80,22 @@ FLOPS_FORMULA = "6*M*T + 6*layers*heads*head_dim*sum(d^2) (src/plan/memory_model
                 "2*heads*head_dim*d^2 per layer and backward twice that; one document of S tokens per sequence " \
                 "here, so sum(d^2) = S^2; model FLOPs, recomputation not counted), the same for both sides"
 OLD_FLOPS_FORMULA = "6*M*T + 12*layers*heads*head_dim*S*T"   # what trainers built before the causal count report
-# Datasheet dense (no sparsity) bf16 tensor-core peak per GPU in TFLOPS, matched as a case-insensitive substring of
-# the device name, first match wins (so "H100 PCIe" and "H100 NVL" before "H100"); a device not listed: n/a.
-DATASHEET_BF16_TFLOPS = [("GB200", 2500.0), ("B200", 2250.0), ("B100", 1750.0), ("H200", 989.4), ("H100 PCIe", 756.0),
-                         ("H100 NVL", 835.0), ("H100", 989.4), ("H800", 989.4), ("A100", 312.0), ("A800", 312.0),
-                         ("L40S", 362.05), ("A10G", 70.0)]
+# Datasheet dense (no sparsity) bf16 tensor-core peaks per GPU in TFLOPS: the trainer's own table
+# (src/train/device.cpp known_peak_tflops), read from its source so that the two cannot differ. A key is matched as
+# a substring of the device name, first match wins (so "H100 PCIe" and "H100 NVL" before "H100").
+PEAK_TABLE = REPO / "src" / "train" / "device.cpp"
+
+
+def datasheet_bf16_peaks():
+    """[(name key, dense bf16 TFLOPS)] in the trainer's order."""
+    text = PEAK_TABLE.read_text()
+    start = text.index("kPeaks{{")
+    rows = re.findall(r'\{"([^"]+)", ([0-9.]+), ([0-9.]+)\}', text[start:text.index("}};", start)])
+    if not rows:
+        raise SystemExit(f"no GPU peaks found in {PEAK_TABLE} (kPeaks)")
+    return [(key, float(bf16)) for key, bf16, _ in rows]
+
+
 # Recomputation labels: off at the fixed lengths, per-layer on both sides in the search for the longest that fits.
 RECOMPUTE = {False: "off", True: "on"}
 RECOMPUTE_OURS = {False: "no --activation-checkpointing (every layer's activations kept)",
@@ -169,12 +180,13 @@ def old_seq_flops(cfg, S):
 
 def datasheet_peak(device_name, device):
     """(TFLOPS, the name it matched) of the datasheet dense bf16 peak, or (None, why not)."""
+    peaks = datasheet_bf16_peaks()   # read on CPU too, so the smoke run checks the table still parses
     if device != "cuda":
         return None, "no datasheet bf16 peak on CPU"
-    for key, tflops in DATASHEET_BF16_TFLOPS:
-        if key.lower() in device_name.lower():
+    for key, tflops in peaks:
+        if key in device_name:
             return tflops, key
-    return None, f"{device_name!r} is not in DATASHEET_BF16_TFLOPS"
+    return None, f"{device_name!r} is not in the trainer's GPU table ({PEAK_TABLE.relative_to(REPO)})"
 
 
 # ---------------------------------------------------------------------------------------------------------
