@@ -9,11 +9,11 @@ import re
 import sys
 
 
-def call_end(text, start):
-    """Index just past the parenthesis that closes the call opened at text[start - 1], skipping string and
-    character literals."""
-    depth, i = 1, start
-    while depth:
+def scan(text, start):
+    """Yields (index, character) from text[start:] at bracket depth 0 relative to start, skipping string and
+    character literals; stops after the bracket that closes the depth start is in."""
+    depth, i = 0, start
+    while i < len(text):
         c = text[i]
         if c in "\"'":
             i += 1
@@ -22,27 +22,22 @@ def call_end(text, start):
         elif c in "([{":
             depth += 1
         elif c in ")]}":
+            if depth == 0:
+                yield i, c
+                return
             depth -= 1
+        elif depth == 0:
+            yield i, c
         i += 1
-    return i
+
+
+def call_end(text, start):
+    """Index just past the parenthesis that closes the call whose arguments begin at text[start]."""
+    return max(i for i, _ in scan(text, start)) + 1
 
 
 def top_level_commas(args):
-    depth, count, i = 0, 0, 0
-    while i < len(args):
-        c = args[i]
-        if c in "\"'":
-            i += 1
-            while args[i] != c:
-                i += 2 if args[i] == "\\" else 1
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            count += 1
-        i += 1
-    return count
+    return sum(1 for _, c in scan(args + ")", 0) if c == ",")
 
 
 def main(src):
