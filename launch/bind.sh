@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # launch/bind.sh — runs between srun (or mpiexec) and the program: binds this rank to one GPU and, when
-# the machine has several NUMA nodes and numactl is installed, to the CPUs and memory near that GPU.
+# the machine has several NUMA nodes with CPUs, to the CPUs (and memory) near that GPU.
 # Then it execs the program, so signals (USR1/TERM for save-and-stop) reach the trainer directly.
 #
 #   srun --mpi=pmi2 launch/bind.sh build/src/train/ulysses-train …
@@ -10,8 +10,10 @@
 # the CUDA_VISIBLE_DEVICES that Slurm gave the task (all of the node's GPUs with --gpus-per-node), or GPU
 # <local rank> when none is set. Skipped where there is no GPU (/dev/nvidia0 absent) or with
 # ULYSSES_BIND_GPU=0 (e.g. when you bind with srun --gpu-bind yourself).
-# NUMA: the GPU's NUMA node from sysfs (via its PCI bus id), else local_rank × numa_nodes / ranks_per_node.
-# Off with ULYSSES_BIND_NUMA=0. ULYSSES_BIND_VERBOSE=1 prints one line per rank.
+# NUMA: the GPU's NUMA node from sysfs (via its PCI bus id), else local_rank × nodes / ranks_per_node, counting
+# only nodes with CPUs (Grace's GPU memory shows as CPU-less nodes); bound with numactl (CPUs and memory), else
+# taskset (CPUs), else one warning line. Off with ULYSSES_BIND_NUMA=0. ULYSSES_BIND_VERBOSE=1 prints one line per
+# rank. ULYSSES_SYSFS: another /sys (tests).
 # It does not set NCCL variables: the sbatch files do, in one visible place.
 set -euo pipefail
 
@@ -39,19 +41,39 @@ if [[ ${ULYSSES_BIND_GPU:-auto} != 0 && ( -e /dev/nvidia0 || ${ULYSSES_BIND_GPU:
   export CUDA_VISIBLE_DEVICES=$gpu
 fi
 
+# The NUMA node of this rank's GPU: sysfs by its PCI bus id, else spread local ranks over the nodes; only nodes
+# with CPUs count (Grace shows its GPUs' memory as CPU-less NUMA nodes, which must never be picked).
+sys=${ULYSSES_SYSFS:-/sys}
 cmd=("$@")
-if [[ ${ULYSSES_BIND_NUMA:-1} != 0 ]] && command -v numactl >/dev/null; then
+if [[ ${ULYSSES_BIND_NUMA:-1} != 0 ]]; then
   shopt -s nullglob
-  numa_dirs=(/sys/devices/system/node/node[0-9]*)
-  numa_nodes=${#numa_dirs[@]}
-  if ((numa_nodes > 1)); then
+  cpu_nodes=()   # node numbers with CPUs, and their CPU lists
+  declare -A cpus_of=()
+  for dir in "$sys"/devices/system/node/node[0-9]*; do
+    list=$(< "$dir/cpulist")
+    [[ -n $list ]] || continue
+    n=${dir##*/node}
+    cpu_nodes+=("$n")
+    cpus_of[$n]=$list
+  done
+  if ((${#cpu_nodes[@]} > 1)); then
     if [[ $gpu != none ]] && command -v nvidia-smi >/dev/null; then
       bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" 2>/dev/null | tr 'A-F' 'a-f' || true)
       bus=${bus#0000}   # nvidia-smi prints 8 hex digits of domain, sysfs 4
-      [[ -n $bus && -r /sys/bus/pci/devices/${bus}/numa_node ]] && numa=$(< "/sys/bus/pci/devices/${bus}/numa_node")
+      [[ -n $bus && -r $sys/bus/pci/devices/$bus/numa_node ]] && numa=$(< "$sys/bus/pci/devices/$bus/numa_node")
     fi
-    if [[ $numa == none || $numa -lt 0 ]]; then numa=$((local_rank * numa_nodes / (local_size > 0 ? local_size : 1))); fi
-    cmd=(numactl "--cpunodebind=$numa" "--preferred=$numa" "$@")
+    if [[ $numa == none || -z ${cpus_of[$numa]+x} ]]; then   # no node, -1, or a CPU-less one
+      numa=${cpu_nodes[local_rank * ${#cpu_nodes[@]} / (local_size > 0 ? local_size : 1) % ${#cpu_nodes[@]}]}
+    fi
+    if command -v numactl >/dev/null; then
+      cmd=(numactl "--cpunodebind=$numa" "--preferred=$numa" "$@")
+    elif command -v taskset >/dev/null; then   # CPUs only: memory follows first touch
+      cmd=(taskset -c "${cpus_of[$numa]}" "$@")
+    else
+      echo "bind.sh: neither numactl nor taskset is installed: rank $local_rank is not bound to NUMA node $numa's" \
+           "CPUs — HINT: install numactl, or set ULYSSES_BIND_NUMA=0 to bind otherwise" >&2
+      numa=none
+    fi
   fi
 fi
 

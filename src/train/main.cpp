@@ -13,6 +13,7 @@
 #include "dist/process_groups.hpp"
 #include "plan/memory_flags.hpp"
 #include "train/calibrate.hpp"
+#include "train/signals.hpp"
 #include "train/trainer.hpp"
 
 namespace ut = ulysses::train;
@@ -96,6 +97,13 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
       ->capture_default_str();
   app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}))->capture_default_str();
+  app.add_option("--end-time", o.end_time,
+                 "The job's end in seconds since the epoch (0: SLURM_JOB_END_TIME when set): the run saves and exits 3 "
+                 "before it")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stop-margin", o.stop_margin,
+                 "Seconds before --end-time by which a step and a save must be done: later, the run saves and exits 3")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per device for MFU (0: the detected GPU's bf16 peak)")
@@ -129,6 +137,9 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) fmt::print("{}", app.config_to_str(true, false));
     return 0;
   }
+  // Before anything slow (weights, checkpoint, communicators): a signal during start-up is kept, not fatal.
+  // Not for calibration, whose children are ended by SIGTERM.
+  if (o.calibrate_memory.empty()) ut::install_stop_signals();
   return ulysses::dist::run_guarded(world, [&] {
     ulysses::dist::check_world_size(world.size(), o.world > 0 ? std::optional<int>(o.world) : std::nullopt);
     ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));

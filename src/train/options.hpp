@@ -40,6 +40,8 @@ struct TrainOptions {
   std::filesystem::path calibrate_memory;  // write a memory profile measured on this device, then exit
   std::string calibrate_lengths = "1024,2048";   // the calibration's sequence lengths
   std::string comm = "auto";               // auto (nccl on cuda, mpi on cpu), nccl, mpi (CUDA: host staging)
+  double end_time = 0;                     // the job's end, seconds since the epoch (0: SLURM_JOB_END_TIME, if set)
+  double stop_margin = 300;                // stop (save, exit 3) when a step and a save would end later than end − this
   int comm_timeout = 600;                  // seconds a NCCL collective may take before the job is ended (0: none)
   double peak_tflops = 0;                  // MFU denominator per device (0: the detected GPU's bf16 peak, if known)
   int threads = 0;                         // intra-op threads per rank (0: cores / ranks on this node)

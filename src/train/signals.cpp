@@ -1,6 +1,13 @@
 #include "train/signals.hpp"
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
 
 namespace ulysses::train {
 namespace {
@@ -19,5 +26,25 @@ void install_stop_signals() {
 
 bool stop_requested() { return g_signal != 0; }
 int stop_signal() { return static_cast<int>(g_signal); }
+
+std::optional<double> job_end_time(double end_time) {
+  if (end_time > 0) return end_time;
+  const char* text = std::getenv("SLURM_JOB_END_TIME");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double t = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(t > 0))
+    throw BadInput(fmt::format("SLURM_JOB_END_TIME='{}' is not a time in seconds since the epoch", printable(text)),
+                   "unset it, or pass --end-time");
+  return t;
+}
+
+bool past_deadline(double now, double end, double step_seconds, double save_seconds, double margin) {
+  return now + step_seconds + save_seconds + margin > end;
+}
+
+double now_since_epoch() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace ulysses::train

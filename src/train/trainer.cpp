@@ -421,6 +421,10 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }
       end_dry_run();
     }
+    if (any_rank(stop_requested(), world)) {   // Slurm's one warning would be lost with this step
+      if (r.rank == 0) log_info("stop signal during the dry run: exiting with code {}", static_cast<int>(kExitPreempted));
+      return kExitPreempted;
+    }
     return kExitOk;
   }
   if (r.sharding == plan::Sharding::kNone) r.model->to(r.device);   // fp32 master weights; AdamW's state follows
@@ -447,17 +451,28 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   std::optional<Metrics> metrics;
   if (r.rank == 0)
     metrics.emplace(o.output / "metrics.jsonl", from ? std::optional(state.step) : std::nullopt, tensorboard_dir(o));
-  install_stop_signals();
   const bool tty = r.rank == 0 && isatty(STDERR_FILENO);
   std::optional<Progress> bar;
   if (tty) bar.emplace("train", static_cast<std::uint64_t>(o.steps - state.step), "steps", "tokens");
 
+  double save_seconds = 0;   // the last save's, for the deadline
   auto save = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
     const fs::path dir = save_checkpoint(ckpts, *r.states, state, layout, r.config_path, r.config.architecture,
                                          o.keep_last, world);
     if (r.rank == 0) log_info("saved {}", dir.string());
     world.barrier();
+    save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  if (state.step < o.steps && any_rank(stop_requested(), world)) {
+    if (r.rank == 0) log_info("stop signal during start-up: exiting with code {} before the first step, nothing new to "
+                              "save (resume with --resume auto)", static_cast<int>(kExitPreempted));
+    return kExitPreempted;
+  }
+  const std::optional<double> end = job_end_time(o.end_time);
+  if (end && r.rank == 0)
+    log_info("the job ends in {:.0f} s: the run saves and exits {} once a step and a save would end within {:.0f} s "
+             "of it (--stop-margin)", *end - now_since_epoch(), static_cast<int>(kExitPreempted), o.stop_margin);
   double run_seconds = 0;   // this run's steps, for the ETA
   std::int64_t run_steps = 0;
   while (state.step < o.steps) {
@@ -484,11 +499,20 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         if (const std::int64_t bytes = r.model->model->offloaded_bytes(); bytes > 0)
           log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch", bytes);
     }
-    const bool stop = any_rank(stop_requested(), world);
+    const bool signalled = any_rank(stop_requested(), world);
+    const bool late = !signalled && end && state.step < o.steps &&
+                      any_rank(past_deadline(now_since_epoch(), *end, run_seconds / static_cast<double>(run_steps),
+                                             save_seconds, o.stop_margin),
+                               world);
+    const bool stop = signalled || late;
     if (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0)) save();
     if (stop && state.step < o.steps) {
-      if (r.rank == 0) log_info("stop signal received: saved at step {}, exiting with code {} (resume with --resume auto)",
-                                state.step, static_cast<int>(kExitPreempted));
+      if (r.rank == 0)
+        log_info("{}: saved at step {}, exiting with code {} (resume with --resume auto)",
+                 late ? fmt::format("the job ends in {:.0f} s (--stop-margin {:.0f})", *end - now_since_epoch(),
+                                    o.stop_margin)
+                      : "stop signal received",
+                 state.step, static_cast<int>(kExitPreempted));
       return kExitPreempted;
     }
   }

@@ -8,9 +8,12 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
   3. preemption: `scancel --signal=USR1` mid-run → the trainer saves and exits 3 → the job requeues itself →
      resumes → finishes; its losses equal test 1's uninterrupted run exactly.
   4. slurm/export.sbatch on test 1's run: ulysses-ckpt merge + export-hf give a Hugging Face directory.
-  5. slurm/pack.sbatch as a job array of 2: each task packs its half of the inputs into its own dataset.
+  5. slurm/pack.sbatch as a job array of 2 with ids 1 and 3: each task packs its half of the inputs into its own
+     dataset, numbered by its place in the array; a PARTS that disagrees with the array is refused.
   6. one rank of the production launch (srun from the sbatch file) killed with SIGKILL: every other rank
      ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
+  7. jobs of one name wait for each other (--dependency=singleton); another job on the same OUTPUT is refused.
+  8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself.
 
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
@@ -157,26 +160,84 @@ class Sbatch(unittest.TestCase):
         self.assertTrue(list(hf.glob("*.safetensors")), log[-4000:])
 
     def test_5_pack_job_array(self):
+        """The array's k-th task packs its share into part-00k whatever the task ids (here 1 and 3: a range that
+        starts at 1 with a step of 2); a PARTS that differs from the array's size is refused by every task."""
         lines = gzip.open(SAMPLE, "rt").read().splitlines()
         inputs = []
-        for i in range(4):   # four inputs: task 0 packs 0 and 2, task 1 packs 1 and 3
+        for i in range(4):   # four inputs: the first task packs 0 and 2, the second 1 and 3
             f = work / f"input-{i}.jsonl"
             f.write_text("\n".join(lines[i::4]) + "\n")
             inputs.append(str(f))
         (work / "inputs.txt").write_text("\n".join(inputs) + "\n")
         out = work / "parts"
-        job = cluster.sbatch(["--array=0-1", "--cpus-per-task=1", ROOT / "slurm/pack.sbatch"], cwd=work,
-                             env=dict(ULYSSES_ROOT=str(ROOT), ULYSSES_BIN=str(BUILD), INPUT_LIST=str(work / "inputs.txt"),
-                                      OUTPUT=str(out), SEQ_LEN="256", SP="4", MODEL_CONFIG=str(CONFIG),
-                                      VALID_FRACTION="0", PACK_ARGS="--pad-id 258"))
-        for task in range(2):
-            info = cluster.wait(f"{job}_{task}")
+        env = dict(ULYSSES_ROOT=str(ROOT), ULYSSES_BIN=str(BUILD), INPUT_LIST=str(work / "inputs.txt"),
+                   OUTPUT=str(out), SEQ_LEN="256", SP="4", MODEL_CONFIG=str(CONFIG), VALID_FRACTION="0",
+                   PACK_ARGS="--pad-id 258")
+        job = cluster.sbatch(["--array=1-3:2", "--cpus-per-task=1", ROOT / "slurm/pack.sbatch"], cwd=work, env=env)
+        wrong = cluster.sbatch(["--array=0-1", "--cpus-per-task=1", ROOT / "slurm/pack.sbatch"], cwd=work,
+                               env=dict(env, OUTPUT=str(work / "wrong-parts"), PARTS="3"))
+        for k, task_id in enumerate((1, 3)):
+            info = cluster.wait(f"{job}_{task_id}")
             log = log_of(info)
             self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
-            self.assertIn(f"task {task}/2 on", log)
-            self.assertIn(f"2 of 4 inputs -> {out}/part-00{task}", log)
-            manifest = json.loads((out / f"part-00{task}/manifest.json").read_text())
+            self.assertIn(f"task {k}/2 on", log)
+            self.assertIn(f"2 of 4 inputs -> {out}/part-00{k}", log)
+            manifest = json.loads((out / f"part-00{k}/manifest.json").read_text())
             self.assertEqual(manifest["seq_len"], 256, manifest)
+            self.assertEqual(sorted(i["path"] for i in manifest["inputs"]), sorted(inputs[k::2]))
+        for task_id in (0, 1):
+            info = cluster.wait(f"{wrong}_{task_id}")
+            self.assertEqual(info["ExitCode"], "2:0")
+            self.assertIn("error: PARTS=3 but the array has 2 tasks", log_of(info))
+        self.assertFalse((work / "wrong-parts").exists())
+
+
+class OneJobPerOutput(unittest.TestCase):
+    def test_7_same_name_waits_same_output_is_refused(self):
+        """Jobs of one name run one after another (--dependency=singleton: the second stays PENDING with
+        Reason=Dependency while the first runs); a job of another name whose OUTPUT the running one holds (the
+        lock in OUTPUT) stops at once with one line, exit 2, and leaves the running job alone."""
+        out = work / "owned"
+        first = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=same", SBATCH],
+                               env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
+        metrics = out / "metrics.jsonl"
+        deadline = time.time() + 180
+        while time.time() < deadline and not metrics.exists():
+            time.sleep(0.1)
+        self.assertTrue(metrics.exists(), cluster.job(first))
+        second = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=same", SBATCH],
+                                env=job_env(work / "second", SP=2, STEPS=2, DRY_RUN_FIRST=0), cwd=work)
+        other = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=other", SBATCH],
+                               env=job_env(out, SP=2, STEPS=2, DRY_RUN_FIRST=0), cwd=work)
+        try:
+            info = cluster.wait(other, timeout=120)
+            log = log_of(info)
+            self.assertEqual(info["ExitCode"], "2:0", log[-3000:])
+            self.assertIn(f"error: OUTPUT={out} is in use by job {first}", log)
+            waiting = cluster.job(second)
+            self.assertEqual((waiting["JobState"], waiting["Reason"]), ("PENDING", "Dependency"), waiting)
+            self.assertEqual(cluster.job(first)["JobState"], "RUNNING")
+        finally:
+            cluster.scancel(first)
+        info = cluster.wait(second, timeout=180)   # runs once the first has ended
+        self.assertEqual(info["ExitCode"], "0:0", log_of(info)[-3000:])
+
+    def test_8_the_trainer_stops_before_the_time_limit(self):
+        """A 1-minute job with STOP_MARGIN=45 and no signal in time (SIGNAL_LEAD=5): the sbatch hands the job's end
+        (squeue's, on this Slurm 22.05) to the trainer, which saves and exits 3 about 15 s in; MAX_REQUEUES=0 then
+        ends the job there instead of requeueing it."""
+        out = work / "limit"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=USR1@5", SBATCH],
+                             env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, STOP_MARGIN=45, MAX_REQUEUES=0),
+                             cwd=work)
+        info = cluster.wait(job, timeout=180)
+        log = log_of(info)
+        self.assertEqual(info["ExitCode"], "3:0", log[-3000:])
+        self.assertIn("the job ends in", log)
+        done = len(losses(out))
+        self.assertIn(f"(--stop-margin 45): saved at step {done}, exiting with code 3", log)
+        self.assertIn("not requeueing after 0 restarts", log)
+        self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
 
 
 class SrunFailure(unittest.TestCase):

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import signal
 import struct
 import subprocess
@@ -50,6 +51,22 @@ def stop(p, out):
     p.communicate()
     for pid in rank_pids(out):
         os.kill(pid, signal.SIGKILL)
+
+
+def freeze_once_handled(p, *signals):
+    """SIGSTOPs process p as soon as it has handlers for all of `signals` (its /proc status SigCgt mask): the moment
+    the trainer has installed its stop handlers (SIGUSR1 and SIGTERM; MPI_Init may catch SIGUSR1 alone earlier),
+    before anything slow of its start-up. False if that never happened (60 s)."""
+    want = sum(1 << (sig - 1) for sig in signals)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        with open(f"/proc/{p.pid}/status") as f:
+            caught = int(re.search(r"SigCgt:\s*([0-9a-f]+)", f.read()).group(1), 16)
+        if caught & want == want:
+            os.kill(p.pid, signal.SIGSTOP)
+            return True
+        time.sleep(0.001)
+    return False
 
 
 class Train(PackedSample):
@@ -98,6 +115,39 @@ class Train(PackedSample):
         for f in files:   # and so are the final weights and AdamW state
             self.assertEqual((cut / "checkpoints/step-0000030" / f).read_bytes(),
                              (full / "checkpoints/step-0000030" / f).read_bytes(), f)
+
+    def test_a_signal_during_start_up_stops_the_run(self):
+        """SIGUSR1 while the trainer starts up (frozen the moment its handler is installed, signalled, then let go):
+        exit 3 before the first step with nothing saved, not death by the signal (rc 138); the same in a dry run,
+        which would otherwise swallow Slurm's one warning."""
+        for extra, said in (((), "stop signal during start-up"), (("--dry-run",), "stop signal during the dry run")):
+            out = self.root / f"early{len(extra)}"
+            p = start([TRAIN, "--data", self.data, "--model-config", CONFIG, "--output", out, "--threads", 1,
+                       "--steps", 5, *extra])
+            try:
+                self.assertTrue(freeze_once_handled(p, signal.SIGUSR1, signal.SIGTERM), "no stop handlers were installed")
+                os.kill(p.pid, signal.SIGUSR1)
+                os.kill(p.pid, signal.SIGCONT)
+                _, err = p.communicate(timeout=300)
+            finally:
+                stop(p, out)
+            self.assertEqual(p.returncode, 3, err[-3000:])
+            self.assertIn(said, err)
+            self.assertEqual(list(out.glob("checkpoints/step-*")), [])
+
+    def test_the_run_stops_before_the_job_ends(self):
+        """SLURM_JOB_END_TIME 20 s away and --stop-margin 15: the run saves and exits 3 once a step and a save would
+        end within 15 s of it, long before its 100000 steps; a SLURM_JOB_END_TIME that is no time is one line."""
+        out = self.root / "deadline"
+        env = dict(os.environ, SLURM_JOB_END_TIME=str(int(time.time()) + 20))
+        p = self.run_ok(train_cmd(1, self.data, out, "--steps", 100000, "--stop-margin", 15), code=3, env=env)
+        self.assertIn("the job ends in", p.stderr)
+        done = len(losses(out))
+        self.assertIn(f"(--stop-margin 15): saved at step {done}, exiting with code 3", p.stderr)
+        self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
+        p = self.run_ok(train_cmd(1, self.data, self.root / "bad-end", "--steps", 1), code=2,
+                        env=dict(os.environ, SLURM_JOB_END_TIME="soon"))
+        self.assertIn("SLURM_JOB_END_TIME='soon' is not a time in seconds since the epoch", p.stderr)
 
     def test_sigterm_saves_and_exits_3(self):
         """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1."""
