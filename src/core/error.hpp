@@ -1,7 +1,7 @@
 // Errors and checks shared by every tool.
 //
 // Contract: bad input from the user (a flag, a file, a number) is a BadInput: one line naming the
-// file/flag and the numbers, plus an optional hint, and the process exits with kExitBadInput (2).
+// file/flag and the numbers, plus a hint (lint_hints: every throw has one), and exit kExitBadInput (2).
 // Broken invariants inside our own code are ULY_CHECK failures (std::logic_error with file:line) and
 // exit with kExitFailure (1). Nothing here knows about MPI or LibTorch.
 #pragma once

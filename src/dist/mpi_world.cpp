@@ -101,7 +101,7 @@ void check_world_size(int mpi_size, std::optional<int> expected) {
 }
 
 constexpr std::chrono::seconds kAbortGrace{10};
-constexpr std::chrono::seconds kLowerRankFirst{1};
+constexpr std::chrono::seconds kLowerRankFirst{2};
 
 // MPICH's MPI_Abort prints "Abort(2) on node 1 (rank 1 in comm 0): application called MPI_Abort(...)" from the
 // calling process: our line has said what happened, so its stderr goes to /dev/null first.

@@ -50,7 +50,7 @@ void check_thread_level(int granted, int required, std::string_view why);
 void check_world_size(int mpi_size, std::optional<int> expected = std::nullopt);
 
 // Prints "[rank r] message" on stderr and ends every rank with `code` (MPI_Abort on MPI_COMM_WORLD), one line per
-// job: ranks other than 0 wait 1 s before printing, so an error every rank meets is said once, by rank 0, and
+// job: ranks other than 0 wait 2 s before printing, so an error every rank meets is said once, by rank 0, and
 // MPI_Abort's own text (MPICH: "Abort(2) on node …") is not printed. Before MPI_Init or after MPI_Finalize it
 // ends only this process, with the same code. Should MPI_Abort not have ended the process 10 s after the line
 // (called from a thread while another holds MPI), the rank _Exits itself.

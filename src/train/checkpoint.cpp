@@ -145,7 +145,9 @@ std::int64_t steps_of(const std::map<std::string, std::string>& metadata, const 
   return steps;
 }
 
-// trainer_state.json: the step, the data cursor and the tokens seen (each checked), and the run's options.
+
+}  // namespace
+
 TrainerState read_trainer_state(const fs::path& path) {
   const nlohmann::json ts = read_json_file(path, kDamagedCheckpoint);
   const auto number = [&]<typename T>(const char* key, T fallback, bool required) {
@@ -162,8 +164,6 @@ TrainerState read_trainer_state(const fs::path& path) {
   s.options = ts.contains("options") && ts.at("options").is_object() ? ts.at("options") : nlohmann::json::object();
   return s;
 }
-
-}  // namespace
 
 fs::path save_checkpoint(const fs::path& root, ModelStates& states, const TrainerState& state,
                          const RankLayout& layout, const fs::path& model_config, const std::string& architecture,

@@ -37,4 +37,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 // shapes) and returns the trainer state. BadInput naming the checkpoint otherwise.
 TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, ModelStates& states);
 
+// A checkpoint's trainer_state.json, every field checked (a BadInput naming the file and the field): the step, the
+// data cursor, the tokens seen and the run's options (an object; empty when the file has none).
+TrainerState read_trainer_state(const std::filesystem::path& path);
+
 }  // namespace ulysses::train

@@ -100,7 +100,7 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
   app.add_option("--end-time", o.end_time,
                  "The job's end in seconds since the epoch (0: SLURM_JOB_END_TIME when set): the run saves and exits 3 "
                  "before it")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--stop-margin", o.stop_margin,
                  "Seconds before --end-time by which a step and a save must be done: later, the run saves and exits 3")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace ulysses::train {
 
@@ -60,7 +61,8 @@ void truncate_after(const std::filesystem::path& jsonl, std::int64_t last) {
     std::ofstream out(tmp);
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= last) out << line << "\n";
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<std::int64_t>() <= last)
+        out << line << "\n";
     }
     if (!out) throw BadInput(fmt::format("cannot rewrite metrics file {}", tmp.string()),
                              kRunDirHint);
@@ -77,14 +79,23 @@ std::string duration(double seconds) {   // "3h02m", "4m10s", "12s"
 
 }  // namespace
 
-Metrics::Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step,
+Metrics::Metrics(const std::filesystem::path& jsonl, std::int64_t resumed_step,
                  const std::optional<std::filesystem::path>& tensorboard) {
-  if (resumed_step) truncate_after(jsonl, *resumed_step);
+  truncate_after(jsonl, resumed_step);
   out_.open(jsonl, std::ios::app);
   if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()),
                             kRunDirHint);
-  if (tensorboard)   // the resumed run logs from the step after its checkpoint: later ones logged before are stale
-    events_.emplace(*tensorboard, resumed_step ? std::optional(*resumed_step + 1) : std::nullopt);
+  if (!tensorboard) return;
+  try {   // this run logs from the step after its checkpoint: what earlier files logged from there on is stale
+    events_.emplace(*tensorboard, resumed_step + 1);
+  } catch (const BadInput& e) {
+    events_off(e);
+  }
+}
+
+void Metrics::events_off(const BadInput& e) {   // TensorBoard is a view: losing it must not lose the run
+  log_info("warning: TensorBoard events off for the rest of this run: {}", one_line(e));
+  events_.reset();
 }
 
 void Metrics::write_line(const nlohmann::json& line) {
@@ -96,7 +107,11 @@ void Metrics::write_line(const nlohmann::json& line) {
     if (key == "step") continue;
     scalars.emplace_back(key.starts_with("eval_") ? "eval/" + key.substr(5) : "train/" + key, value.get<double>());
   }
-  events_->add(line["step"].get<std::int64_t>(), scalars);
+  try {
+    events_->add(line["step"].get<std::int64_t>(), scalars);
+  } catch (const BadInput& e) {
+    events_off(e);
+  }
 }
 
 void Metrics::write(const StepReport& r) {

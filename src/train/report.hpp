@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/rank_layout.hpp"
 #include "core/topology.hpp"
 #include "io/tensorboard.hpp"
@@ -44,16 +45,18 @@ struct StepReport {
 // "step" under the tag train/<field>, eval lines' eval_<x> under eval/<x> (eval/loss, eval/ppl, eval/tokens).
 class Metrics {
  public:
-  // Appends. A run resumed from step `resumed_step` first drops the lines after it (steps a killed run wrote
-  // after its last checkpoint, which the resumed run writes again), so every step appears once; its
-  // TensorBoard file tells TensorBoard to drop them too.
-  Metrics(const std::filesystem::path& jsonl, std::optional<std::int64_t> resumed_step,
+  // Appends. A run resumed from step `resumed_step` (0: a fresh start) first drops the lines after it (steps a
+  // killed run wrote after its last checkpoint, which this run writes again), so every step appears once; its
+  // TensorBoard file tells TensorBoard to drop them too. TensorBoard files that cannot be written are a warning
+  // on the log and no more events, never the end of the run.
+  Metrics(const std::filesystem::path& jsonl, std::int64_t resumed_step,
           const std::optional<std::filesystem::path>& tensorboard);
   void write(const StepReport& r);
   void write_eval(std::int64_t step, double loss, double tokens);   // {"step", "eval_loss", "eval_ppl", "eval_tokens"}
 
  private:
   void write_line(const nlohmann::json& line);
+  void events_off(const BadInput& e);
 
   std::ofstream out_;
   std::optional<tensorboard::EventWriter> events_;

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -18,6 +19,7 @@
 
 #include "comm/backend.hpp"
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
 #include "core/sequence_parallel.hpp"
@@ -89,6 +91,8 @@ std::vector<RankSelf> gather_rank_selves(comm::Communicator& world) {
 }
 
 // True when any rank passes true (one signalled rank stops all).
+constexpr double kNoEnd = std::numeric_limits<double>::infinity();   // no job end known
+
 bool any_rank(bool flag, comm::Communicator& world) {
   torch::Tensor t = torch::tensor({flag ? std::int64_t{1} : std::int64_t{0}});
   if (world.size() > 1) world.all_reduce_sum(t);
@@ -265,10 +269,15 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
 // difference; those that change which data each step sees — the dataset, the seed, the sequences per step — end
 // the run unless --allow-changes (the schedule's may change: extending --steps or lowering --lr is a choice).
 void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
-  std::ifstream in(from / checkpoint::kTrainerState);
-  const nlohmann::json state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json stored = state.is_object() ? state.value("options", nlohmann::json::object()) : nlohmann::json();
-  if (!stored.is_object() || stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
+  const fs::path state_path = from / checkpoint::kTrainerState;
+  const nlohmann::json stored = read_trainer_state(state_path).options;   // checked: a damaged file is one line here
+  if (stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
+  const auto stored_count = [&](const char* key, std::int64_t fallback) {
+    return stored.contains(key) ? json_value<std::int64_t>(stored.at(key), fmt::format("{}: options.{}", state_path.string(),
+                                                                                       key),
+                                                           "the checkpoint is damaged: resume from an earlier one")
+                                : fallback;
+  };
   const nlohmann::json now = to_json(o);
   std::vector<std::string> changes, order;
   for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
@@ -278,7 +287,7 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
           .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));
     }
   const checkpoint::Manifest m = checkpoint::read_manifest(from);
-  const std::int64_t before = m.dp * stored.value("micro_batch", o.micro_batch) * stored.value("grad_accum", o.grad_accum);
+  const std::int64_t before = m.dp * stored_count("micro_batch", o.micro_batch) * stored_count("grad_accum", o.grad_accum);
   if (const std::int64_t after = dp * o.micro_batch * o.grad_accum; before != after)
     order.push_back(fmt::format("sequences per step {} → {} (dp × micro-batch × grad-accum)", before, after));
   if (!order.empty() && !o.allow_changes)
@@ -378,11 +387,13 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
   std::optional<data::DataLoader> dataset, valid;   // valid: --eval-every's split
   std::optional<fs::path> from;   // the checkpoint --resume names (nullopt: a fresh start)
+  std::optional<double> end;      // the job's end (--end-time, SLURM_JOB_END_TIME), seconds since the epoch
   // The model (heads against --sp), the data (S against --sp, vocabulary) and the weights are checked on every
   // rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to swallow it.
   // --dry-run stops before the model is built: its plan comes from the model description alone.
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         from = resume_from(o);
+        end = job_end_time(o.end_time);
         if (from) check_resume_changes(o, *from, layout.dp(), r.rank == 0);
         r.config_path = model_config_path(o, from);
         r.config = arch::read_model_config(r.config_path);
@@ -436,8 +447,11 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
 
   TrainerState state;
   state.options = to_json(o);
+  double save_seconds = 0;   // the last save's, for the deadline; until there is one, the load's
   if (from) {
+    const auto t0 = std::chrono::steady_clock::now();
     TrainerState loaded = load_checkpoint(*from, *r.states);
+    save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state.step = loaded.step;
     state.cursor = loaded.cursor;
     state.tokens_seen = loaded.tokens_seen;
@@ -449,13 +463,12 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (r.rank == 0) fs::create_directories(o.output);
   world.barrier();
   std::optional<Metrics> metrics;
-  if (r.rank == 0)
-    metrics.emplace(o.output / "metrics.jsonl", from ? std::optional(state.step) : std::nullopt, tensorboard_dir(o));
+  if (r.rank == 0)   // a fresh start drops what a run killed before its first checkpoint logged
+    metrics.emplace(o.output / "metrics.jsonl", from ? state.step : 0, tensorboard_dir(o));
   const bool tty = r.rank == 0 && isatty(STDERR_FILENO);
   std::optional<Progress> bar;
   if (tty) bar.emplace("train", static_cast<std::uint64_t>(o.steps - state.step), "steps", "tokens");
 
-  double save_seconds = 0;   // the last save's, for the deadline
   auto save = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     const fs::path dir = save_checkpoint(ckpts, *r.states, state, layout, r.config_path, r.config.architecture,
@@ -469,12 +482,15 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                               "save (resume with --resume auto)", static_cast<int>(kExitPreempted));
     return kExitPreempted;
   }
-  const std::optional<double> end = job_end_time(o.end_time);
+  // One end for all ranks (the earliest), so that they all take the deadline's collective below or none does.
+  if (const double earliest = -max_over_ranks(end ? -*end : -kNoEnd, world); earliest < kNoEnd) end = earliest;
+  else end.reset();
   if (end && r.rank == 0)
     log_info("the job ends in {:.0f} s: the run saves and exits {} once a step and a save would end within {:.0f} s "
              "of it (--stop-margin)", *end - now_since_epoch(), static_cast<int>(kExitPreempted), o.stop_margin);
   double run_seconds = 0;   // this run's steps, for the ETA
   std::int64_t run_steps = 0;
+  double eval_seconds = 0;   // the last evaluation's, for the deadline
   while (state.step < o.steps) {
     StepReport rep = train_step(r, loader, schedule, state.step + 1);
     run_seconds += rep.seconds, ++run_steps;
@@ -483,6 +499,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     state.cursor = loader.cursor();
     state.tokens_seen += rep.tokens;
     if (o.eval_every > 0 && (rep.step % o.eval_every == 0 || rep.step == o.steps)) {
+      const auto t0 = std::chrono::steady_clock::now();
       const LossTotals eval = evaluate(r.model, *valid, o.eval_sequences, layout.dp(), layout.dp_rank(r.rank),
                                        *r.grad_group, r.device);
       if (r.rank == 0) {
@@ -490,6 +507,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                  std::exp(eval.mean()), static_cast<std::int64_t>(eval.count));
         metrics->write_eval(rep.step, eval.mean(), eval.count);
       }
+      eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (r.rank == 0) {
       metrics->write(rep);
@@ -500,10 +518,10 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
           log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch", bytes);
     }
     const bool signalled = any_rank(stop_requested(), world);
+    const bool next_evaluates = o.eval_every > 0 && ((state.step + 1) % o.eval_every == 0 || state.step + 1 == o.steps);
+    const double next_seconds = run_seconds / static_cast<double>(run_steps) + (next_evaluates ? eval_seconds : 0);
     const bool late = !signalled && end && state.step < o.steps &&
-                      any_rank(past_deadline(now_since_epoch(), *end, run_seconds / static_cast<double>(run_steps),
-                                             save_seconds, o.stop_margin),
-                               world);
+                      any_rank(past_deadline(now_since_epoch(), *end, next_seconds, save_seconds, o.stop_margin), world);
     const bool stop = signalled || late;
     if (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0)) save();
     if (stop && state.step < o.steps) {

@@ -1,5 +1,6 @@
-"""Every bad input says what to do about it: each `throw BadInput(...)` under src/ passes a hint (its second
-argument), so the line a user sees ends with "— HINT: …" (the contract of core/error.hpp). Prints the calls
+"""Every bad input says what to do about it: each `throw BadInput(...)` (or `ulysses::BadInput`) under src/ passes
+a hint (its second argument, not ""), so the line a user sees ends with "— HINT: …" (the contract of
+core/error.hpp). Prints the calls
 without one, file:line, and exits 1 when there are any.
 
 usage: check_hints.py SRC_DIR
@@ -15,7 +16,9 @@ def scan(text, start):
     depth, i = 0, start
     while i < len(text):
         c = text[i]
-        if c in "\"'":
+        if c == "'" and text[i - 1].isalnum() and text[i + 1].isalnum():
+            pass   # a digit separator (10'000), not a character literal
+        elif c in "\"'":
             i += 1
             while text[i] != c:
                 i += 2 if text[i] == "\\" else 1
@@ -44,9 +47,10 @@ def main(src):
     missing = []
     for path in sorted(pathlib.Path(src).rglob("*.[ch]pp")):
         text = path.read_text()
-        for m in re.finditer(r"\bthrow BadInput\(", text):
+        for m in re.finditer(r"\bthrow (?:ulysses::)?BadInput\(", text):
             end = call_end(text, m.end())
-            if top_level_commas(text[m.end():end - 1]) == 0:
+            args = text[m.end():end - 1]
+            if top_level_commas(args) == 0 or re.search(r',\s*""\s*$', args):
                 line = text.count("\n", 0, m.start()) + 1
                 missing.append(f"{path}:{line}: {' '.join(text[m.start():end].split())[:120]}")
     for line in missing:

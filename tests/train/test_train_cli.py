@@ -453,6 +453,21 @@ class Train(PackedSample):
         p = self.run_ok(train_cmd(1, self.data, self.root / "no-valid", "--eval-every", 1, "--dry-run"), code=2)
         self.assertIn("the valid split holds no sequences — HINT: pack with --valid-fraction", p.stderr)
 
+    def assert_events_equal_metrics(self, run):
+        """run/tensorboard read by the tensorboard package's loader equals run/metrics.jsonl: every field of every
+        line at its step under train/<field> or eval/<field>, once, as float32. Returns {tag: [(step, value)]}."""
+        events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+        want = {}
+        for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+            for key, value in line.items():
+                if key != "step":
+                    tag = "eval/" + key[5:] if key.startswith("eval_") else "train/" + key
+                    want.setdefault(tag, []).append((line["step"], struct.unpack("f", struct.pack("f", value))[0]))
+        self.assertEqual(sorted(events.Tags()["scalars"]), sorted(want))
+        for tag, points in want.items():
+            self.assertEqual([(e.step, e.value) for e in events.Scalars(tag)], points, tag)
+        return want
+
     def test_tensorboard_scalars_equal_metrics(self):
         """The TensorBoard events, read by the tensorboard package's own loader (which checks every record's CRC),
         hold each number of metrics.jsonl at its step under train/<field> or eval/<field>, once — also after a
@@ -464,21 +479,23 @@ class Train(PackedSample):
         self.run_ok(train_cmd(2, self.valid_data(), run, *common, "--steps", 10,
                               "--resume", run / "checkpoints" / "step-0000005"))
         self.assertEqual(len(list((run / "tensorboard").glob("events.out.tfevents.*"))), 2)
-        events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0}).Reload()
-        want = {}
-        for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
-            for key, value in line.items():
-                if key != "step":
-                    tag = "eval/" + key[5:] if key.startswith("eval_") else "train/" + key
-                    want.setdefault(tag, []).append((line["step"], struct.unpack("f", struct.pack("f", value))[0]))
+        want = self.assert_events_equal_metrics(run)
         self.assertEqual([s for s, _ in want["train/loss"]], list(range(1, 11)))
         self.assertEqual([s for s, _ in want["eval/loss"]], [4, 8, 10])
-        self.assertEqual(sorted(events.Tags()["scalars"]), sorted(want))
-        for tag, points in want.items():
-            self.assertEqual([(e.step, e.value) for e in events.Scalars(tag)], points, tag)
+        zero = self.root / "tb-lr0"   # a scalar of 0.0 is written too (the value is a oneof, not a proto3 default)
+        cmd = train_cmd(1, self.data, zero, "--steps", 2)
+        cmd[cmd.index("--lr") + 1] = "0"
+        self.run_ok(cmd)
+        self.assertEqual(self.assert_events_equal_metrics(zero)["train/lr"], [(1, 0.0), (2, 0.0)])
         off = self.root / "tb-off"
         self.run_ok(train_cmd(1, self.data, off, "--steps", 1, "--tensorboard", "none"))
         self.assertFalse((off / "tensorboard").exists())
+        blocked = self.root / "tb-blocked"   # a folder that cannot be made: a warning, and the run goes on
+        (self.root / "a-file").write_text("")
+        p = self.run_ok(train_cmd(1, self.data, blocked, "--steps", 2, "--tensorboard", self.root / "a-file" / "tb"))
+        self.assertIn("warning: TensorBoard events off for the rest of this run: cannot create the TensorBoard folder",
+                      p.stderr)
+        self.assertEqual(len(losses(blocked)), 2)
 
     def test_metrics_hold_every_step_once_after_a_resume(self):
         """A run killed after its last checkpoint wrote steps the resumed run writes again: they are dropped on
@@ -489,6 +506,13 @@ class Train(PackedSample):
         self.run_ok(train_cmd(1, self.data, run, "--steps", 10, "--resume", run / "checkpoints" / "step-0000005"))
         steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
         self.assertEqual(steps, list(range(1, 11)))
+        fresh = self.root / "m-fresh"   # a run killed before its first checkpoint, started again: its lines go
+        fresh.mkdir()
+        (fresh / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 9.0}) + "\n" for s in (1, 2, 3)))
+        self.run_ok(train_cmd(1, self.data, fresh, "--steps", 2, "--resume", "auto"))
+        self.assertEqual([json.loads(line)["step"] for line in (fresh / "metrics.jsonl").read_text().splitlines()],
+                         [1, 2])
+        self.assertNotIn(9.0, losses(fresh))
 
     def test_a_damaged_trainer_state_is_one_line(self):
         """trainer_state.json with a step that is no integer or a cursor no integer holds (its size and checksum in
