@@ -14,6 +14,8 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
      ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
   7. jobs of one name wait for each other (--dependency=singleton); another job on the same OUTPUT is refused.
   8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself.
+  9. a rank killed after a new checkpoint: the job is requeued and resumes, on the binaries of its first start.
+ 10. MAX_REQUEUES counts this script's requeues: the second USR1 ends the job (exit 3).
 
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
@@ -236,8 +238,69 @@ class OneJobPerOutput(unittest.TestCase):
         self.assertIn("the job ends in", log)
         done = len(losses(out))
         self.assertIn(f"(--stop-margin 45): saved at step {done}, exiting with code 3", log)
-        self.assertIn("not requeueing after 0 restarts", log)
+        self.assertIn("not requeueing after 0 requeues (MAX_REQUEUES)", log)
         self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
+
+
+def wait_for_log(test, job, text, timeout=240):
+    """Polls job's log until it holds `text`, making a requeued job eligible 3 s after its requeue (as
+    cluster.wait(hurry_requeued=True)); returns the log."""
+    deadline, hurried = time.time() + timeout, set()
+    while time.time() < deadline:
+        info = cluster.job(job)
+        log = log_of(info) if pathlib.Path(info.get("StdOut", "")).exists() else ""
+        if text in log:
+            return log
+        if info.get("JobState") in ("PENDING",) and info.get("Reason") == "BeginTime" and info["Restarts"] not in hurried:
+            cluster.scontrol("update", f"JobId={job}", "StartTime=now+3")
+            hurried.add(info["Restarts"])
+        test.assertNotIn(info.get("JobState"), ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), log[-3000:])
+        time.sleep(0.2)
+    test.fail(f"{text!r} not in job {job}'s log after {timeout} s")
+
+
+class Requeues(unittest.TestCase):
+    def test_9_a_failure_after_a_new_checkpoint_is_requeued(self):
+        """A rank killed after the run saved a checkpoint newer than its start's: the job is requeued (once) and
+        resumes from it; the binaries of the first start are the ones the restart runs."""
+        out = work / "crash-after-save"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH],
+                             env=job_env(out, SP=2, STEPS=100000, SAVE_EVERY=2, DRY_RUN_FIRST=0), cwd=work)
+        deadline = time.time() + 180
+        while time.time() < deadline and not (out / "checkpoints/step-0000002").is_dir():
+            time.sleep(0.05)
+        ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True,
+                               text=True).stdout.split()
+        self.assertEqual(len(ranks), 2, ranks)
+        os.kill(int(ranks[1]), signal.SIGKILL)
+        try:
+            log = wait_for_log(self, job, f"resumed from {out}/checkpoints/step-")
+        finally:
+            cluster.scancel(job)
+        self.assertRegex(log, r"failed with exit \d+ after saving step-\d+ \(this start resumed from none\): requeueing "
+                              rf"job {job}, requeue 1 of at most 20")
+        snapshot = out / f"bin/job-{job}"
+        self.assertEqual(log.count(f"binaries copied to {snapshot}"), 1, log[-3000:])
+        self.assertEqual(log.count(f"[sbatch] binary: {snapshot}/ulysses-train"), 2, log[-3000:])
+        cluster.wait(job)
+
+    def test_10_max_requeues_counts_this_scripts_requeues(self):
+        """MAX_REQUEUES=1: the first USR1 requeues the job, the second (in the restarted run) stops it, exit 3."""
+        out = work / "requeued-twice"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH],
+                             env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, MAX_REQUEUES=1), cwd=work)
+        metrics = out / "metrics.jsonl"
+        deadline = time.time() + 180
+        while time.time() < deadline and not metrics.exists():
+            time.sleep(0.05)
+        cluster.scancel("--signal=USR1", job)
+        wait_for_log(self, job, "requeue 1 of at most 1")
+        wait_for_log(self, job, f"resumed from {out}/checkpoints/step-")   # the restarted run is training
+        cluster.scancel("--signal=USR1", job)
+        info = cluster.wait(job, timeout=180)
+        log = log_of(info)
+        self.assertEqual((info["ExitCode"], info["Restarts"]), ("3:0", "1"), log[-3000:])
+        self.assertIn("stopped to be resumed; not requeueing after 1 requeues (MAX_REQUEUES)", log)
 
 
 class SrunFailure(unittest.TestCase):
@@ -250,7 +313,7 @@ class SrunFailure(unittest.TestCase):
         while time.time() < deadline and not metrics.exists():
             time.sleep(0.05)
         self.assertTrue(metrics.exists(), cluster.job(job))
-        ranks = subprocess.run(["pgrep", "-f", f"^{TRAIN} .*{out}"], capture_output=True, text=True).stdout.split()
+        ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True, text=True).stdout.split()
         self.assertEqual(len(ranks), 4, ranks)
         os.kill(int(ranks[2]), signal.SIGKILL)
         killed_at = time.time()
@@ -259,7 +322,7 @@ class SrunFailure(unittest.TestCase):
         self.assertNotEqual(info["ExitCode"], "0:0", log_of(info)[-4000:])
         self.assertEqual(info["Restarts"], "0", "a crash is not a preemption: no requeue")
         time.sleep(1)
-        left = subprocess.run(["pgrep", "-f", f"^{TRAIN} .*{out}"], capture_output=True, text=True).stdout.split()
+        left = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True, text=True).stdout.split()
         self.assertEqual(left, [])
 
 
