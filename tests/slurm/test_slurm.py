@@ -128,10 +128,7 @@ class Sbatch(unittest.TestCase):
         out = work / "preempted"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH], env=job_env(out, SP=4), cwd=work)
         metrics = out / "metrics.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
-            time.sleep(0.05)
-        self.assertTrue(metrics.exists(), cluster.job(job))
+        wait_until(self, lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2, job)
         cluster.scancel("--signal=USR1", job)
         info = cluster.wait(job, hurry_requeued=True)
         log = log_of(info)
@@ -202,11 +199,7 @@ class OneJobPerOutput(unittest.TestCase):
         out = work / "owned"
         first = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=same", SBATCH],
                                env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
-        metrics = out / "metrics.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and not metrics.exists():
-            time.sleep(0.1)
-        self.assertTrue(metrics.exists(), cluster.job(first))
+        wait_until(self, (out / "metrics.jsonl").exists, first)
         second = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=same", SBATCH],
                                 env=job_env(work / "second", SP=2, STEPS=2, DRY_RUN_FIRST=0), cwd=work)
         other = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--job-name=other", SBATCH],
@@ -242,6 +235,14 @@ class OneJobPerOutput(unittest.TestCase):
         self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
 
 
+def wait_until(test, done, job, timeout=180):
+    """Polls done() until it holds; after `timeout` s a failure that shows the job."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and not done():
+        time.sleep(0.05)
+    test.assertTrue(done(), cluster.job(job))
+
+
 def wait_for_log(test, job, text, timeout=240):
     """Polls job's log until it holds `text`, making a requeued job eligible 3 s after its requeue (as
     cluster.wait(hurry_requeued=True)); returns the log."""
@@ -266,9 +267,7 @@ class Requeues(unittest.TestCase):
         out = work / "crash-after-save"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH],
                              env=job_env(out, SP=2, STEPS=100000, SAVE_EVERY=2, DRY_RUN_FIRST=0), cwd=work)
-        deadline = time.time() + 180
-        while time.time() < deadline and not (out / "checkpoints/step-0000002").is_dir():
-            time.sleep(0.05)
+        wait_until(self, (out / "checkpoints/step-0000002").is_dir, job)
         ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True,
                                text=True).stdout.split()
         self.assertEqual(len(ranks), 2, ranks)
@@ -289,10 +288,7 @@ class Requeues(unittest.TestCase):
         out = work / "requeued-twice"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH],
                              env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, MAX_REQUEUES=1), cwd=work)
-        metrics = out / "metrics.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and not metrics.exists():
-            time.sleep(0.05)
+        wait_until(self, (out / "metrics.jsonl").exists, job)
         cluster.scancel("--signal=USR1", job)
         wait_for_log(self, job, "requeue 1 of at most 1")
         wait_for_log(self, job, f"resumed from {out}/checkpoints/step-")   # the restarted run is training
@@ -308,12 +304,9 @@ class SrunFailure(unittest.TestCase):
         out = work / "killed"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH],
                              env=job_env(out, SP=4, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
-        metrics = out / "metrics.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and not metrics.exists():
-            time.sleep(0.05)
-        self.assertTrue(metrics.exists(), cluster.job(job))
-        ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True, text=True).stdout.split()
+        wait_until(self, (out / "metrics.jsonl").exists, job)
+        ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True,
+                               text=True).stdout.split()
         self.assertEqual(len(ranks), 4, ranks)
         os.kill(int(ranks[2]), signal.SIGKILL)
         killed_at = time.time()
