@@ -90,9 +90,9 @@ std::vector<RankSelf> gather_rank_selves(comm::Communicator& world) {
   return out;
 }
 
-// True when any rank passes true (one signalled rank stops all).
 constexpr double kNoEnd = std::numeric_limits<double>::infinity();   // no job end known
 
+// True when any rank passes true (one signalled rank stops all).
 bool any_rank(bool flag, comm::Communicator& world) {
   torch::Tensor t = torch::tensor({flag ? std::int64_t{1} : std::int64_t{0}});
   if (world.size() > 1) world.all_reduce_sum(t);
