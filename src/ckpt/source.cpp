@@ -15,7 +15,6 @@ namespace fs = std::filesystem;
 namespace ulysses::ckpt {
 namespace {
 
-constexpr const char* kCorrupt = "the checkpoint is damaged; use another step-* directory of the run";
 
 bool plain_name(const std::string& s) {
   const fs::path p(s);
@@ -45,24 +44,24 @@ void check_files(const fs::path& dir, const checkpoint::Manifest& m, const std::
   const fs::path manifest = dir / checkpoint::kManifest;
   for (const auto& f : m.files) {
     if (!plain_name(f.file))
-      throw BadInput(fmt::format("{}: file entry \"{}\" is not a plain file name", manifest.string(), f.file), kCorrupt);
+      throw BadInput(fmt::format("{}: file entry \"{}\" is not a plain file name", manifest.string(), f.file), checkpoint::kDamagedHint);
     const fs::path p = dir / f.file;
     std::error_code ec;
     const auto size = fs::file_size(p, ec);
-    if (ec) throw BadInput(fmt::format("{} lists {}, which is missing", manifest.string(), p.string()), kCorrupt);
+    if (ec) throw BadInput(fmt::format("{} lists {}, which is missing", manifest.string(), p.string()), checkpoint::kDamagedHint);
     if (static_cast<std::int64_t>(size) != f.bytes)
       throw BadInput(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)", p.string(), size,
-                                 f.bytes), kCorrupt);
+                                 f.bytes), checkpoint::kDamagedHint);
     if (verify == Verify::kAll) {
       const std::string h = xxh3_file_hex(p);
       if (h != f.xxh3)
         throw BadInput(fmt::format("{}: xxh3 {}, the manifest says {} (the file is corrupt)", p.string(), h, f.xxh3),
-                       kCorrupt);
+                       checkpoint::kDamagedHint);
     }
   }
   for (const std::string& need : needed)
     if (std::none_of(m.files.begin(), m.files.end(), [&](const auto& f) { return f.file == need; }))
-      throw BadInput(fmt::format("{} does not list {}", manifest.string(), need), kCorrupt);
+      throw BadInput(fmt::format("{} does not list {}", manifest.string(), need), checkpoint::kDamagedHint);
 }
 
 TrainerStateSummary read_trainer_state(const fs::path& file, std::int64_t manifest_step) {
@@ -71,12 +70,12 @@ TrainerStateSummary read_trainer_state(const fs::path& file, std::int64_t manife
   if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
       !j.contains("cursor") || !j["cursor"].is_number_unsigned())
     throw BadInput(fmt::format("{}: not a trainer state (JSON with integer \"step\" and \"cursor\")", file.string()),
-                   kCorrupt);
+                   checkpoint::kDamagedHint);
   TrainerStateSummary s{j["step"].get<std::int64_t>(), j["cursor"].get<std::uint64_t>(), 0};
   if (j.contains("tokens_seen") && j["tokens_seen"].is_number_integer()) s.tokens_seen = j["tokens_seen"].get<std::int64_t>();
   if (s.step != manifest_step)
     throw BadInput(fmt::format("{}: step {} disagrees with the manifest's step {}", file.string(), s.step, manifest_step),
-                   kCorrupt);
+                   checkpoint::kDamagedHint);
   return s;
 }
 
@@ -99,7 +98,7 @@ std::int64_t check_optimizer(const Weights& opt, const Weights& model) {
     problems.push_back(fmt::format("{} tensors, expected {}", opt.names().size(), expected));
   if (!problems.empty())
     throw BadInput(fmt::format("{}: optimizer state does not match the model: {}", opt.path().string(),
-                               first_few(problems)), kCorrupt);
+                               first_few(problems)), checkpoint::kDamagedHint);
   const auto it = opt.metadata().find("steps");
   std::int64_t steps = -1;
   if (it != opt.metadata().end()) {
@@ -112,7 +111,7 @@ std::int64_t check_optimizer(const Weights& opt, const Weights& model) {
     }
   }
   if (steps < 0)
-    throw BadInput(fmt::format("{}: metadata \"steps\" is missing or not a count", opt.path().string()), kCorrupt);
+    throw BadInput(fmt::format("{}: metadata \"steps\" is missing or not a count", opt.path().string()), checkpoint::kDamagedHint);
   return steps;
 }
 
@@ -215,7 +214,7 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
   c.spec = arch::read_model_config_file(*dir / checkpoint::kConfig);
   if (c.spec.config.architecture != c.manifest.architecture)
     throw BadInput(fmt::format("{}: architecture {} disagrees with {} ({})", (*dir / checkpoint::kManifest).string(),
-                               c.manifest.architecture, c.spec.path.string(), c.spec.config.architecture), kCorrupt);
+                               c.manifest.architecture, c.spec.path.string(), c.spec.config.architecture), checkpoint::kDamagedHint);
   c.model = layout ? Weights::sharded(*dir, *layout, checkpoint::kModelStem) : Weights::file(*dir / checkpoint::kModel);
   check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
   c.optimizer = layout ? Weights::sharded(*dir, *layout, checkpoint::kOptimizerStem)
@@ -259,7 +258,7 @@ void verify_checksums(const fs::path& dir, const checkpoint::Manifest& m, const 
       const std::string h = xxh3_file_hex(dir / f.file);
       if (h != f.xxh3)
         throw BadInput(fmt::format("{}: xxh3 {}, the manifest says {} (the file is corrupt)", (dir / f.file).string(), h,
-                                   f.xxh3), kCorrupt);
+                                   f.xxh3), checkpoint::kDamagedHint);
     }
 }
 

@@ -33,6 +33,8 @@ inline constexpr const char* kOptimizer = "optimizer.safetensors";
 inline constexpr const char* kTrainerState = "trainer_state.json";
 inline constexpr const char* kConfig = "config.json";
 inline constexpr const char* kLatest = "latest";
+// The hint of every error about a damaged checkpoint (any of its files), in every tool.
+inline constexpr const char* kDamagedHint = "the checkpoint is damaged; use another step-* directory of the run";
 
 struct FileEntry {
   std::string file;

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "io/checkpoint_format.hpp"
 
 namespace fs = std::filesystem;
 
@@ -13,16 +14,15 @@ namespace ulysses::checkpoint {
 namespace {
 
 constexpr int kMaxWorld = 1 << 20;
-constexpr const char* kDamaged = "the checkpoint is damaged; use another step-* directory of the run";
 
 template <typename T>
 T get(const nlohmann::json& j, const char* key, const fs::path& where) {
   if (!j.is_object() || !j.contains(key))
-    throw BadInput(fmt::format("{}: \"shards\" lacks field \"{}\"", where.string(), key), kDamaged);
+    throw BadInput(fmt::format("{}: \"shards\" lacks field \"{}\"", where.string(), key), kDamagedHint);
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw BadInput(fmt::format("{}: \"shards\" field \"{}\" has the wrong type", where.string(), key), kDamaged);
+    throw BadInput(fmt::format("{}: \"shards\" field \"{}\" has the wrong type", where.string(), key), kDamagedHint);
   }
 }
 
@@ -31,7 +31,7 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape, const std::string&
   for (std::int64_t d : shape)
     if (d < 0 || __builtin_mul_overflow(n, d, &n))
       throw BadInput(fmt::format("{}: parameter {} has shape [{}]", where.string(), name, fmt::join(shape, ", ")),
-                     kDamaged);
+                     kDamagedHint);
   return n;
 }
 
@@ -56,10 +56,10 @@ ShardLayout parse_shard_layout(const nlohmann::json& j, const fs::path& where) {
   ShardLayout l;
   l.world = get<int>(j, "world", where);
   if (l.world < 1 || l.world > kMaxWorld)
-    throw BadInput(fmt::format("{}: shards world {} is not in [1, {}]", where.string(), l.world, kMaxWorld), kDamaged);
+    throw BadInput(fmt::format("{}: shards world {} is not in [1, {}]", where.string(), l.world, kMaxWorld), kDamagedHint);
   const auto groups = get<nlohmann::json>(j, "groups", where);
   if (!groups.is_array())
-    throw BadInput(fmt::format("{}: shards \"groups\" must be an array", where.string()), kDamaged);
+    throw BadInput(fmt::format("{}: shards \"groups\" must be an array", where.string()), kDamagedHint);
   std::set<std::string> seen;
   for (const auto& gj : groups) {
     ShardLayout::Group g{get<std::string>(gj, "name", where), get<std::int64_t>(gj, "numel", where),
@@ -70,14 +70,14 @@ ShardLayout parse_shard_layout(const nlohmann::json& j, const fs::path& where) {
                                get<std::int64_t>(pj, "offset", where)};
       if (p.offset != next || !seen.insert(p.name).second)
         throw BadInput(fmt::format("{}: parameter {} of group {} is at offset {} (expected {}) or named twice",
-                                   where.string(), p.name, g.name, p.offset, next), kDamaged);
+                                   where.string(), p.name, g.name, p.offset, next), kDamagedHint);
       next += numel_of(p.shape, p.name, where);
       g.parameters.push_back(std::move(p));
     }
     if (g.name.empty() || next != g.numel || g.shard_numel != (g.numel + l.world - 1) / l.world)
       throw BadInput(fmt::format("{}: group \"{}\" has numel {} for parameters of {} elements and shard_numel {} "
                                  "over {} ranks (expected ceil(numel / world))",
-                                 where.string(), g.name, g.numel, next, g.shard_numel, l.world), kDamaged);
+                                 where.string(), g.name, g.numel, next, g.shard_numel, l.world), kDamagedHint);
     l.groups.push_back(std::move(g));
   }
   return l;
@@ -105,7 +105,7 @@ ShardedTensors::ShardedTensors(const fs::path& dir, const ShardLayout& layout, c
           throw BadInput(fmt::format("{}: tensor {} is {}, the manifest says F32 [{}]", f.path().string(), tensor,
                                      t ? fmt::format("{} [{}]", st::dtype_name(t->dtype), fmt::join(t->shape, ", "))
                                        : std::string("missing"),
-                                     g.shard_numel), kDamaged);
+                                     g.shard_numel), kDamagedHint);
       }
       for (const auto& p : g.parameters) {
         const std::string name = prefix + p.name;

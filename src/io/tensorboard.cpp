@@ -56,7 +56,7 @@ std::uint32_t masked_crc32c(const std::string& bytes) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-EventWriter::EventWriter(const fs::path& dir, std::optional<std::int64_t> restart_step) {
+EventWriter::EventWriter(const fs::path& dir, std::int64_t first_step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw BadInput(fmt::format("cannot create the TensorBoard folder {}: {}", dir.string(), ec.message()),
@@ -69,13 +69,11 @@ EventWriter::EventWriter(const fs::path& dir, std::optional<std::int64_t> restar
   version.set_wall_time(now_seconds());
   version.set_file_version("brain.Event:2");
   write_record(version.SerializeAsString());
-  if (restart_step) {
-    Event start;
-    start.set_wall_time(now_seconds());
-    start.set_step(*restart_step);
-    start.mutable_session_log()->set_status(SessionLog::START);
-    write_record(start.SerializeAsString());
-  }
+  Event start;
+  start.set_wall_time(now_seconds());
+  start.set_step(first_step);
+  start.mutable_session_log()->set_status(SessionLog::START);
+  write_record(start.SerializeAsString());
 }
 
 void EventWriter::add(std::int64_t step, const std::vector<std::pair<std::string, double>>& scalars) {

@@ -8,9 +8,9 @@
 // "brain.Event:2". TensorBoard reads every events file of a folder as one run, in name order: a writer's
 // <seconds> is past every file already there, so a restarted run sorts after the run it continues.
 //
-// Restarts: a writer made with `restart_step` N writes SessionLog START at step N first, and TensorBoard
-// drops what the earlier files logged at steps >= N (steps a killed run logged after its last checkpoint,
-// which the resumed run logs again) — the same rule as metrics.jsonl.
+// Restarts: a writer for a run whose first step is N writes SessionLog START at step N first, and TensorBoard
+// drops what earlier files of the folder logged at steps >= N (steps a killed run logged after its last
+// checkpoint, which this run logs again) — the same rule as metrics.jsonl.
 //
 // Errors: a folder or file that cannot be made or written is a BadInput naming it. Each add() is one record,
 // flushed to the OS at once (a killed run keeps every step it logged).
@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +30,7 @@ std::uint32_t masked_crc32c(const std::string& bytes);
 
 class EventWriter {
  public:
-  EventWriter(const std::filesystem::path& dir, std::optional<std::int64_t> restart_step);
+  EventWriter(const std::filesystem::path& dir, std::int64_t first_step);
 
   // One event at `step` holding these scalars (tag, value); values are stored as float32, as TensorBoard's.
   void add(std::int64_t step, const std::vector<std::pair<std::string, double>>& scalars);

@@ -21,7 +21,6 @@ namespace fs = std::filesystem;
 namespace ulysses::train {
 namespace {
 
-constexpr const char* kDamagedCheckpoint = "the checkpoint is damaged: resume from an earlier one";
 
 using Part = ModelStates::Part;
 
@@ -135,13 +134,13 @@ void read_part(const Source& source, const fs::path& path, ModelStates& states, 
 std::int64_t steps_of(const std::map<std::string, std::string>& metadata, const fs::path& path) {
   const auto it = metadata.find("steps");
   if (it == metadata.end()) throw BadInput(fmt::format("{}: metadata \"steps\" is missing", path.string()),
-                                           kDamagedCheckpoint);
+                                           checkpoint::kDamagedHint);
   std::int64_t steps = -1;
   const char* end = it->second.data() + it->second.size();
   if (std::from_chars(it->second.data(), end, steps).ptr != end || steps < 0)
     throw BadInput(fmt::format("{}: metadata \"steps\" is \"{}\", not a step count", path.string(),
                                printable(it->second)),
-                   kDamagedCheckpoint);
+                   checkpoint::kDamagedHint);
   return steps;
 }
 
@@ -149,13 +148,13 @@ std::int64_t steps_of(const std::map<std::string, std::string>& metadata, const 
 }  // namespace
 
 TrainerState read_trainer_state(const fs::path& path) {
-  const nlohmann::json ts = read_json_file(path, kDamagedCheckpoint);
+  const nlohmann::json ts = read_json_file(path, checkpoint::kDamagedHint);
   const auto number = [&]<typename T>(const char* key, T fallback, bool required) {
     if (!ts.is_object() || !ts.contains(key)) {
-      if (required) throw BadInput(fmt::format("{}: field \"{}\" is missing", path.string(), key), kDamagedCheckpoint);
+      if (required) throw BadInput(fmt::format("{}: field \"{}\" is missing", path.string(), key), checkpoint::kDamagedHint);
       return fallback;
     }
-    return json_value<T>(ts.at(key), fmt::format("{}: field \"{}\"", path.string(), key), kDamagedCheckpoint);
+    return json_value<T>(ts.at(key), fmt::format("{}: field \"{}\"", path.string(), key), checkpoint::kDamagedHint);
   };
   TrainerState s;
   s.step = number("step", std::int64_t{0}, true);
@@ -234,7 +233,7 @@ TrainerState load_checkpoint(const fs::path& dir, ModelStates& states) {
   TrainerState s = read_trainer_state(dir / checkpoint::kTrainerState);
   if (s.step != m.step)
     throw BadInput(fmt::format("{}: trainer state step {} disagrees with the manifest's {}", dir.string(), s.step, m.step),
-                   kDamagedCheckpoint);
+                   checkpoint::kDamagedHint);
   return s;
 }
 

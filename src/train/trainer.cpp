@@ -275,7 +275,7 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
   const auto stored_count = [&](const char* key, std::int64_t fallback) {
     return stored.contains(key) ? json_value<std::int64_t>(stored.at(key), fmt::format("{}: options.{}", state_path.string(),
                                                                                        key),
-                                                           "the checkpoint is damaged: resume from an earlier one")
+                                                           checkpoint::kDamagedHint)
                                 : fallback;
   };
   const nlohmann::json now = to_json(o);
