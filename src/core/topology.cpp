@@ -121,6 +121,40 @@ Topology Topology::uniform(int world, int ranks_per_node, int island_size) {
   return Topology(ranks, island_size);
 }
 
+std::string Topology::measure_islands(const std::vector<std::string>& fabric) {
+  ULY_CHECK(fabric.size() == places_.size(), "{} fabric ids for {} ranks", fabric.size(), places_.size());
+  std::vector<int> unknown;
+  for (std::size_t g = 0; g < fabric.size(); ++g)
+    if (fabric[g].empty()) unknown.push_back(static_cast<int>(g));
+  if (unknown.size() == fabric.size()) return "";
+  if (!unknown.empty()) {
+    const auto known = std::find_if(fabric.begin(), fabric.end(), [](const std::string& f) { return !f.empty(); });
+    return fmt::format("ranks {} report no GPU fabric (NVML clique) while rank {} does: NVLink islands of {} ranks "
+                       "computed from --island-size, not measured", short_list(unknown), known - fabric.begin(),
+                       island_ranks_);
+  }
+  std::map<std::string, int> island_of;   // fabric id → island, numbered by its lowest rank
+  std::map<int, int> size_of;             // island → ranks
+  bool same = true;                       // the measured partition equals the computed one
+  std::map<int, int> computed_to_measured;
+  for (std::size_t g = 0; g < places_.size(); ++g) {
+    const int island = island_of.emplace(fabric[g], static_cast<int>(island_of.size())).first->second;
+    same = same && computed_to_measured.emplace(places_[g].island, island).first->second == island;
+    ++size_of[island];
+  }
+  same = same && computed_to_measured.size() == island_of.size();
+  const int computed_islands = num_islands_, computed_ranks = island_ranks_;
+  for (std::size_t g = 0; g < places_.size(); ++g) places_[g].island = island_of.at(fabric[g]);
+  num_islands_ = static_cast<int>(island_of.size());
+  island_ranks_ = 0;
+  for (const auto& [island, ranks] : size_of) island_ranks_ = std::max(island_ranks_, ranks);
+  islands_measured_ = true;
+  if (same) return "";
+  return fmt::format("the GPU fabric (NVML clique ids) makes {} NVLink island{} of up to {} ranks, not the {} of {} "
+                     "computed from --island-size: using the fabric's (check sbatch --segment and ISLAND_SIZE)",
+                     num_islands_, num_islands_ == 1 ? "" : "s", island_ranks_, computed_islands, computed_ranks);
+}
+
 const RankPlace& Topology::place(int g) const {
   ULY_CHECK(g >= 0 && g < world(), "rank {} outside world of {}", g, world());
   return places_[static_cast<std::size_t>(g)];
@@ -159,12 +193,14 @@ void check_sp_within_islands(const RankLayout& layout, const Topology& topo, boo
     if (layout.world() % sp == 0 && sp_group_crossing_islands(RankLayout(layout.world(), sp), topo).empty())
       fits.push_back(sp);
   const std::string island_kind =
-      topo.island_ranks() == topo.ranks_on_node(topo.place(0).node) ? "one node each" : "--island-size";
+      topo.islands_measured() ? "measured from the GPU fabric"
+      : topo.island_ranks() == topo.ranks_on_node(topo.place(0).node)
+          ? "one node each; on GB200 NVL72 pass --island-size 72 with sbatch --segment"
+          : "--island-size";
   throw BadInput(
       fmt::format("SP group {} (--sp {}) spans NVLink islands {} (hosts {}): its all-to-alls would cross the "
                   "inter-node network", short_list(group), layout.sp(), fmt::join(islands, ", "), fmt::join(hosts, ", ")),
-      fmt::format("islands hold {} ranks ({}): use --sp {}; on GB200 NVL72 pass --island-size 72 (with sbatch "
-                  "--segment); or --allow-sp-across-islands to accept the slower exchange",
+      fmt::format("islands hold {} ranks ({}): use --sp {}, or --allow-sp-across-islands to accept the slower exchange",
                   topo.island_ranks(), island_kind, fmt::join(fits, ", ")));
 }
 

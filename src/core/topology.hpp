@@ -10,7 +10,8 @@
 //               variables are only a cross-check (under mpiexec inside an allocation every rank inherits
 //               SLURM_LOCALID=0 from the batch step)
 //   island      the ranks that share one NVLink domain: a node (island_size 0), or island_size ranks made of
-//               consecutive job nodes (GB200 NVL72: 72 ranks = 18 nodes × 4 GPUs, placed by sbatch --segment)
+//               consecutive job nodes (GB200 NVL72: 72 ranks = 18 nodes × 4 GPUs, placed by sbatch --segment);
+//               measured instead where the GPUs report their fabric (measure_islands, core/gpu_fabric.hpp)
 // The Ulysses all-to-alls move the most bytes, so an SP group must sit inside one island; DP crosses islands.
 // RankLayout stays the one owner of the SP/DP arithmetic; this file only asks it for the groups.
 #pragma once
@@ -63,6 +64,13 @@ class Topology {
   int num_islands() const { return num_islands_; }
   int ranks_on_node(int node) const;
   int island_ranks() const { return island_ranks_; }   // ranks per island (the last one may hold fewer)
+  bool islands_measured() const { return islands_measured_; }
+
+  // The islands as the GPUs report them: fabric[g] is rank g's GPU fabric id (gpu_fabric_id), "" when unknown.
+  // When every rank knows its id, the ranks with equal ids form one island (numbered by their lowest rank) and
+  // replace the islands computed from island_size; nothing changes when no rank knows it. Returns a line for the
+  // log when the measured islands differ from the computed ones, or when only some ranks know their id; else "".
+  std::string measure_islands(const std::vector<std::string>& fabric);
   // Empty, or one line for the log: the first rank whose launcher variable disagrees with its place on its node.
   const std::string& local_rank_warning() const { return local_rank_warning_; }
 
@@ -70,6 +78,7 @@ class Topology {
   std::vector<RankPlace> places_;
   std::vector<int> ranks_per_node_;   // indexed by node id
   int num_nodes_ = 0, num_islands_ = 0, island_ranks_ = 0;
+  bool islands_measured_ = false;
   std::string local_rank_warning_;
 };
 

@@ -37,10 +37,11 @@ std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& top
 
 std::string topology_line(const RankLayout& l, const Topology& topo, const char* slurm_ntasks) {
   const bool inside = sp_group_crossing_islands(l, topo).empty();
-  return fmt::format("world {} ranks{} = sp {} × dp {} on {} node{}; {} NVLink island{} of {} ranks; SP groups {}", l.world(),
-                     slurm_ntasks != nullptr ? fmt::format(" (SLURM_NTASKS {})", slurm_ntasks) : "", l.sp(), l.dp(),
-                     topo.num_nodes(), topo.num_nodes() == 1 ? "" : "s", topo.num_islands(),
+  return fmt::format("world {} ranks{} = sp {} × dp {} on {} node{}; {} NVLink island{} of {} ranks{}; SP groups {}",
+                     l.world(), slurm_ntasks != nullptr ? fmt::format(" (SLURM_NTASKS {})", slurm_ntasks) : "", l.sp(),
+                     l.dp(), topo.num_nodes(), topo.num_nodes() == 1 ? "" : "s", topo.num_islands(),
                      topo.num_islands() == 1 ? "" : "s", topo.island_ranks(),
+                     topo.islands_measured() ? " (measured from the GPU fabric)" : "",
                      inside ? "inside islands" : "CROSS islands (--allow-sp-across-islands)");
 }
 

@@ -24,7 +24,8 @@ namespace ulysses::train {
 std::vector<std::string> rank_map_lines(const RankLayout& layout, const Topology& topo);
 constexpr int kFullRankMapUpTo = 64;   // a real run prints the map up to this many ranks; --dry-run always
 
-// "world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; SP groups inside islands"
+// "world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; SP groups inside islands",
+// with " (measured from the GPU fabric)" after the island size when the GPUs reported it (Topology::measure_islands)
 std::string topology_line(const RankLayout& layout, const Topology& topo, const char* slurm_ntasks);
 
 double peak_rss_mib();   // this process, from getrusage

@@ -19,6 +19,7 @@
 
 #include "comm/backend.hpp"
 #include "core/error.hpp"
+#include "core/gpu_fabric.hpp"
 #include "core/json_input.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
@@ -350,7 +351,6 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   // Layout and device checks end every rank with exit 2 and one line, without MPI_Abort (srun shows 2).
   if (bad_input_on_any_rank(world, groups.rank(), [&] {
         placed.emplace(selves, o.island_size);
-        check_sp_within_islands(layout, *placed, o.allow_sp_across_islands);
         device = choose_device(o.device, placed->place(groups.rank()).local_rank);
         backend = comm::choose_backend(o.comm, *device);
         int granted = MPI_THREAD_SINGLE;
@@ -361,7 +361,13 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         precision = model::precision_from_name(o.memory.precision);
       }))
     return kExitBadInput;
+  // The NVLink islands as the GPUs report them (GB200 NVL72), where they do, before the SP groups are checked.
+  const std::string island_note = placed->measure_islands(gather_text(world, gpu_fabric_id(device_bus_id(*device))));
+  if (bad_input_on_any_rank(world, groups.rank(),
+                            [&] { check_sp_within_islands(layout, *placed, o.allow_sp_across_islands); }))
+    return kExitBadInput;
   const Topology& topo = *placed;
+  if (groups.rank() == 0 && !island_note.empty()) log_info("warning: {}", island_note);
   if (groups.rank() == 0 && !topo.local_rank_warning().empty()) log_info("warning: {}", topo.local_rank_warning());
   if (bad_gpus_for_nccl(topo, world, groups.rank(), *device, *backend)) return kExitBadInput;
   const int ranks_here = topo.ranks_on_node(topo.place(groups.rank()).node);

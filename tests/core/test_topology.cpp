@@ -1,7 +1,10 @@
 // Topology against tables (no MPI): block placement on 8-GPU HGX nodes and 4-GPU GB200 NVL72 nodes
 // (72-GPU islands), 1 to 4096 GPUs, SP degrees that fit inside an island and that do not; placement
-// derived from Slurm ids, from MPI local ranks, and from host names alone.
+// derived from Slurm ids, from MPI local ranks, and from host names alone; islands measured from GPU fabric ids
+// (NVML clique ids) agreeing with, overruling, or unknown beside the computed ones.
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <string>
@@ -205,4 +208,78 @@ TEST(Topology, NodesAreMachinesNotTheVariablesMpiexecsRanksInherit) {
   Topology s({{"b", 1, 0, 0}, {"a", 0, 0, 1}}, 0);
   EXPECT_EQ(s.place(0).node, 1);
   EXPECT_EQ(s.place(1).node, 0);
+}
+
+namespace {
+
+// The fabric ids of `world` ranks whose islands hold `per_island` consecutive ranks ("uuid/clique").
+std::vector<std::string> fabric_blocks(int world, int per_island) {
+  std::vector<std::string> ids;
+  for (int g = 0; g < world; ++g) ids.push_back(fmt::format("00ff/{}", g / per_island));
+  return ids;
+}
+
+}  // namespace
+
+TEST(Topology, MeasuredIslandsAgreeingWithTheComputedOnes) {
+  // GB200 NVL72 with --segment 18: 144 ranks on 36 nodes of 4, two racks, as computed and as the fabric says
+  Topology t = Topology::uniform(144, 4, 72);
+  EXPECT_EQ(t.measure_islands(fabric_blocks(144, 72)), "");
+  EXPECT_TRUE(t.islands_measured());
+  EXPECT_EQ(t.num_islands(), 2);
+  EXPECT_EQ(t.island_ranks(), 72);
+  EXPECT_EQ(t.place(71).island, 0);
+  EXPECT_EQ(t.place(72).island, 1);
+}
+
+TEST(Topology, MeasuredIslandsOverruleAWrongIslandSize) {
+  // --island-size 72 claimed, but Slurm placed the job's 18 nodes on two racks, 9 + 9 (no --segment, or a
+  // slurm.conf block listed out of order): the fabric says islands of 36, and SP 72 must be refused
+  Topology t = Topology::uniform(72, 4, 72);
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(72, 72), t, false));
+  const std::string note = t.measure_islands(fabric_blocks(72, 36));
+  EXPECT_NE(note.find("2 NVLink islands of up to 36 ranks, not the 1 of 72"), std::string::npos) << note;
+  EXPECT_EQ(t.num_islands(), 2);
+  EXPECT_EQ(t.island_ranks(), 36);
+  try {
+    ulysses::check_sp_within_islands(RankLayout(72, 72), t, false);
+    FAIL() << "SP 72 over two racks accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("spans NVLink islands 0, 1"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("(measured from the GPU fabric): use --sp 1, 2, 3, 4, 6, 9, 12, 18, 36,"), std::string::npos)
+        << e.hint();
+  }
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(72, 36), t, false));
+  // and the other way: islands larger than --island-size 0 (a node) computed
+  Topology n = Topology::uniform(16, 4, 0);
+  EXPECT_NE(n.measure_islands(fabric_blocks(16, 16)), "");
+  EXPECT_EQ(n.num_islands(), 1);
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(16, 16), n, false));
+}
+
+TEST(Topology, IslandsFollowTheFabricIdsNotRankOrder) {
+  // ids interleaved over the ranks (a cyclic placement): each island is the ranks with one id, numbered by its lowest rank
+  Topology t = Topology::uniform(4, 1, 0);
+  t.measure_islands({"u/5", "u/9", "u/5", "u/9"});
+  EXPECT_EQ(t.place(0).island, 0);
+  EXPECT_EQ(t.place(1).island, 1);
+  EXPECT_EQ(t.place(2).island, 0);
+  EXPECT_EQ(ulysses::sp_group_crossing_islands(RankLayout(4, 2), t), (std::vector<int>{0, 1}));
+  // the same clique id in another cluster (uuid) is another island
+  Topology c = Topology::uniform(2, 1, 0);
+  c.measure_islands({"aa/1", "bb/1"});
+  EXPECT_EQ(c.num_islands(), 2);
+}
+
+TEST(Topology, UnknownFabricKeepsTheComputedIslands) {
+  Topology t = Topology::uniform(8, 4, 0);
+  EXPECT_EQ(t.measure_islands(std::vector<std::string>(8, "")), "");   // H100 HGX, CPUs: nothing to measure
+  EXPECT_FALSE(t.islands_measured());
+  EXPECT_EQ(t.num_islands(), 2);
+  std::vector<std::string> some = fabric_blocks(8, 8);
+  some[5] = "";
+  const std::string note = t.measure_islands(some);   // one GPU not registered with the fabric manager
+  EXPECT_NE(note.find("ranks [5] report no GPU fabric (NVML clique) while rank 0 does"), std::string::npos) << note;
+  EXPECT_FALSE(t.islands_measured());
+  EXPECT_EQ(t.num_islands(), 2);
 }
