@@ -69,7 +69,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seco
   CHECK_MPI(MPI_Comm_size(group, &size_));
   CHECK_MPI(MPI_Comm_rank(group, &rank_));
   state_->watchdog = std::make_unique<dist::Watchdog>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-                                                      dist::abort_job);
+                                                      "--comm-timeout", dist::abort_job);
   ncclUniqueId id{};
   if (rank_ == 0) CHECK_NCCL(nullptr, ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));

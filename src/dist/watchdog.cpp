@@ -7,8 +7,10 @@
 
 namespace ulysses::dist {
 
-Watchdog::Watchdog(std::chrono::milliseconds timeout, FatalFn on_fatal, std::chrono::milliseconds poll)
-    : timeout_(timeout), poll_(poll), on_fatal_(std::move(on_fatal)), thread_([this] { loop(); }) {}
+Watchdog::Watchdog(std::chrono::milliseconds timeout, std::string timeout_flag, FatalFn on_fatal,
+                   std::chrono::milliseconds poll)
+    : timeout_(timeout), poll_(poll), timeout_flag_(std::move(timeout_flag)), on_fatal_(std::move(on_fatal)),
+      thread_([this] { loop(); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -77,8 +79,8 @@ bool Watchdog::check_front() {
     const auto waited = std::chrono::steady_clock::now() - front.since;
     if (timeout_.count() > 0 && waited > timeout_) {
       on_fatal_(fmt::format("{} did not finish within {:g} s (a peer rank died or hangs?) — HINT: check the other "
-                            "ranks' logs; raise --comm-timeout for collectives that are legitimately slow",
-                            front.what, std::chrono::duration<double>(timeout_).count()));
+                            "ranks' logs; raise {} for work that is legitimately slow",
+                            front.what, std::chrono::duration<double>(timeout_).count(), timeout_flag_));
       return false;
     }
     return true;

@@ -51,7 +51,8 @@ class Watchdog {
   };
 
   // timeout: how long a piece may stay pending; 0 disables the timeout (failures still end the job).
-  Watchdog(std::chrono::milliseconds timeout, FatalFn on_fatal,
+  // timeout_flag: the option that sets it, named in the timeout's hint ("--comm-timeout").
+  Watchdog(std::chrono::milliseconds timeout, std::string timeout_flag, FatalFn on_fatal,
            std::chrono::milliseconds poll = std::chrono::milliseconds(100));
   ~Watchdog();   // stops the thread; pieces still pending are no longer watched
   Watchdog(const Watchdog&) = delete;
@@ -76,6 +77,7 @@ class Watchdog {
   bool check_front();   // false once on_fatal has been called
 
   const std::chrono::milliseconds timeout_, poll_;
+  const std::string timeout_flag_;
   const FatalFn on_fatal_;
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -106,6 +106,10 @@ void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--save-timeout", o.save_timeout,
+                 "Seconds a checkpoint save (every rank's writes and the barrier after them) may take before the job "
+                 "ends (0: none)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per device for MFU (0: the detected GPU's bf16 peak)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();

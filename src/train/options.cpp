@@ -23,7 +23,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"tiled_mlp", o.memory.tiled_mlp},        {"mlp_tile_tokens", o.memory.mlp_tile_tokens},
           {"memory_profile", o.memory_profile},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
-          {"stop_margin", o.stop_margin},
+          {"save_timeout", o.save_timeout},  {"stop_margin", o.stop_margin},
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},
           {"allow_sp_across_islands", o.allow_sp_across_islands}};

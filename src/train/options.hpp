@@ -43,6 +43,7 @@ struct TrainOptions {
   double end_time = 0;                     // the job's end, seconds since the epoch (0: SLURM_JOB_END_TIME, if set)
   double stop_margin = 300;                // stop (save, exit 3) when a step and a save would end later than end − this
   int comm_timeout = 600;                  // seconds a NCCL collective may take before the job is ended (0: none)
+  int save_timeout = 1800;                 // seconds a checkpoint save (writes + barrier) may take before that (0: none)
   double peak_tflops = 0;                  // MFU denominator per device (0: the detected GPU's bf16 peak, if known)
   int threads = 0;                         // intra-op threads per rank (0: cores / ranks on this node)
   int world = 0;                           // expected world size (0: SLURM_NTASKS if set)

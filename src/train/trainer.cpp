@@ -28,6 +28,7 @@
 #include "data/loader.hpp"
 #include "dist/check_mpi.hpp"
 #include "dist/mpi_world.hpp"
+#include "dist/watchdog.hpp"
 #include "io/checkpoint_format.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
@@ -475,12 +476,19 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   std::optional<Progress> bar;
   if (tty) bar.emplace("train", static_cast<std::uint64_t>(o.steps - state.step), "steps", "tokens");
 
+  // A save that hangs (one rank's file system stuck, its peers waiting for it in MPI) ends the job after
+  // --save-timeout with one line, instead of holding every rank until the time limit.
+  dist::Watchdog save_watch(std::chrono::seconds(o.save_timeout), "--save-timeout", dist::abort_job,
+                            std::chrono::seconds(1));
   auto save = [&] {
     const auto t0 = std::chrono::steady_clock::now();
+    dist::Watchdog::Call watched =
+        save_watch.begin(fmt::format("the checkpoint save of step {} (every rank's writes, then a barrier)", state.step));
     const fs::path dir = save_checkpoint(ckpts, *r.states, state, layout, r.config_path, r.config.architecture,
                                          o.keep_last, world);
     if (r.rank == 0) log_info("saved {}", dir.string());
     world.barrier();
+    watched.issued([] { return dist::Probe{dist::Probe::State::kDone, ""}; });
     save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   if (state.step < o.steps && any_rank(stop_requested(), world)) {

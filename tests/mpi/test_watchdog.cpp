@@ -46,7 +46,7 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
 TEST(Watchdog, ForgetsWorkThatFinishesInTime) {
   Fatal fatal;
   std::atomic<bool> done{false};
-  Watchdog dog(2s, fatal.fn(), 10ms);
+  Watchdog dog(2s, "--comm-timeout", fatal.fn(), 10ms);
   dog.begin("NCCL all_to_all").issued([&] { return Probe{done ? Probe::State::kDone : Probe::State::kPending, ""}; });
   EXPECT_EQ(dog.pending(), 1u);
   done = true;
@@ -57,20 +57,20 @@ TEST(Watchdog, ForgetsWorkThatFinishesInTime) {
 TEST(Watchdog, EndsTheJobWhenWorkHangsPastTheTimeout) {
   Fatal fatal;
   const auto start = std::chrono::steady_clock::now();
-  Watchdog dog(200ms, fatal.fn(), 10ms);
+  Watchdog dog(200ms, "--save-timeout", fatal.fn(), 10ms);
   dog.begin("NCCL all_reduce_sum of Float [1024] on a group of 4").issued([] { return Probe{Probe::State::kPending, ""}; });
   ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }));
   EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
   EXPECT_NE(fatal.get().find("NCCL all_reduce_sum of Float [1024] on a group of 4 did not finish within 0.2 s"),
             std::string::npos) << fatal.get();
-  EXPECT_NE(fatal.get().find("--comm-timeout"), std::string::npos) << fatal.get();
+  EXPECT_NE(fatal.get().find("raise --save-timeout for work"), std::string::npos) << fatal.get();   // the flag it was given
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(fatal.calls, 1) << "on_fatal is called once";
 }
 
 TEST(Watchdog, EndsTheJobAtOnceWhenWorkFails) {
   Fatal fatal;
-  Watchdog dog(1h, fatal.fn(), 10ms);
+  Watchdog dog(1h, "--comm-timeout", fatal.fn(), 10ms);
   dog.begin("NCCL broadcast").issued([] { return Probe{Probe::State::kFailed, "unhandled system error: peer closed"}; });
   ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }, 1s));
   EXPECT_EQ(fatal.get(), "NCCL broadcast failed: unhandled system error: peer closed");
@@ -79,7 +79,7 @@ TEST(Watchdog, EndsTheJobAtOnceWhenWorkFails) {
 TEST(Watchdog, JudgesPiecesInOrderAndNeverTimesOutWithZero) {
   Fatal fatal;
   std::atomic<int> finished{0};
-  Watchdog dog(0ms, fatal.fn(), 5ms);   // 0: no timeout
+  Watchdog dog(0ms, "--comm-timeout", fatal.fn(), 5ms);   // 0: no timeout
   for (int i = 1; i <= 3; ++i)
     dog.begin("piece " + std::to_string(i)).issued(
         [&, i] { return Probe{finished >= i ? Probe::State::kDone : Probe::State::kPending, ""}; });
@@ -96,7 +96,7 @@ TEST(Watchdog, TimesACallThatBlocksBeforeItIsIssued) {
   // NCCL connects peers inside the first collective and blocks there when one is missing: the call never
   // returns to hand over its probe, and the watchdog must end the job anyway.
   Fatal fatal;
-  Watchdog dog(150ms, fatal.fn(), 10ms);
+  Watchdog dog(150ms, "--comm-timeout", fatal.fn(), 10ms);
   Watchdog::Call call = dog.begin("NCCL all_to_all of BFloat16 [8, 4096] on a group of 8 (rank 3)");
   ASSERT_TRUE(eventually([&] { return !fatal.get().empty(); }, 2s));
   EXPECT_NE(fatal.get().find("NCCL all_to_all of BFloat16 [8, 4096] on a group of 8 (rank 3) did not finish within "
@@ -106,7 +106,7 @@ TEST(Watchdog, TimesACallThatBlocksBeforeItIsIssued) {
 TEST(Watchdog, PendingUntilIssuedThenJudgedByItsProbe) {
   Fatal fatal;
   std::atomic<bool> done{false};
-  Watchdog dog(1h, fatal.fn(), 5ms);
+  Watchdog dog(1h, "--comm-timeout", fatal.fn(), 5ms);
   Watchdog::Call call = dog.begin("NCCL all_gather");
   std::this_thread::sleep_for(30ms);
   EXPECT_EQ(dog.pending(), 1u) << "not issued yet: still watched";
@@ -120,7 +120,7 @@ TEST(Watchdog, PendingUntilIssuedThenJudgedByItsProbe) {
 
 TEST(Watchdog, ACallThatThrowsBeforeIssuedIsDropped) {
   Fatal fatal;
-  Watchdog dog(100ms, fatal.fn(), 5ms);
+  Watchdog dog(100ms, "--comm-timeout", fatal.fn(), 5ms);
   try {
     Watchdog::Call call = dog.begin("NCCL broadcast");
     throw std::runtime_error("ncclBroadcast failed: invalid argument");

@@ -211,6 +211,30 @@ class Train(PackedSample):
             finally:
                 stop(p, out)
 
+    def test_a_save_that_hangs_ends_the_job(self):
+        """One rank's fsync never returns (a stuck file system, hang_fsync.c) while the other waits for it inside the
+        save: after --save-timeout every rank ends, with one line naming the save, and no checkpoint looks complete."""
+        out = self.root / "stuck"
+        env = dict(os.environ, LD_PRELOAD=os.environ["HANG_FSYNC_LIB"], HANG_FSYNC_RANK="1")
+        p = subprocess.Popen(list(map(str, train_cmd(2, self.data, out, "--sp", 2, "--steps", 100000, "--save-every", 2,
+                                                     "--save-timeout", 3))),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=300)
+            self.assertNotEqual(p.returncode, 0, err[-3000:])
+            fatal = [line for line in err.splitlines() if "fatal:" in line]
+            self.assertEqual(len(fatal), 1, err[-3000:])
+            self.assertIn("the checkpoint save of step 2 (every rank's writes, then a barrier) did not finish within 3 s",
+                          fatal[0])
+            self.assertIn("raise --save-timeout", fatal[0])
+            self.assertLess(time.time() - (out / "metrics.jsonl").stat().st_mtime, 30, "ranks lingered after the timeout")
+            self.assertEqual(len(losses(out)), 2)
+            self.assertFalse((out / "checkpoints/latest").exists())
+            time.sleep(1)
+            self.assertEqual(rank_pids(out), [])
+        finally:
+            stop(p, out)
+
     def test_bf16_at_sp2_tracks_fp32_and_logs_mfu(self):
         fp32, bf16 = self.root / "fp32", self.root / "bf16"
         env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")   # bf16 where the kernel leaves AMX off
