@@ -13,9 +13,11 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
   6. one rank of the production launch (srun from the sbatch file) killed with SIGKILL: every other rank
      ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
   7. jobs of one name wait for each other (--dependency=singleton); another job on the same OUTPUT is refused.
-  8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself.
+  8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself;
+     beside it one whose trainer is not told the end: Slurm's SIGTERM at the limit, a save, state TIMEOUT.
   9. a rank killed after a new checkpoint: the job is requeued and resumes, on the binaries of its first start.
- 10. MAX_REQUEUES counts this script's requeues: the second USR1 ends the job (exit 3).
+ 10. two consecutive requeues, each resuming from its save; MAX_REQUEUES=2 then ends the job at the third USR1.
+ 11. slurm/pipeline.sh: pack → train → export submitted at once, each job starting after the one before it.
 
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
@@ -220,11 +222,18 @@ class OneJobPerOutput(unittest.TestCase):
     def test_8_the_trainer_stops_before_the_time_limit(self):
         """A 1-minute job with STOP_MARGIN=45 and no signal in time (SIGNAL_LEAD=5): the sbatch hands the job's end
         (squeue's, on this Slurm 22.05) to the trainer, which saves and exits 3 about 15 s in; MAX_REQUEUES=0 then
-        ends the job there instead of requeueing it."""
+        ends the job there instead of requeueing it. Beside it, the TIMEOUT branch: a 1-minute job whose trainer is
+        told a far end (--end-time) and whose USR1 goes to the batch shell alone (--signal=B:USR1) runs into the
+        limit; Slurm's SIGTERM makes the trainer save within KillWait, and the job ends TIMEOUT, not requeued."""
         out = work / "limit"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=USR1@5", SBATCH],
                              env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, STOP_MARGIN=45, MAX_REQUEUES=0),
                              cwd=work)
+        late_out = work / "timeout"
+        late = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=B:USR1@5", SBATCH],
+                              env=job_env(late_out, SP=2, STEPS=100000, DRY_RUN_FIRST=0,
+                                          EXTRA_ARGS="--end-time 4102444800"), cwd=work)
+        self.check_timeout_branch(late, late_out)
         info = cluster.wait(job, timeout=180)
         log = log_of(info)
         self.assertEqual(info["ExitCode"], "3:0", log[-3000:])
@@ -233,6 +242,16 @@ class OneJobPerOutput(unittest.TestCase):
         self.assertIn(f"(--stop-margin 45): saved at step {done}, exiting with code 3", log)
         self.assertIn("not requeueing after 0 requeues (MAX_REQUEUES)", log)
         self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
+
+    def check_timeout_branch(self, job, out):
+        info = cluster.wait(job, timeout=240)
+        log = log_of(info)
+        self.assertEqual((info["JobState"], info["Restarts"]), ("TIMEOUT", "0"), log[-3000:])
+        self.assertIn("[sbatch] SIGTERM (time limit or scancel)", log)
+        done = len(losses(out))
+        self.assertIn(f"stop signal received: saved at step {done}, exiting with code 3", log)
+        self.assertIn("after SIGTERM; not requeueing", log)
+        self.assertEqual((out / "checkpoints/latest").read_text().strip(), f"step-{done:07d}")
 
 
 def wait_until(test, done, job, timeout=180):
@@ -284,19 +303,51 @@ class Requeues(unittest.TestCase):
         cluster.wait(job)
 
     def test_10_max_requeues_counts_this_scripts_requeues(self):
-        """MAX_REQUEUES=1: the first USR1 requeues the job, the second (in the restarted run) stops it, exit 3."""
+        """MAX_REQUEUES=2: two consecutive USR1s requeue the job twice, each restart resuming from the save before
+        it; the third (in the second restart) stops it, exit 3."""
         out = work / "requeued-twice"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH],
-                             env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, MAX_REQUEUES=1), cwd=work)
+                             env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, MAX_REQUEUES=2), cwd=work)
         wait_until(self, (out / "metrics.jsonl").exists, job)
-        cluster.scancel("--signal=USR1", job)
-        wait_for_log(self, job, "requeue 1 of at most 1")
-        wait_for_log(self, job, f"resumed from {out}/checkpoints/step-")   # the restarted run is training
+        for requeue in (1, 2):
+            cluster.scancel("--signal=USR1", job)
+            wait_for_log(self, job, f"requeue {requeue} of at most 2")
+            log = wait_for_log(self, job, f"restart {requeue},")
+            saved = re.findall(r"saved at step (\d+)", log)[-1]
+            wait_for_log(self, job, f"resumed from {out}/checkpoints/step-{int(saved):07d}")   # training again
         cluster.scancel("--signal=USR1", job)
         info = cluster.wait(job, timeout=180)
         log = log_of(info)
-        self.assertEqual((info["ExitCode"], info["Restarts"]), ("3:0", "1"), log[-3000:])
-        self.assertIn("stopped to be resumed; not requeueing after 1 requeues (MAX_REQUEUES)", log)
+        self.assertEqual((info["ExitCode"], info["Restarts"]), ("3:0", "2"), log[-3000:])
+        self.assertIn("stopped to be resumed; not requeueing after 2 requeues (MAX_REQUEUES)", log)
+
+
+class Pipeline(unittest.TestCase):
+    def test_11_pack_train_export_chain(self):
+        """slurm/pipeline.sh submits the three jobs at once; each starts after the one before it ended OK, and the
+        export holds the trained run's last checkpoint as a Hugging Face model."""
+        (work / "pipe-inputs.txt").write_text(f"{SAMPLE}\n")
+        packed, run, hf = work / "pipe-packed", work / "pipe-run", work / "pipe-hf"
+        env = dict(cluster.env, **job_env(run, REQUEST_GPUS=0, NODES=1, GPUS_PER_NODE=2, SP=2, STEPS=4),
+                   PACKED=str(packed), RUN=str(run), HF_DIR=str(hf), INPUT_LIST=str(work / "pipe-inputs.txt"),
+                   VALID_FRACTION="0", PACK_ARGS="--pad-id 258", PACK_CPUS="1", EXPORT_CPUS="1", JOB_NAME="pipe")
+        del env["DATA"], env["OUTPUT"]   # the pipeline sets them per stage
+        p = subprocess.run(["bash", str(ROOT / "slurm/pipeline.sh")], env=env, cwd=work, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ids = re.search(r"\[pipeline\] pack (\d+) → train (\d+) → export (\d+)", p.stdout)
+        self.assertTrue(ids, p.stdout + p.stderr)
+        self.assertIn(f"--dependency=afterok:{ids.group(1)},singleton", p.stderr)
+        self.assertIn(f"--dependency=afterok:{ids.group(2)}", p.stderr)
+        pack, train, export = (cluster.wait(i, timeout=300) for i in ids.groups())
+        for info in (pack, train, export):
+            self.assertEqual(info["ExitCode"], "0:0", log_of(info)[-3000:])
+        self.assertGreaterEqual(train["StartTime"], pack["EndTime"])   # ISO times: as strings, in order
+        self.assertGreaterEqual(export["StartTime"], train["EndTime"])
+        self.assertEqual(len(losses(run)), 4)
+        self.assertIn(f"merge {run}/checkpoints/step-0000004 -o", log_of(export))
+        self.assertTrue((hf / "config.json").exists())
+        self.assertTrue(list(hf.glob("*.safetensors")))
 
 
 class SrunFailure(unittest.TestCase):
