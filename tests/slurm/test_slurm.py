@@ -14,7 +14,8 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
      ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
   7. jobs of one name wait for each other (--dependency=singleton); another job on the same OUTPUT is refused.
   8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself;
-     beside it one whose trainer is not told the end: Slurm's SIGTERM at the limit, a save, state TIMEOUT.
+     beside it, trainers not told the end: Slurm's --signal timer (USR1@45: a save, exit 3), and the limit's
+     SIGTERM (a save, state TIMEOUT).
   9. a rank killed after a new checkpoint: the job is requeued and resumes, on the binaries of its first start.
  10. two consecutive requeues, each resuming from its save; MAX_REQUEUES=2 then ends the job at the third USR1.
  11. slurm/pipeline.sh: pack → train → export submitted at once, each job starting after the one before it.
@@ -222,18 +223,24 @@ class OneJobPerOutput(unittest.TestCase):
     def test_8_the_trainer_stops_before_the_time_limit(self):
         """A 1-minute job with STOP_MARGIN=45 and no signal in time (SIGNAL_LEAD=5): the sbatch hands the job's end
         (squeue's, on this Slurm 22.05) to the trainer, which saves and exits 3 about 15 s in; MAX_REQUEUES=0 then
-        ends the job there instead of requeueing it. Beside it, the TIMEOUT branch: a 1-minute job whose trainer is
-        told a far end (--end-time) and whose USR1 goes to the batch shell alone (--signal=B:USR1) runs into the
-        limit; Slurm's SIGTERM makes the trainer save within KillWait, and the job ends TIMEOUT, not requeued."""
+        ends the job there instead of requeueing it. Beside it, told a far end (--end-time) so that they do not stop
+        by themselves: a job whose USR1 comes from Slurm's timer (--signal=USR1@45) saves and exits 3 before the
+        limit; and the TIMEOUT branch, a job whose USR1 goes to the batch shell alone (--signal=B:USR1@5), runs into
+        the limit: Slurm's SIGTERM makes the trainer save within KillWait, and the job ends TIMEOUT, not requeued."""
         out = work / "limit"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=USR1@5", SBATCH],
                              env=job_env(out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, STOP_MARGIN=45, MAX_REQUEUES=0),
                              cwd=work)
+        far_end = "--end-time 4102444800"   # the trainer's own stop never comes first
         late_out = work / "timeout"
         late = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=B:USR1@5", SBATCH],
-                              env=job_env(late_out, SP=2, STEPS=100000, DRY_RUN_FIRST=0,
-                                          EXTRA_ARGS="--end-time 4102444800"), cwd=work)
+                              env=job_env(late_out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, EXTRA_ARGS=far_end), cwd=work)
+        timer_out = work / "signal-timer"
+        timer = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--time=1", "--signal=USR1@45", SBATCH],
+                               env=job_env(timer_out, SP=2, STEPS=100000, DRY_RUN_FIRST=0, EXTRA_ARGS=far_end,
+                                           MAX_REQUEUES=0), cwd=work)
         self.check_timeout_branch(late, late_out)
+        self.check_signal_timer(timer, timer_out)
         info = cluster.wait(job, timeout=180)
         log = log_of(info)
         self.assertEqual(info["ExitCode"], "3:0", log[-3000:])
@@ -242,6 +249,16 @@ class OneJobPerOutput(unittest.TestCase):
         self.assertIn(f"(--stop-margin 45): saved at step {done}, exiting with code 3", log)
         self.assertIn("not requeueing after 0 requeues (MAX_REQUEUES)", log)
         self.assertTrue((out / "checkpoints" / f"step-{done:07d}").is_dir())
+
+    def check_signal_timer(self, job, out):
+        """The --signal=USR1@45 timer path: Slurm's own USR1 (no scancel), a save, exit 3 before the limit."""
+        info = cluster.wait(job, timeout=240)
+        log = log_of(info)
+        self.assertEqual((info["JobState"], info["ExitCode"]), ("FAILED", "3:0"), log[-3000:])
+        done = len(losses(out))
+        self.assertIn(f"stop signal received: saved at step {done}, exiting with code 3", log)
+        self.assertIn("stopped to be resumed; not requeueing after 0 requeues (MAX_REQUEUES)", log)
+        self.assertNotIn("SIGTERM", log)
 
     def check_timeout_branch(self, job, out):
         info = cluster.wait(job, timeout=240)
