@@ -100,11 +100,14 @@ nlohmann::json to_json(const Manifest& m) {
   json inputs = json::array(), shards = json::array();
   for (const ManifestInput& i : m.inputs) inputs.push_back(input_to_json(i));
   for (const ManifestShard& s : m.shards) shards.push_back(shard_to_json(s));
-  return {{"format", kFormatName}, {"format_version", m.format_version}, {"seq_len", m.seq_len},
-          {"sp", m.sp}, {"alignment", m.alignment}, {"pad_id", m.pad_id}, {"vocab_size", m.vocab_size},
-          {"max_token_id", m.max_token_id}, {"has_loss_mask", m.has_loss_mask}, {"policy", m.policy},
-          {"seed", m.seed}, {"command", m.command}, {"created_by", m.created_by}, {"inputs", inputs},
-          {"shards", shards}, {"stats", m.stats}};
+  json out = {{"format", kFormatName}, {"format_version", m.format_version}, {"seq_len", m.seq_len},
+              {"sp", m.sp}, {"alignment", m.alignment}, {"pad_id", m.pad_id}, {"vocab_size", m.vocab_size},
+              {"max_token_id", m.max_token_id}, {"has_loss_mask", m.has_loss_mask}, {"policy", m.policy},
+              {"seed", m.seed}, {"command", m.command}, {"created_by", m.created_by}, {"inputs", inputs},
+              {"shards", shards}, {"stats", m.stats}};
+  if (!m.tokenizer.file.empty())
+    out["tokenizer"] = {{"file", m.tokenizer.file}, {"xxh3", m.tokenizer.xxh3}, {"eos_id", m.tokenizer.eos_id}};
+  return out;
 }
 
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
@@ -130,6 +133,12 @@ Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
   for (std::size_t i = 0; i < shards.size(); ++i)
     m.shards.push_back(shard_from_json(shards[i], fmt::format("{}: shards[{}]", where, i)));
   m.stats = container(j, "stats", false, where);
+  if (j.contains("tokenizer")) {
+    const json& t = container(j, "tokenizer", false, where);
+    const std::string at = where + ": tokenizer";
+    m.tokenizer = {field<std::string>(t, "file", at), field<std::string>(t, "xxh3", at),
+                   field<std::int64_t>(t, "eos_id", at)};
+  }
   return m;
 }
 

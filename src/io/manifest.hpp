@@ -30,6 +30,13 @@ struct ManifestInput {
   std::int64_t tokens = 0;
 };
 
+// The tokenizer that turned text inputs into ids (ulysses-pack --tokenizer); empty file: the inputs held ids.
+struct ManifestTokenizer {
+  std::string file;            // the tokenizer.json read
+  std::string xxh3;            // XXH3-64 of it
+  std::int64_t eos_id = -1;    // appended to every document (-1: none)
+};
+
 struct Manifest {
   int format_version = 1;
   std::int64_t seq_len = 0, sp = 1, alignment = 64, pad_id = 0;
@@ -41,6 +48,7 @@ struct Manifest {
   std::string command;               // the command line that made it
   std::string created_by;            // tool and version
   std::vector<ManifestInput> inputs;
+  ManifestTokenizer tokenizer;       // "tokenizer" in the file, present only for text inputs
   std::vector<ManifestShard> shards;
   nlohmann::json stats;              // counts: documents, tokens, sequences, split/truncated/dropped, padding fraction
 

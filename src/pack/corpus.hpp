@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace ulysses::tokenize {
+class Tokenizer;
+}
+
 namespace ulysses::pack {
 
 struct DocRef {
@@ -40,6 +44,9 @@ enum class SplitAt { kAfterEos, kBeforeEos };   // EOS ends a document (nanoGPT)
 struct ReaderOptions {
   Format format = Format::kAuto;          // kAuto: by extension/magic (see detect_format)
   std::string tokens_key = "input_ids";   // JSONL key holding the token id array
+  const tokenize::Tokenizer* tokenizer = nullptr;   // set: JSONL lines hold text under text_key, tokenized here
+  std::string text_key = "text";          // JSONL key holding a document's text (with a tokenizer)
+  bool append_eos = true;                 // with a tokenizer: end each document with its EOS (as Megatron's --append-eod)
   std::string mask_key;                   // JSONL key holding the 0/1 loss mask (empty: none)
   std::int64_t eos_id = -1;               // flat/llm.c: split documents at this id (-1: llm.c default / whole file)
   SplitAt split_at = SplitAt::kAfterEos;  // flat default; llm.c files use kBeforeEos unless told

@@ -23,10 +23,19 @@ Examples:
   # nanoGPT's headerless uint16 tokens, documents end at EOS 50256
   ulysses-pack pack train.bin --format flat --flat-dtype uint16 --eos-id 50256 -o packed/ --seq-len 4096
   # SFT: prompt tokens excluded from the loss
-  ulysses-pack pack sft.jsonl --loss-mask-key loss_mask -o packed/ --seq-len 16384 --sp 2)";
+  ulysses-pack pack sft.jsonl --loss-mask-key loss_mask -o packed/ --seq-len 16384 --sp 2
+  # raw text ({"text": "..."} per line), tokenized with the model's own tokenizer.json, EOS after each document
+  ulysses-pack pack corpus.jsonl.zst --tokenizer models/Llama-3.1-8B -o packed/ --seq-len 131072 --sp 8 \
+      --model-config models/Llama-3.1-8B/config.json)";
+
+const char* kTokenizeExamples = R"(
+Example:
+  # text → ids ({"input_ids": [...]} per line), then pack the ids as usual
+  ulysses-pack tokenize corpus.jsonl.zst -o ids.jsonl --tokenizer models/Llama-3.1-8B)";
 
 struct CliState {
   up::PackOptions pack;
+  up::TokenizeOptions tokenize;
   std::string format = "auto", policy = "bfd", long_docs = "truncate", split_at, flat_dtype, on_error = "stop";
   std::filesystem::path dataset;
   std::int64_t sample = 0, max_tokens = 64;
@@ -64,6 +73,11 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
       ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat"}))->capture_default_str();
   cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "Model folder (or its tokenizer.json): JSONL inputs hold text, tokenized here (byte-level BPE)");
+  cmd->add_option("--text-key", o.reader.text_key, "JSONL key of the text (with --tokenizer)")->capture_default_str();
+  cmd->add_flag("--append-eos,!--no-append-eos", o.reader.append_eos,
+                "With --tokenizer: end each document with the model's EOS (default: yes)");
   cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key of a per-token 0/1 loss mask (SFT)");
   cmd->add_option("--eos-id", o.reader.eos_id, "llm.c/flat: split documents at this token id");
   cmd->add_option("--split-at", st.split_at, "llm.c/flat: EOS ends a document (after) or starts one (before)")
@@ -83,6 +97,19 @@ void set_up_inspect(CLI::App& app, CliState& st) {
   cmd->add_option("--sample", st.sample, "Index of the train sequence to show (-1: none)")->capture_default_str();
   cmd->add_option("--max-tokens", st.max_tokens, "Tokens shown per document")->check(CLI::Range(0, 1 << 30))->capture_default_str();
   cmd->add_flag("--bytes", st.bytes, "Show ids < 128 as ASCII (byte-level corpora)");
+}
+
+void set_up_tokenize(CLI::App& app, CliState& st) {
+  auto* cmd = app.add_subcommand("tokenize", "Tokenize JSONL text into JSONL token ids with the model's tokenizer");
+  cmd->footer(kTokenizeExamples);
+  auto& o = st.tokenize;
+  cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] text files or glob patterns, read in order")->required();
+  cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
+  cmd->add_option("--tokenizer", o.tokenizer, "Model folder (or its tokenizer.json)")->required();
+  cmd->add_option("--text-key", o.text_key, "JSONL key of the text")->capture_default_str();
+  cmd->add_flag("--append-eos,!--no-append-eos", o.append_eos, "End each document with the model's EOS (default: yes)");
+  cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
 }
 
 void set_up_verify(CLI::App& app, CliState& st) {
@@ -121,17 +148,19 @@ int run_pack_command(CliState& st, const std::string& cmdline) {
 
 int main(int argc, char** argv) {
   ulysses::set_log_tag("pack");
-  CLI::App app{"ulysses-pack: tokenized corpus → SP-aligned HDF5 shards for ulysses-train"};
+  CLI::App app{"ulysses-pack: tokenized corpus or raw text → SP-aligned HDF5 shards for ulysses-train"};
   app.require_subcommand(1);
   CliState st;
   set_up_pack(app, st);
   set_up_inspect(app, st);
   set_up_verify(app, st);
+  set_up_tokenize(app, st);
   if (auto code = ulysses::parse_command_line(app, argc, argv)) return *code;
   const std::string cmdline = command_line(argc, argv);
   return ulysses::run_guarded([&] {
     if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);
     if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes);
+    if (app.got_subcommand("tokenize")) return up::run_tokenize(st.tokenize);
     return up::run_verify(st.dataset, st.threads);
   });
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "arch/model_config.hpp"
@@ -54,6 +55,24 @@ std::int64_t check_model(const PackOptions& o) {
                    "pass a --pad-id below the vocabulary size (--vocab-size, or the model config's vocab_size)");
   return vocab;
 }
+
+}  // namespace
+
+tokenize::Tokenizer load_tokenizer(const fs::path& path, std::int64_t vocab_size, bool append_eos) {
+  tokenize::Tokenizer t = tokenize::Tokenizer::load(path);
+  if (vocab_size > 0 && t.vocab_size() > vocab_size)
+    throw BadInput(fmt::format("--tokenizer {} has ids up to {} but the model's vocab_size is {}", t.file().string(),
+                               t.vocab_size() - 1, vocab_size),
+                   "use the tokenizer of the model you train: the tokenizer.json in its folder");
+  if (append_eos && !t.eos_id())
+    throw BadInput(fmt::format("--tokenizer {}: no end-of-document token (no eos_token in tokenizer_config.json, no "
+                               "eos_token_id in generation_config.json)", path.string()),
+                   "copy the model's tokenizer_config.json beside its tokenizer.json, or pass --no-append-eos");
+  log_info("tokenizer {}", t.describe());
+  return t;
+}
+
+namespace {
 
 PackPlan make_plan(const PackOptions& o, const Corpus& corpus) {
   std::vector<std::uint32_t> lengths(corpus.docs.size());
@@ -135,6 +154,14 @@ PackSummary run_pack(const PackOptions& o) {
   ReaderOptions reader = o.reader;
   reader.vocab_size = check_model(o);
   const std::vector<std::string> paths = expand_inputs(o.inputs);
+  std::optional<tokenize::Tokenizer> tokenizer;
+  if (!o.tokenizer.empty()) {
+    if (!reader.mask_key.empty())
+      throw BadInput("--loss-mask-key cannot be used with --tokenizer: text has no per-token loss mask",
+                     "pack SFT data as token ids with their mask (--tokens-key, --loss-mask-key)");
+    tokenizer.emplace(load_tokenizer(o.tokenizer, reader.vocab_size, reader.append_eos));
+    reader.tokenizer = &*tokenizer;
+  }
 
   OutputDir out(o.output, o.overwrite);
   reader.scratch_dir = out.tmp() / ".scratch";
@@ -181,6 +208,9 @@ PackSummary run_pack(const PackOptions& o) {
   m.command = o.command;
   m.created_by = "ulysses-pack 0.1.0";
   m.inputs = corpus.inputs;
+  if (tokenizer)
+    m.tokenizer = {tokenizer->file().string(), tokenizer->file_hash(),
+                   reader.append_eos ? std::int64_t{*tokenizer->eos_id()} : -1};
   m.stats = stats_json(corpus, plan, o.seq_len);
   shard::write_manifest(m, out.tmp() / "manifest.json");
   out.commit();

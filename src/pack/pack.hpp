@@ -8,6 +8,7 @@
 
 #include "pack/corpus.hpp"
 #include "pack/plan.hpp"
+#include "tokenize/tokenizer.hpp"
 
 namespace ulysses::pack {
 
@@ -30,7 +31,21 @@ struct PackOptions {
   int threads = 0;                        // 0: hardware concurrency
   std::filesystem::path model_config;     // optional HF config.json: heads vs SP, vocab size
   std::int64_t vocab_size = 0;            // optional explicit vocabulary size
+  std::filesystem::path tokenizer;        // set: JSONL inputs hold text, tokenized with this model folder's tokenizer
   std::string command;                    // recorded in the manifest
+};
+
+// ulysses-pack tokenize: JSONL text → JSONL token ids ({"input_ids": [...]} per line, in order: what
+// `pack --tokens-key input_ids` reads), with the model's
+// tokenizer, for users who keep the ids. Written atomically; a bad line stops it (nothing written).
+struct TokenizeOptions {
+  std::vector<std::string> inputs;        // JSONL[.gz|.zst] files or glob patterns, read in order
+  std::filesystem::path output;           // one JSONL file
+  std::filesystem::path tokenizer;
+  std::string text_key = "text";
+  bool append_eos = true;
+  bool overwrite = false;
+  int threads = 0;                        // 0: hardware concurrency
 };
 
 struct PackSummary {
@@ -46,5 +61,10 @@ void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment
 PackSummary run_pack(const PackOptions& options);
 int run_inspect(const std::filesystem::path& dataset, std::int64_t sample, std::int64_t max_tokens, bool as_bytes);
 int run_verify(const std::filesystem::path& dataset, int threads);   // 0 = all good, 1 = mismatch found
+int run_tokenize(const TokenizeOptions& options);
+
+// --tokenizer for packing or tokenize: the model folder's tokenizer, refused (BadInput) when its ids reach past
+// vocab_size (> 0) or when append_eos and it names no end-of-document token. Logs its one-line description.
+tokenize::Tokenizer load_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size, bool append_eos);
 
 }  // namespace ulysses::pack

@@ -78,8 +78,12 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   corpus.sources.resize(n);
   corpus.inputs.resize(n);
   std::vector<Format> formats(n);
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = 0; i < n; ++i) {
     formats[i] = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
+    if (options.tokenizer != nullptr && formats[i] != Format::kJsonl)
+      throw BadInput(fmt::format("input {} is {}, but --tokenizer reads JSONL text", paths[i], format_name(formats[i])),
+                     "pass JSONL[.gz|.zst] files with the text under --text-key, or drop --tokenizer for token ids");
+  }
   // Binary readers hash their input while scanning it; JSONL inputs are hashed by tasks of their own
   // (tasks [n, ...)), in parallel with the parsing. Spare threads go to the blocks of binary inputs.
   std::vector<std::size_t> hash_tasks;

@@ -12,7 +12,8 @@ declare -A allowed=(
   [arch]="core arch"
   [dist]="core dist"
   [data]="core io data"
-  [pack]="core io arch pack"
+  [tokenize]="core tokenize"
+  [pack]="core io arch tokenize pack"
   [ckpt]="core io arch ckpt"
   [plan]="core arch plan"
   [comm]="core dist comm"
@@ -29,13 +30,13 @@ for d in "$src"/*/; do
     if [[ " ${allowed[$d]} " != *" $folder "* ]]; then echo "src/$d may not include $folder/: $hit"; fail=1; fi
   done < <(grep -rnE '#include *"[a-z_]+/' "$src/$d")
 done
-for d in core io arch dist data pack ckpt plan; do
+for d in core io arch dist data tokenize pack ckpt plan; do
   [[ -d $src/$d ]] || continue
   if hits=$(grep -rnE '#include *[<"](torch|ATen|c10)/' "$src/$d"); then
     echo "LibTorch included in torch-free src/$d:"; echo "$hits"; fail=1
   fi
 done
-for d in core io arch data pack ckpt plan; do
+for d in core io arch data tokenize pack ckpt plan; do
   [[ -d $src/$d ]] || continue
   if hits=$(grep -rnE '#include *[<"]mpi\.h[>"]' "$src/$d"); then
     echo "MPI included in MPI-free src/$d:"; echo "$hits"; fail=1

@@ -7,6 +7,9 @@
 // live exactly as long as the JsonlSource that preads them back, and vanish even if the process is
 // killed. Blank lines are skipped; an empty token array counts as an empty document. A bad line stops
 // the scan with its 1-based line number and column, or with --on-error skip is counted and skipped.
+//
+// With a tokenizer (--tokenizer), each line holds a document's text under options.text_key instead, tokenized by
+// text_lines.hpp in parallel and taken in line order.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -22,53 +25,14 @@
 #include "pack/readers/byte_stream.hpp"
 #include "pack/readers/input_file.hpp"
 #include "pack/readers/json_line.hpp"
+#include "pack/readers/line_reader.hpp"
 #include "pack/readers/readers.hpp"
+#include "pack/readers/text_lines.hpp"
 
 namespace ulysses::pack {
 namespace {
 
-constexpr std::size_t kLineBufferBytes = std::size_t{4} << 20;
 constexpr std::size_t kSpillBufferBytes = std::size_t{4} << 20;
-
-// Lines of a byte stream, without their '\n'. A line longer than the buffer grows it.
-class LineReader {
- public:
-  explicit LineReader(ByteStream& stream) : stream_(stream), buf_(kLineBufferBytes) {}
-
-  bool next(std::string_view& line) {
-    for (;;) {
-      const char* start = buf_.data() + begin_;
-      const std::size_t available = end_ - begin_;
-      if (const auto* nl = static_cast<const char*>(std::memchr(start, '\n', available))) {
-        line = std::string_view(start, static_cast<std::size_t>(nl - start));
-        begin_ += line.size() + 1;
-        return true;
-      }
-      if (eof_) {
-        line = std::string_view(start, available);
-        begin_ = end_;
-        return available > 0;
-      }
-      refill();
-    }
-  }
-
- private:
-  void refill() {
-    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-    if (end_ == buf_.size()) buf_.resize(2 * buf_.size());
-    const std::size_t n = stream_.read(buf_.data() + end_, buf_.size() - end_);
-    end_ += n;
-    eof_ = n == 0;
-  }
-
-  ByteStream& stream_;
-  std::vector<char> buf_;
-  std::size_t begin_ = 0, end_ = 0;
-  bool eof_ = false;
-};
 
 // An append-only scratch file, unlinked on creation; finish() hands it over for reading.
 class SpillFile {
@@ -148,10 +112,6 @@ class JsonlSource final : public TokenSource {
   std::optional<InputFile> mask_;
 };
 
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r") == std::string_view::npos;
-}
-
 // Ids are already known to be in [0, 2^31); returns the largest, or throws for one >= vocab_size.
 std::int64_t check_vocab(const std::vector<std::int32_t>& ids, std::int64_t vocab_size) {
   std::int32_t max_id = -1;
@@ -165,6 +125,9 @@ std::int64_t check_vocab(const std::vector<std::int32_t>& ids, std::int64_t voca
 }
 
 std::string line_hint(const ReaderOptions& options) {
+  if (options.tokenizer != nullptr)
+    return fmt::format("each line must be one JSON object (UTF-8) with a document's text as a string under \"{}\" "
+                       "(--text-key); --on-error skip skips bad lines", options.text_key);
   std::string hint = fmt::format("each line must be one JSON object with its token ids as an array of "
                                  "integers under \"{}\" (--tokens-key)", options.tokens_key);
   if (!options.mask_key.empty()) {
@@ -196,9 +159,13 @@ class JsonlScan {
     if (!options_.mask_key.empty()) mask.emplace(spill_path("mask.uint8"));
 
     LineReader lines(*stream);
-    std::string_view line;
-    for (std::uint64_t number = 1; lines.next(line); ++number) {
-      if (!is_blank(line)) take_line(line, number, ids, mask ? &*mask : nullptr);
+    if (options_.tokenizer != nullptr) {
+      take_text_lines(lines, ids);
+    } else {
+      std::string_view line;
+      for (std::uint64_t number = 1; lines.next(line); ++number) {
+        if (!is_blank(line)) take_line(line, number, ids, mask ? &*mask : nullptr);
+      }
     }
     std::optional<InputFile> mask_file;
     if (mask) mask_file.emplace(mask->finish());
@@ -223,6 +190,20 @@ class JsonlScan {
     sink_.add(offset_, parsed_.ids.size());
     sink_.stats().max_id = std::max(sink_.stats().max_id, max_id);
     offset_ += parsed_.ids.size();
+  }
+
+  void take_text_lines(LineReader& lines, SpillFile& ids) {
+    tokenize_lines(lines, options_, [&](std::uint64_t number, std::vector<std::int32_t>& doc, const JsonLineError* error) {
+      if (error != nullptr) return bad_line(number, *error);
+      try {
+        sink_.stats().max_id = std::max(sink_.stats().max_id, check_vocab(doc, options_.vocab_size));
+      } catch (const JsonLineError& e) {
+        return bad_line(number, e);
+      }
+      ids.append(doc);
+      sink_.add(offset_, doc.size());
+      offset_ += doc.size();
+    });
   }
 
   void bad_line(std::uint64_t line_number, const JsonLineError& e) {

@@ -1,0 +1,65 @@
+// run_tokenize (pack.hpp): JSONL text → JSONL token ids with the model's tokenizer (readers/text_lines.hpp), one
+// output line per non-blank input line, inputs in the order given. Written to a temporary name beside the output
+// and renamed when complete; a bad line stops it with its file, line and column.
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "pack/pack.hpp"
+#include "pack/readers/byte_stream.hpp"
+#include "pack/readers/text_lines.hpp"
+#include "pack/scan.hpp"
+
+namespace ulysses::pack {
+
+namespace fs = std::filesystem;
+
+int run_tokenize(const TokenizeOptions& o) {
+  if (fs::exists(o.output) && !o.overwrite)
+    throw BadInput(fmt::format("--output {} exists", o.output.string()), "pass --overwrite to replace it");
+  const std::vector<std::string> paths = expand_inputs(o.inputs);
+  const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.append_eos);
+  ReaderOptions options;
+  options.tokenizer = &tokenizer;
+  options.text_key = o.text_key;
+  options.append_eos = o.append_eos;
+  options.threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const fs::path tmp = fs::path(o.output.string() + ".tmp");
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) throw BadInput(fmt::format("cannot write {}", tmp.string()), "check that --output's folder is writable");
+  std::uint64_t documents = 0, tokens = 0;
+  std::string line;
+  for (const std::string& path : paths) {
+    const auto stream = open_byte_stream(path);
+    LineReader lines(*stream);
+    tokenize_lines(lines, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids, const JsonLineError* error) {
+      if (error != nullptr) {
+        out.close();
+        fs::remove(tmp);
+        const std::string where = error->column() > 0 ? fmt::format("{}:{}:{}", path, number, error->column())
+                                                      : fmt::format("{}:{}", path, number);
+        throw BadInput(fmt::format("{}: {}", where, error->what()),
+                       fmt::format("each line must be one JSON object (UTF-8) with a document's text as a string "
+                                   "under \"{}\" (--text-key)", o.text_key));
+      }
+      line = fmt::format("{{\"input_ids\": [{}]}}\n", fmt::join(ids, ", "));
+      out.write(line.data(), static_cast<std::streamsize>(line.size()));
+      ++documents;
+      tokens += ids.size();
+    });
+  }
+  out.close();
+  if (!out) {
+    fs::remove(tmp);
+    throw std::runtime_error(fmt::format("cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, o.output);
+  log_info("{} documents, {} tokens -> {}", documents, tokens, o.output.string());
+  return 0;
+}
+
+}  // namespace ulysses::pack

@@ -1,0 +1,69 @@
+// Tokenizer: a Hugging Face model folder's tokenizer.json → token ids, the ids `tokenizers` gives for
+// `Tokenizer.from_file(...).encode(text).ids` (add_special_tokens=True), for the byte-level BPE files of Llama 3 /
+// 3.1 / 3.2, Qwen2 / Qwen3 and GPT-2. Torch-free; encode() is const and may run on many threads at once.
+//
+// What runs, in `tokenizers`' order:
+//   1. added tokens (special or not) that are matched on the raw text (`"normalized": false`) are cut out,
+//      leftmost-longest first; they are never split;
+//   2. each stretch between them is normalized (none, or NFC), and the added tokens matched on normalized text
+//      are cut out of it;
+//   3. pre-tokenizers: Split(regex, "isolated") and ByteLevel (its GPT-2 regex when use_regex), in sequence;
+//   4. byte-level BPE on each pre-token (bpe.hpp);
+//   5. the post-processor's template around the ids (Llama 3's <|begin_of_text|>); ByteLevel adds nothing.
+// Anything else in the file (another model type, normalizer or pre-tokenizer, added tokens that strip spaces or
+// must be single words, byte fallback) is refused at load with one line naming the file and the field. The file's
+// "truncation" and "padding" are ignored: a document is never cut by the tokenizer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ulysses::tokenize {
+
+// Text that is not valid UTF-8: `offset` is the first bad byte.
+class TextError : public std::runtime_error {
+ public:
+  TextError(std::size_t offset, const std::string& what) : std::runtime_error(what), offset_(offset) {}
+  std::size_t offset() const { return offset_; }
+
+ private:
+  std::size_t offset_;
+};
+
+// The first byte of text that breaks UTF-8 (overlong forms, surrogates and code points above U+10FFFF included),
+// or nullopt when it is valid.
+std::optional<std::size_t> invalid_utf8_at(std::string_view text);
+
+class Tokenizer {
+ public:
+  // `path`: a model folder holding tokenizer.json, or the file itself. The folder's tokenizer_config.json
+  // (`eos_token`), else generation_config.json (`eos_token_id`), names the end-of-document token. Throws BadInput.
+  static Tokenizer load(const std::filesystem::path& path);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // Appends the ids of one document to out: the post-processor's template around the text's tokens. Throws
+  // TextError for text that is not UTF-8.
+  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
+
+  std::int64_t vocab_size() const;                 // the largest id + 1 (model vocabulary and added tokens)
+  std::optional<std::int32_t> eos_id() const;      // the end-of-document token, when the folder names one
+  const std::string& eos_token() const;            // its text ("" when none)
+  const std::filesystem::path& file() const;       // the tokenizer.json read
+  const std::string& file_hash() const;            // XXH3-64 hex of that file's bytes
+  std::string describe() const;                    // one line for the log
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ulysses::tokenize
