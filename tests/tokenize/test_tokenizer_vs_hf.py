@@ -1,121 +1,28 @@
 """ulysses-pack's tokenizer against the `tokenizers` package (the Rust library transformers' fast tokenizers are),
-on a corpus of more than 10 MB: English prose (the sample's license texts), this repository's own source code,
-and generated text full of what tokenizers get wrong — CJK, emoji and ZWJ sequences, combining marks, digit runs,
-whitespace runs (tabs, CR LF, NBSP, ideographic space, U+2028), contractions in any case, special-token strings
-inside the text. Three byte-level BPE tokenizer.json files are trained here by `tokenizers` itself:
-
-  llama3  Split(Llama 3's regex, isolated) + ByteLevel, ignore_merges, <|begin_of_text|> by the template,
-          EOS <|end_of_text|> from tokenizer_config.json
-  qwen2   NFC normalizer + Split(Qwen2's regex) + ByteLevel, ByteLevel post-processor, EOS from
-          generation_config.json
-  gpt2    ByteLevel with its own regex only
-
-For each: `ulysses-pack tokenize` (4 threads, and 1 thread) gives, for every document, the ids of
-`Tokenizer.encode(text).ids` followed by the EOS; packing the text (--tokenizer) gives the same shards (h5py) as
-packing those reference ids; bad inputs end with one line and exit 2.
+on the corpus of text_corpus.py (more than 10 MB of prose, code, CJK, emoji, combining marks, digit and whitespace
+runs, special-token strings) with its three byte-level BPE files trained by `tokenizers` itself (Llama 3-style with
+ignore_merges and a BOS template, Qwen2-style with NFC, GPT-2-style). For each: `ulysses-pack tokenize` (4 threads,
+and 1 thread) gives, for every document, the ids of `Tokenizer.encode(text).ids` followed by the EOS; packing the
+text (--tokenizer) gives the same shards (h5py) as packing those reference ids; bad inputs end with one line and
+exit 2.
 
 usage: test_tokenizer_vs_hf.py ULYSSES_PACK SAMPLE_JSONL_GZ
 """
-import gzip
 import json
 import pathlib
-import random
 import subprocess
 import sys
 import tempfile
 import unittest
 
 import h5py
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, models
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from text_corpus import corpus, prose, train  # noqa: E402
 
 PACK, SAMPLE = sys.argv[1:3]
 del sys.argv[1:3]
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-          r"|\s+(?!\S)|\s+")
-QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)"
-         r"|\s+")
-SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
-
-
-def prose():
-    docs = []
-    with gzip.open(SAMPLE, "rt") as f:
-        for line in f:
-            ids = json.loads(line)["input_ids"]
-            docs.append(bytes(i for i in ids if i < 256).decode("utf-8"))
-    return docs
-
-
-def code():
-    files = sorted(p for p in (ROOT / "src").rglob("*") if p.suffix in (".cpp", ".hpp"))
-    files += sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "slurm").glob("*")) + sorted((ROOT / "docs").glob("*.md"))
-    return [p.read_text(encoding="utf-8") for p in files]
-
-
-def generated(rng, n):
-    cjk = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)] + [chr(c) for c in range(0x3041, 0x3097)] + \
-          [chr(c) for c in range(0xAC00, 0xAC00 + 500)]
-    emoji = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🏳️‍🌈", "❤️", "🇫🇷", "🧑🏿‍💻", "✨"]
-    marks = ["e\u0301", "a\u0308", "n\u0303", "\u1100\u1161", "o\u0302\u0323", "\u0915\u094d\u0937", "A\u030a"]
-    spaces = [" ", "  ", "\t", "\n", "\r\n", "\n\n\n", "\u00a0", "\u3000", "\u2028", " \t ", "      "]
-    words = ["the", "The", "THE", "it's", "IT'S", "we'll", "They'RE", "don't", "naïve", "café", "straße", "İstanbul",
-             "Ελληνικά", "русский", "עברית", "العربية", "हिन्दी", "ไทย", "x86_64", "foo_bar", "CamelCase"]
-    numbers = ["0", "7", "42", "1234567", "3.14159", "1,000,000", "٣٤٥", "２０２６", "½", "Ⅻ"]
-    code_bits = ["{", "}", "->", "::", "==", "!=", "/*", "*/", "#include", "std::vector<int>", "$x", "@@", "...", "'''"]
-    pools = [cjk, emoji, marks, words, numbers, code_bits, SPECIALS]
-    docs = []
-    for _ in range(n):
-        parts = []
-        for _ in range(rng.randint(5, 400)):
-            pool = rng.choice(pools)
-            parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 6 if pool is cjk else 2))))
-            parts.append(rng.choice(spaces) if rng.random() < 0.7 else "")
-        docs.append("".join(parts))
-    return docs
-
-
-def corpus():
-    rng = random.Random(1234)
-    docs = prose() + code()
-    while sum(len(d.encode()) for d in docs) < 10_500_000:
-        docs += generated(rng, 500)
-        docs += [d.upper() if rng.random() < 0.5 else d[::-1] for d in prose()[:50]]
-    docs += ["", " ", "\n", "<|end_of_text|>", "a<|begin_of_text|>b", "<|im_start|>user\nhi<|im_end|>"]
-    return docs
-
-
-def train(kind, texts, folder):
-    folder.mkdir()
-    tok = Tokenizer(models.BPE(ignore_merges=kind == "llama3"))
-    if kind == "qwen2":
-        tok.normalizer = normalizers.NFC()
-    if kind == "gpt2":
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3 if kind == "llama3" else QWEN2), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=6000, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts[:3000], trainer)
-    if kind == "llama3":
-        tok.post_processor = processors.TemplateProcessing(
-            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
-        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end_of_text|>"}))
-        eos = tok.token_to_id("<|end_of_text|>")
-    elif kind == "qwen2":
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
-        eos = tok.token_to_id("<|im_end|>")
-        (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 0]}))
-    else:
-        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<|end_of_text|>"}}))
-        eos = tok.token_to_id("<|end_of_text|>")
-    tok.save(str(folder / "tokenizer.json"))
-    return Tokenizer.from_file(str(folder / "tokenizer.json")), eos
-
 
 def run(*args, code=0):
     p = subprocess.run([PACK, *map(str, args)], capture_output=True, text=True, timeout=600)
@@ -128,7 +35,7 @@ class VsTokenizers(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.root = pathlib.Path(cls.tmp.name)
-        cls.texts = corpus()
+        cls.texts = corpus(SAMPLE, 10_500_000)
         cls.text_file = cls.root / "text.jsonl"
         with open(cls.text_file, "w", encoding="utf-8") as f:
             for t in cls.texts:
@@ -196,7 +103,7 @@ class BadInputs(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.root = pathlib.Path(cls.tmp.name)
-        cls.tok, _ = train("llama3", ["hello world"] * 50 + prose()[:200], cls.root / "tok")
+        cls.tok, _ = train("llama3", ["hello world"] * 50 + prose(SAMPLE)[:200], cls.root / "tok")
 
     @classmethod
     def tearDownClass(cls):
