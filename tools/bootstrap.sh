@@ -2,7 +2,7 @@
 # Installs, idempotently, everything the toolkit needs to build, test and run on one machine:
 #   - Debian packages (compilers, clang with libFuzzer for the sanitizer build, Meson, MPICH, HDF5 serial,
 #     CLI11, fmt, nlohmann-json, GoogleTest, zstd/zlib, protobuf + ISA-L for the trainer's TensorBoard files,
-#     PCRE2 + utf8proc for the packer's tokenizer,
+#     PCRE2 + utf8proc + sentencepiece for the packer's tokenizers,
 #     Slurm + munge for the launch tests, ccache),
 #   - a Python virtual environment holding the PyPI PyTorch wheel (whose torch/ folder *is* LibTorch,
 #     CUDA build; it runs on CPU too) and the test-only references (transformers, safetensors, h5py).
@@ -26,7 +26,7 @@ APT_PACKAGES=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   libzstd-dev zlib1g-dev libxxhash-dev
   libprotobuf-dev protobuf-compiler libisal-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev
   slurm-wlm slurmctld slurmd slurm-client munge
 )
 

@@ -1,4 +1,5 @@
-// ulysses-pack: tokenized corpus → SP-aligned HDF5 shards (pack), and inspect/verify of a packed dataset.
+// ulysses-pack: tokenized corpus or JSONL text → SP-aligned HDF5 shards (pack), text → ids (tokenize), and
+// inspect/verify of a packed dataset.
 // One set_up_X per subcommand fills an options struct; the run_X functions (pack.hpp) do the work.
 #include <CLI/CLI.hpp>
 
@@ -74,7 +75,7 @@ void set_up_pack(CLI::App& app, CliState& st) {
       ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat"}))->capture_default_str();
   cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
   cmd->add_option("--tokenizer", o.tokenizer,
-                  "Model folder (or its tokenizer.json): JSONL inputs hold text, tokenized here (byte-level BPE)");
+                  "Model folder (or its tokenizer.json / tokenizer.model): JSONL inputs hold text, tokenized here");
   cmd->add_option("--text-key", o.reader.text_key, "JSONL key of the text (with --tokenizer)")->capture_default_str();
   cmd->add_flag("--append-eos,!--no-append-eos", o.reader.append_eos,
                 "With --tokenizer: end each document with the model's EOS (default: yes)");
@@ -105,7 +106,7 @@ void set_up_tokenize(CLI::App& app, CliState& st) {
   auto& o = st.tokenize;
   cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] text files or glob patterns, read in order")->required();
   cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
-  cmd->add_option("--tokenizer", o.tokenizer, "Model folder (or its tokenizer.json)")->required();
+  cmd->add_option("--tokenizer", o.tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)")->required();
   cmd->add_option("--text-key", o.text_key, "JSONL key of the text")->capture_default_str();
   cmd->add_flag("--append-eos,!--no-append-eos", o.append_eos, "End each document with the model's EOS (default: yes)");
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();

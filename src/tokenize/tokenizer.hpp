@@ -1,18 +1,11 @@
-// Tokenizer: a Hugging Face model folder's tokenizer.json → token ids, the ids `tokenizers` gives for
-// `Tokenizer.from_file(...).encode(text).ids` (add_special_tokens=True), for the byte-level BPE files of Llama 3 /
-// 3.1 / 3.2, Qwen2 / Qwen3 and GPT-2. Torch-free; encode() is const and may run on many threads at once.
-//
-// What runs, in `tokenizers`' order:
-//   1. added tokens (special or not) that are matched on the raw text (`"normalized": false`) are cut out,
-//      leftmost-longest first; they are never split;
-//   2. each stretch between them is normalized (none, or NFC), and the added tokens matched on normalized text
-//      are cut out of it;
-//   3. pre-tokenizers: Split(regex, "isolated") and ByteLevel (its GPT-2 regex when use_regex), in sequence;
-//   4. byte-level BPE on each pre-token (bpe.hpp);
-//   5. the post-processor's template around the ids (Llama 3's <|begin_of_text|>); ByteLevel adds nothing.
-// Anything else in the file (another model type, normalizer or pre-tokenizer, added tokens that strip spaces or
-// must be single words, byte fallback) is refused at load with one line naming the file and the field. The file's
-// "truncation" and "padding" are ignored: a document is never cut by the tokenizer.
+// Tokenizer: a Hugging Face model folder's tokenizer → token ids, exactly as the reference library gives them:
+//   tokenizer.json (byte-level BPE: Llama 3 / 3.1 / 3.2, Qwen2 / Qwen3, GPT-2; hf_tokenizer.hpp) — the ids of
+//     `tokenizers`' `Tokenizer.from_file(...).encode(text).ids` (add_special_tokens=True), taken first when the folder
+//     has both files, as transformers' AutoTokenizer does;
+//   tokenizer.model (SentencePiece: Llama 2, Mistral v1–v3; sentencepiece_model.hpp) — sentencepiece's
+//     `encode(text)`, with the BOS/EOS that tokenizer_config.json's add_bos_token/add_eos_token ask for.
+// The end-of-document token (appended by the packer) is tokenizer_config.json's eos_token, else
+// generation_config.json's first eos_token_id. Torch-free; encode() is const and may run on many threads at once.
 #pragma once
 
 #include <cstdint>

@@ -92,6 +92,20 @@ def flat():
             "u32-eos0": b"\x03" + struct.pack(f"<{len(tokens)}I", *tokens)}
 
 
+def tokenizer(tmp):
+    """Tokenizer files trained by `tokenizers` on the sample (mode 0), and texts (mode 1)."""
+    sys.path.insert(0, str(ROOT / "tests/tokenize"))
+    from text_corpus import prose, train
+    texts = prose(SAMPLE)[:40]
+    seeds = {}
+    for kind in ("llama3", "qwen2", "gpt2"):
+        train(kind, texts, tmp / kind, vocab_size=400)
+        seeds[kind] = b"\x00" + (tmp / kind / "tokenizer.json").read_bytes()
+    seeds["text"] = b"\x01" + "Hello <|end|> it's 12345 café 日本語 👍🏽 e\u0301  \t\r\n".encode()
+    seeds["prose"] = b"\x01" + texts[0].encode()
+    return seeds
+
+
 def toml_config():
     return {"train": b'steps = 20\nlr = 3e-4\noutput = "runs/x"\noverwrite = true\nlengths = [1, 2]\n',
             "synonym": b"learning_rate = 1e-3\n"}
@@ -105,7 +119,8 @@ def main():
         makers = {"safetensors": safetensors, "checkpoint_manifest": checkpoint_manifest,
                   "dataset_manifest": lambda: dataset_manifest(pack, tmp), "shard": lambda: shard(pack, tmp),
                   "hf_config": hf_config, "jsonl": jsonl, "megatron": lambda: megatron(tmp),
-                  "llmc": lambda: llmc(tmp), "flat": flat, "toml_config": toml_config}
+                  "llmc": lambda: llmc(tmp), "flat": flat, "toml_config": toml_config,
+                  "tokenizer": lambda: tokenizer(tmp)}
         for name, data in makers[target]().items():
             (out / f"seed-{name}").write_bytes(data)
 

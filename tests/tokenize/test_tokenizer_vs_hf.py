@@ -19,7 +19,7 @@ import h5py
 from tokenizers import Tokenizer, models
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from text_corpus import corpus, prose, train  # noqa: E402
+from text_corpus import CorpusCase, prose, train  # noqa: E402
 
 PACK, SAMPLE = sys.argv[1:3]
 del sys.argv[1:3]
@@ -30,21 +30,8 @@ def run(*args, code=0):
     return p
 
 
-class VsTokenizers(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.root = pathlib.Path(cls.tmp.name)
-        cls.texts = corpus(SAMPLE, 10_500_000)
-        cls.text_file = cls.root / "text.jsonl"
-        with open(cls.text_file, "w", encoding="utf-8") as f:
-            for t in cls.texts:
-                f.write(json.dumps({"text": t}, ensure_ascii=bool(len(t) % 2)) + "\n")   # escaped and raw UTF-8
-        print(f"corpus: {len(cls.texts)} documents, {cls.text_file.stat().st_size / 1e6:.1f} MB", flush=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class VsTokenizers(CorpusCase):
+    SAMPLE = SAMPLE
 
     def reference(self, tok, eos):
         out = []
@@ -153,7 +140,9 @@ class BadInputs(unittest.TestCase):
         sp.mkdir()
         (sp / "tokenizer.model").write_bytes(b"\x00")
         self.one_line(["tokenize", f, "-o", self.root / "o3.jsonl", "--tokenizer", sp],
-                      "only a SentencePiece tokenizer.model, which is not supported yet")
+                      f"{sp}/tokenizer.model: not a SentencePiece model")
+        self.one_line(["tokenize", f, "-o", self.root / "o4.jsonl", "--tokenizer", self.root],
+                      "neither tokenizer.json nor tokenizer.model")
 
     def test_binary_inputs_are_not_text(self):
         self.one_line(["pack", SAMPLE, "-o", self.root / "p3", "--seq-len", 1024, "--tokenizer", self.root / "tok",

@@ -10,11 +10,15 @@ tokenizer.json files trained on it by the `tokenizers` package itself:
                              template, EOS <|end_of_text|> in tokenizer_config.json; "qwen2": NFC + Split(Qwen2's
                              regex) + ByteLevel, ByteLevel post-processor, EOS <|im_end|> in generation_config.json;
                              "gpt2": ByteLevel with its own regex. Returns (the Tokenizer as saved, the EOS id).
+  CorpusCase                 a TestCase whose class holds root (a temporary folder), texts (the corpus) and
+                             text_file (root/text.jsonl, {"text": …} per line, JSON-escaped and raw UTF-8 alike)
 """
 import gzip
 import json
 import pathlib
 import random
+import tempfile
+import unittest
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -105,3 +109,22 @@ def train(kind, texts, folder, vocab_size=6000):
         eos = tok.token_to_id("<|end_of_text|>")
     tok.save(str(folder / "tokenizer.json"))
     return Tokenizer.from_file(str(folder / "tokenizer.json")), eos
+
+
+class CorpusCase(unittest.TestCase):
+    SAMPLE = None   # the sample's licenses.jsonl.gz, set by the test
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.root = pathlib.Path(cls.tmp.name)
+        cls.texts = corpus(cls.SAMPLE, 10_500_000)
+        cls.text_file = cls.root / "text.jsonl"
+        with open(cls.text_file, "w", encoding="utf-8") as f:
+            for t in cls.texts:
+                f.write(json.dumps({"text": t}, ensure_ascii=bool(len(t) % 2)) + "\n")
+        print(f"corpus: {len(cls.texts)} documents, {cls.text_file.stat().st_size / 1e6:.1f} MB", flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()

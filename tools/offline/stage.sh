@@ -35,7 +35,7 @@ WANTED=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   libzstd-dev zlib1g-dev libxxhash-dev
   libprotobuf-dev protobuf-compiler libisal-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev
   pkg-config
 )
 # Base libraries that must never be shadowed on the node (their Priority field says "optional" in

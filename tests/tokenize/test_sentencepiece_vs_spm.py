@@ -1,0 +1,87 @@
+"""ulysses-pack's SentencePiece path (tokenizer.model) against the `sentencepiece` package, on text_corpus.py's
+corpus (more than 10 MB of prose, code, CJK, emoji, combining marks, digit and whitespace runs, special-token
+strings), for: a unigram model with byte fallback (Llama 2's kind) and a BPE model, both trained here by
+sentencepiece's own trainer (spm_train's code), and the Mistral v1 and v3 tokenizer.model files shipped inside the
+mistral-common package. For each, `ulysses-pack tokenize` gives, for every document, [BOS] + encode(text) + [EOS]
+(tokenizer_config.json: add_bos_token true, eos_token "</s>"), at 4 threads; with add_bos_token false, no BOS.
+
+usage: test_sentencepiece_vs_spm.py ULYSSES_PACK SAMPLE_JSONL_GZ
+"""
+import importlib.util
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import unittest
+
+import sentencepiece as spm
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from text_corpus import CorpusCase  # noqa: E402
+
+PACK, SAMPLE = sys.argv[1:3]
+del sys.argv[1:3]
+MISTRAL_DATA = pathlib.Path(importlib.util.find_spec("mistral_common").submodule_search_locations[0]) / "data"
+
+
+class VsSentencePiece(CorpusCase):
+    SAMPLE = SAMPLE
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.train_lines = cls.root / "train.txt"
+        cls.train_lines.write_text("\n".join(line for t in cls.texts[:3000] for line in t.splitlines() if line.strip()),
+                                   encoding="utf-8")
+
+    def folder(self, name, model, **config):
+        d = self.root / name
+        d.mkdir()
+        shutil.copy(model, d / "tokenizer.model")
+        (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>", **config}))
+        return d
+
+    def trained(self, name, model_type, **options):
+        prefix = self.root / f"spm-{name}"
+        spm.SentencePieceTrainer.train(input=str(self.train_lines), model_prefix=str(prefix), vocab_size=4000,
+                                       model_type=model_type, input_sentence_size=200000, shuffle_input_sentence=True,
+                                       character_coverage=0.9995, minloglevel=2, **options)
+        return pathlib.Path(f"{prefix}.model")
+
+    def check(self, d, bos=True):
+        sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
+        out = d / "ids.jsonl"
+        p = subprocess.run([PACK, "tokenize", self.text_file, "-o", out, "--tokenizer", d, "--threads", "4"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        self.assertEqual(len(got), len(self.texts))
+        eos = sp.eos_id()
+        bad = []
+        for i, (text, ids) in enumerate(zip(self.texts, got)):
+            want = ([sp.bos_id()] if bos else []) + sp.encode(text)
+            if not want or want[-1] != eos:
+                want.append(eos)
+            if ids != want:
+                bad.append(i)
+        self.assertEqual(bad, [], f"{len(bad)} documents differ, the first {self.texts[bad[0]][:200]!r}" if bad else "")
+
+    def test_unigram_with_byte_fallback(self):
+        self.check(self.folder("unigram", self.trained("unigram", "unigram", byte_fallback=True)))
+
+    def test_bpe(self):
+        self.check(self.folder("bpe", self.trained("bpe", "bpe")))
+
+    def test_bpe_without_bos(self):
+        self.check(self.folder("bpe-nobos", self.trained("bpe2", "bpe"), add_bos_token=False), bos=False)
+
+    def test_mistral_v1(self):
+        self.check(self.folder("mistral-v1", MISTRAL_DATA / "tokenizer.model.v1"))
+
+    def test_mistral_v3(self):
+        self.check(self.folder("mistral-v3", MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
