@@ -37,7 +37,8 @@ class TokenSource {
   virtual void read(std::uint64_t offset, std::uint32_t n, std::int32_t* ids, std::uint8_t* mask) const = 0;
 };
 
-enum class Format { kAuto, kJsonl, kMegatron, kLlmc, kFlat };
+enum class Format { kAuto, kJsonl, kMegatron, kLlmc, kFlat, kText };   // kText: plain text, with a tokenizer
+enum class TextSplit { kFile, kBlankLine };   // a plain text file is one document, or one per blank-line block
 enum class OnError { kStop, kSkip };
 enum class SplitAt { kAfterEos, kBeforeEos };   // EOS ends a document (nanoGPT) or starts one (llm.c)
 
@@ -46,6 +47,7 @@ struct ReaderOptions {
   std::string tokens_key = "input_ids";   // JSONL key holding the token id array
   const tokenize::Tokenizer* tokenizer = nullptr;   // set: JSONL lines hold text under text_key, tokenized here
   std::string text_key = "text";          // JSONL key holding a document's text (with a tokenizer)
+  TextSplit text_split = TextSplit::kFile;   // plain text inputs (with a tokenizer)
   bool append_eos = true;                 // with a tokenizer: end each document with its EOS (as Megatron's --append-eod)
   std::string mask_key;                   // JSONL key holding the 0/1 loss mask (empty: none)
   std::int64_t eos_id = -1;               // flat/llm.c: split documents at this id (-1: llm.c default / whole file)

@@ -37,6 +37,7 @@ Example:
 struct CliState {
   up::PackOptions pack;
   up::TokenizeOptions tokenize;
+  std::string text_split = "file";
   std::string format = "auto", policy = "bfd", long_docs = "truncate", split_at, flat_dtype, on_error = "stop";
   std::filesystem::path dataset;
   std::int64_t sample = 0, max_tokens = 64;
@@ -72,11 +73,14 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--model-config", o.model_config, "Hugging Face config.json: check heads vs --sp and ids vs vocab");
   cmd->add_option("--vocab-size", o.vocab_size, "Refuse token ids >= this (instead of --model-config)");
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
-      ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text"}))->capture_default_str();
   cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
   cmd->add_option("--tokenizer", o.tokenizer,
                   "Model folder (or its tokenizer.json / tokenizer.model): JSONL inputs hold text, tokenized here");
   cmd->add_option("--text-key", o.reader.text_key, "JSONL key of the text (with --tokenizer)")->capture_default_str();
+  cmd->add_option("--text-split", st.text_split,
+                  "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
+      ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
   cmd->add_flag("--append-eos,!--no-append-eos", o.reader.append_eos,
                 "With --tokenizer: end each document with the model's EOS (default: yes)");
   cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key of a per-token 0/1 loss mask (SFT)");
@@ -104,10 +108,13 @@ void set_up_tokenize(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("tokenize", "Tokenize JSONL text into JSONL token ids with the model's tokenizer");
   cmd->footer(kTokenizeExamples);
   auto& o = st.tokenize;
-  cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] text files or glob patterns, read in order")->required();
+  cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] or plain text (.txt, .md) files or globs, read in order")
+      ->required();
   cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
   cmd->add_option("--tokenizer", o.tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)")->required();
   cmd->add_option("--text-key", o.text_key, "JSONL key of the text")->capture_default_str();
+  cmd->add_option("--text-split", st.text_split, "Plain text inputs: one document per file, or per blank-line block")
+      ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
   cmd->add_flag("--append-eos,!--no-append-eos", o.append_eos, "End each document with the model's EOS (default: yes)");
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
@@ -134,7 +141,8 @@ int run_pack_command(CliState& st, const std::string& cmdline) {
   o.long_docs = pick<up::LongDocs>({{"truncate", up::LongDocs::kTruncate}, {"drop", up::LongDocs::kDrop}}, st.long_docs);
   o.reader.format = pick<up::Format>({{"auto", up::Format::kAuto}, {"jsonl", up::Format::kJsonl},
                                       {"megatron", up::Format::kMegatron}, {"llmc", up::Format::kLlmc},
-                                      {"flat", up::Format::kFlat}}, st.format);
+                                      {"flat", up::Format::kFlat}, {"text", up::Format::kText}}, st.format);
+  o.reader.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
   o.reader.on_error = st.on_error == "skip" ? up::OnError::kSkip : up::OnError::kStop;
   if (!st.split_at.empty()) {
     o.reader.split_at = st.split_at == "before" ? up::SplitAt::kBeforeEos : up::SplitAt::kAfterEos;
@@ -161,7 +169,10 @@ int main(int argc, char** argv) {
   return ulysses::run_guarded([&] {
     if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);
     if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes);
-    if (app.got_subcommand("tokenize")) return up::run_tokenize(st.tokenize);
+    if (app.got_subcommand("tokenize")) {
+      st.tokenize.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
+      return up::run_tokenize(st.tokenize);
+    }
     return up::run_verify(st.dataset, st.threads);
   });
 }

@@ -23,6 +23,7 @@ const char* format_name(Format f) {
     case Format::kMegatron: return "megatron";
     case Format::kLlmc: return "llmc";
     case Format::kFlat: return "flat";
+    case Format::kText: return "text";
     case Format::kAuto: break;
   }
   return "auto";
@@ -80,15 +81,17 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   std::vector<Format> formats(n);
   for (std::size_t i = 0; i < n; ++i) {
     formats[i] = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
-    if (options.tokenizer != nullptr && formats[i] != Format::kJsonl)
-      throw BadInput(fmt::format("input {} is {}, but --tokenizer reads JSONL text", paths[i], format_name(formats[i])),
-                     "pass JSONL[.gz|.zst] files with the text under --text-key, or drop --tokenizer for token ids");
+    if (options.tokenizer != nullptr && formats[i] != Format::kJsonl && formats[i] != Format::kText)
+      throw BadInput(fmt::format("input {} is {}, but --tokenizer reads text (JSONL or plain)", paths[i],
+                                 format_name(formats[i])),
+                     "pass JSONL[.gz|.zst] files with the text under --text-key or .txt files, or drop --tokenizer for "
+                     "token ids");
   }
   // Binary readers hash their input while scanning it; JSONL inputs are hashed by tasks of their own
   // (tasks [n, ...)), in parallel with the parsing. Spare threads go to the blocks of binary inputs.
   std::vector<std::size_t> hash_tasks;
   for (std::size_t i = 0; i < n; ++i)
-    if (formats[i] == Format::kJsonl) hash_tasks.push_back(i);
+    if (formats[i] == Format::kJsonl || formats[i] == Format::kText) hash_tasks.push_back(i);
   ReaderOptions reader = options;
   reader.threads = static_cast<int>(std::max<std::size_t>(1, static_cast<std::size_t>(threads) / n));
   Progress progress("scan", n, "files", "tokens");
@@ -102,7 +105,7 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
     auto& in = corpus.inputs[i];
     std::string checksum;
     corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), reader, docs[i], stats[i], &checksum);
-    if (formats[i] != Format::kJsonl) in.xxh3 = checksum;
+    if (formats[i] != Format::kJsonl && formats[i] != Format::kText) in.xxh3 = checksum;
     in.path = paths[i];
     in.format = format_name(formats[i]);
     in.bytes = static_cast<std::int64_t>(stats[i].input_bytes);

@@ -1,5 +1,5 @@
-// run_tokenize (pack.hpp): JSONL text → JSONL token ids with the model's tokenizer (readers/text_lines.hpp), one
-// output line per non-blank input line, inputs in the order given. Written to a temporary name beside the output
+// run_tokenize (pack.hpp): text → JSONL token ids with the model's tokenizer (readers/text_documents.hpp), one
+// output line per document (a non-blank JSONL line, or a plain text file or block), inputs in the order given. Written to a temporary name beside the output
 // and renamed when complete; a bad line stops it with its file, line and column.
 #include <fstream>
 #include <thread>
@@ -11,7 +11,7 @@
 #include "core/log.hpp"
 #include "pack/pack.hpp"
 #include "pack/readers/byte_stream.hpp"
-#include "pack/readers/text_lines.hpp"
+#include "pack/readers/text_documents.hpp"
 #include "pack/scan.hpp"
 
 namespace ulysses::pack {
@@ -27,6 +27,7 @@ int run_tokenize(const TokenizeOptions& o) {
   options.tokenizer = &tokenizer;
   options.text_key = o.text_key;
   options.append_eos = o.append_eos;
+  options.text_split = o.text_split;
   options.threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const fs::path tmp = fs::path(o.output.string() + ".tmp");
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -36,7 +37,11 @@ int run_tokenize(const TokenizeOptions& o) {
   for (const std::string& path : paths) {
     const auto stream = open_byte_stream(path);
     LineReader lines(*stream);
-    tokenize_lines(lines, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids, const JsonLineError* error) {
+    const std::unique_ptr<RecordSource> records = detect_format(path) == Format::kText
+                                                      ? text_records(*stream, lines, o.text_split)
+                                                      : std::make_unique<JsonlRecords>(lines);
+    tokenize_documents(*records, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids,
+                                             const JsonLineError* error) {
       if (error != nullptr) {
         out.close();
         fs::remove(tmp);

@@ -59,6 +59,43 @@ class VsTokenizers(CorpusCase):
         want = self.check_kind("llama3")
         self.check_pack_equals_ids("llama3", want)
 
+    def test_plain_text_files(self):
+        """.txt inputs: one document per file, or per block of non-blank lines (joined with \\n) with
+        --text-split blank-line; the ids are tokenizers' for each document's text."""
+        tok, eos = train("gpt2", self.texts, self.root / "gpt2-text")
+        files = []
+        for i, text in enumerate(self.texts[:300:30]):
+            files.append(self.root / f"doc-{i}.txt")
+            files[-1].write_text(text, encoding="utf-8", newline="")
+        out = self.root / "per-file.jsonl"
+        run("tokenize", *files, "-o", out, "--tokenizer", self.root / "gpt2-text")
+        want = [tok.encode(f.read_bytes().decode("utf-8")).ids + [eos] for f in files]
+        got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        self.assertEqual(got, [w[:-1] if len(w) > 1 and w[-2] == eos else w for w in want])
+        blocks_file = self.root / "blocks.txt"
+        blocks_file.write_text("\n\n \t\n".join(self.texts[:400]), encoding="utf-8", newline="")
+        blocks, current = [], []
+        for line in blocks_file.read_bytes().decode("utf-8").split("\n"):
+            if line.strip(" \t\r") == "":
+                if current:
+                    blocks.append("\n".join(current))
+                current = []
+            else:
+                current.append(line)
+        if current:
+            blocks.append("\n".join(current))
+        out = self.root / "per-block.jsonl"
+        run("tokenize", blocks_file, "-o", out, "--tokenizer", self.root / "gpt2-text", "--text-split", "blank-line",
+            "--no-append-eos", "--threads", 3)
+        got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        self.assertEqual(len(got), len(blocks))
+        self.assertEqual(got, [e.ids for e in tok.encode_batch(blocks)])
+        run("pack", blocks_file, "-o", self.root / "packed-blocks", "--tokenizer", self.root / "gpt2-text",
+            "--text-split", "blank-line", "--seq-len", 1024)
+        manifest = json.loads((self.root / "packed-blocks/manifest.json").read_text())
+        self.assertEqual((manifest["inputs"][0]["format"], manifest["inputs"][0]["documents"]), ("text", len(blocks)))
+        self.assertEqual(manifest["inputs"][0]["tokens"], sum(len(g) + 1 for g in got))   # each with its EOS
+
     def test_qwen2_style_nfc(self):
         self.check_kind("qwen2")
 
@@ -116,6 +153,11 @@ class BadInputs(unittest.TestCase):
                       "is not valid UTF-8")
         self.assertFalse((self.root / "p").exists())
 
+    def test_plain_text_needs_the_tokenizer(self):
+        f = self.root / "notes.txt"
+        f.write_text("some text\n")
+        self.one_line(["pack", f, "-o", self.root / "p4", "--seq-len", 1024], f"{f} is plain text, which needs the model's tokenizer")
+
     def test_missing_text_key(self):
         f = self.root / "no-text.jsonl"
         f.write_text('{"content": "x"}\n')
@@ -146,7 +188,7 @@ class BadInputs(unittest.TestCase):
 
     def test_binary_inputs_are_not_text(self):
         self.one_line(["pack", SAMPLE, "-o", self.root / "p3", "--seq-len", 1024, "--tokenizer", self.root / "tok",
-                       "--format", "flat", "--flat-dtype", "uint16"], "but --tokenizer reads JSONL text")
+                       "--format", "flat", "--flat-dtype", "uint16"], "but --tokenizer reads text (JSONL or plain)")
 
 
 if __name__ == "__main__":

@@ -17,12 +17,17 @@ namespace ulysses::pack {
 namespace {
 
 constexpr const char* kFormatHint =
-    "pass --format jsonl|megatron|llmc|flat (flat also needs --flat-dtype uint16|uint32)";
+    "pass --format jsonl|megatron|llmc|flat|text (flat also needs --flat-dtype uint16|uint32; text, --tokenizer)";
 
 bool is_jsonl_name(std::string_view name) {
   constexpr std::array<std::string_view, 4> kSuffixes = {".jsonl", ".jsonl.gz", ".jsonl.zst", ".json"};
   return std::any_of(kSuffixes.begin(), kSuffixes.end(),
                      [&](std::string_view s) { return name.ends_with(s); });
+}
+
+bool is_text_name(std::string_view name) {
+  constexpr std::array<std::string_view, 6> kSuffixes = {".txt", ".txt.gz", ".txt.zst", ".md", ".md.gz", ".md.zst"};
+  return std::any_of(kSuffixes.begin(), kSuffixes.end(), [&](std::string_view s) { return name.ends_with(s); });
 }
 
 std::int32_t first_int32(const std::filesystem::path& path) {
@@ -48,6 +53,7 @@ std::unique_ptr<TokenSource> scan_format(Format format, const std::filesystem::p
     case Format::kMegatron: return scan_megatron(path, options, sink);
     case Format::kLlmc: return scan_llmc(path, options, sink);
     case Format::kFlat: return scan_flat(path, options, sink);
+    case Format::kText: return scan_text(path, options, sink);
     case Format::kAuto: break;
   }
   check_failed(__FILE__, __LINE__, "format resolved", fmt::format("{}", static_cast<int>(format)));
@@ -72,6 +78,7 @@ void DocSink::add(std::uint64_t offset, std::uint64_t length) {
 
 Format detect_format(const std::filesystem::path& path) {
   if (is_jsonl_name(path.filename().string())) return Format::kJsonl;
+  if (is_text_name(path.filename().string())) return Format::kText;
   const MegatronPaths megatron = megatron_paths(path);
   const bool has_idx = std::filesystem::exists(megatron.idx);
   const bool has_bin = std::filesystem::exists(megatron.bin);
@@ -81,7 +88,7 @@ Format detect_format(const std::filesystem::path& path) {
                                megatron.idx.string(), megatron.bin.string()),
                    "check the path; a Megatron dataset may be named by its prefix (NAME for NAME.bin + NAME.idx)");
   }
-  std::string why = "its name is not *.jsonl, *.jsonl.gz, *.jsonl.zst or *.json";
+  std::string why = "its name is not *.jsonl, *.jsonl.gz, *.jsonl.zst, *.json, nor text (*.txt, *.md, .gz/.zst)";
   if (path.extension() == ".bin") {
     const std::int32_t magic = first_int32(path);
     if (magic == kLlmcMagicGpt2 || magic == kLlmcMagicLlama3) return Format::kLlmc;

@@ -8,8 +8,8 @@
 // killed. Blank lines are skipped; an empty token array counts as an empty document. A bad line stops
 // the scan with its 1-based line number and column, or with --on-error skip is counted and skipped.
 //
-// With a tokenizer (--tokenizer), each line holds a document's text under options.text_key instead, tokenized by
-// text_lines.hpp in parallel and taken in line order.
+// With a tokenizer (--tokenizer), each line holds a document's text under options.text_key instead — or, for a plain
+// text input (scan_text), the file is text — tokenized by text_documents.hpp in parallel and taken in order.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -27,7 +27,7 @@
 #include "pack/readers/json_line.hpp"
 #include "pack/readers/line_reader.hpp"
 #include "pack/readers/readers.hpp"
-#include "pack/readers/text_lines.hpp"
+#include "pack/readers/text_documents.hpp"
 
 namespace ulysses::pack {
 namespace {
@@ -139,8 +139,9 @@ std::string line_hint(const ReaderOptions& options) {
 
 class JsonlScan {
  public:
-  JsonlScan(const std::filesystem::path& path, const ReaderOptions& options, DocSink& sink)
-      : path_(path), options_(options), sink_(sink) {}
+  // plain_text: the file is text (scan_text), not JSONL lines
+  JsonlScan(const std::filesystem::path& path, const ReaderOptions& options, DocSink& sink, bool plain_text)
+      : path_(path), options_(options), sink_(sink), plain_text_(plain_text) {}
 
   std::unique_ptr<TokenSource> run() {
     std::error_code error;
@@ -159,8 +160,11 @@ class JsonlScan {
     if (!options_.mask_key.empty()) mask.emplace(spill_path("mask.uint8"));
 
     LineReader lines(*stream);
-    if (options_.tokenizer != nullptr) {
-      take_text_lines(lines, ids);
+    if (plain_text_) {
+      take_text(*text_records(*stream, lines, options_.text_split), ids);
+    } else if (options_.tokenizer != nullptr) {
+      JsonlRecords records(lines);
+      take_text(records, ids);
     } else {
       std::string_view line;
       for (std::uint64_t number = 1; lines.next(line); ++number) {
@@ -192,8 +196,9 @@ class JsonlScan {
     offset_ += parsed_.ids.size();
   }
 
-  void take_text_lines(LineReader& lines, SpillFile& ids) {
-    tokenize_lines(lines, options_, [&](std::uint64_t number, std::vector<std::int32_t>& doc, const JsonLineError* error) {
+  void take_text(RecordSource& records, SpillFile& ids) {
+    tokenize_documents(records, options_, [&](std::uint64_t number, std::vector<std::int32_t>& doc,
+                                              const JsonLineError* error) {
       if (error != nullptr) return bad_line(number, *error);
       try {
         sink_.stats().max_id = std::max(sink_.stats().max_id, check_vocab(doc, options_.vocab_size));
@@ -218,6 +223,7 @@ class JsonlScan {
   const std::filesystem::path& path_;
   const ReaderOptions& options_;
   DocSink& sink_;
+  const bool plain_text_;
   TokenLine parsed_;            // reused: its vectors keep their capacity from line to line
   std::uint64_t offset_ = 0;    // tokens spilled so far
 };
@@ -232,7 +238,16 @@ std::unique_ptr<TokenSource> scan_jsonl(const std::filesystem::path& path, const
                    "pass a non-empty --tokens-key that differs from --loss-mask-key");
   }
   ULY_CHECK(!options.scratch_dir.empty(), "no scratch_dir to spill {} into", path.string());
-  return JsonlScan(path, options, sink).run();
+  return JsonlScan(path, options, sink, false).run();
+}
+
+std::unique_ptr<TokenSource> scan_text(const std::filesystem::path& path, const ReaderOptions& options,
+                                       DocSink& sink) {
+  if (options.tokenizer == nullptr)
+    throw BadInput(fmt::format("{} is plain text, which needs the model's tokenizer", path.string()),
+                   "pass --tokenizer MODEL_DIR (its tokenizer.json or tokenizer.model)");
+  ULY_CHECK(!options.scratch_dir.empty(), "no scratch_dir to spill {} into", path.string());
+  return JsonlScan(path, options, sink, true).run();
 }
 
 }  // namespace ulysses::pack

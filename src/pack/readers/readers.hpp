@@ -53,6 +53,9 @@ MegatronPaths megatron_paths(const std::filesystem::path& path);
 
 std::unique_ptr<TokenSource> scan_jsonl(const std::filesystem::path& path, const ReaderOptions& options,
                                         DocSink& sink);
+// Plain text files (.txt/.md, .gz/.zst), one document per file or per blank-line block (options.text_split),
+// tokenized with options.tokenizer (BadInput without one), spilled as JSONL text is.
+std::unique_ptr<TokenSource> scan_text(const std::filesystem::path& path, const ReaderOptions& options, DocSink& sink);
 std::unique_ptr<TokenSource> scan_megatron(const std::filesystem::path& path,
                                            const ReaderOptions& options, DocSink& sink);
 std::unique_ptr<TokenSource> scan_llmc(const std::filesystem::path& path, const ReaderOptions& options,

@@ -48,9 +48,11 @@ TEST(DetectFormat, UnknownInputsAskForFormat) {
   expect_bad_input([&] { detect_format(dir / "train.bin"); },
                    {(dir / "train.bin").string(), "first int32 (1234)", "train.idx",
                     "--format jsonl|megatron|llmc|flat", "--flat-dtype uint16|uint32"});
-  write_file(dir / "notes.txt", "hello");
-  expect_bad_input([&] { detect_format(dir / "notes.txt"); },
-                   {(dir / "notes.txt").string(), "--format jsonl|megatron|llmc|flat"});
+  write_file(dir / "notes.dat", "hello");
+  expect_bad_input([&] { detect_format(dir / "notes.dat"); },
+                   {(dir / "notes.dat").string(), "--format jsonl|megatron|llmc|flat|text"});
+  write_file(dir / "notes.txt", "hello");   // plain text: read with --tokenizer
+  EXPECT_EQ(detect_format(dir / "notes.txt"), Format::kText);
   write_file(dir / "half.idx", "");
   expect_bad_input([&] { detect_format(dir / "half"); },
                    {(dir / "half").string(), "no such file", "half.bin"});

@@ -1,0 +1,121 @@
+#include "pack/readers/text_documents.hpp"
+
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/parallel.hpp"
+#include "tokenize/tokenizer.hpp"
+
+namespace ulysses::pack {
+namespace {
+
+constexpr std::size_t kBatchBytes = std::size_t{16} << 20;   // text read ahead and tokenized at once
+
+struct TextLine {
+  std::string record;
+  std::uint64_t number = 0;
+  std::vector<std::int32_t> ids;
+  std::optional<JsonLineError> error;
+};
+
+// The text of a JSONL record.
+std::string text_of(const std::string& line, const ReaderOptions& options) {
+  nlohmann::json j;
+  try {
+    j = parse_json_input(line, "the line", "");
+  } catch (const BadInput& e) {
+    throw JsonLineError(0, e.what());
+  }
+  const auto text = j.is_object() ? j.find(options.text_key) : j.end();
+  if (!j.is_object() || text == j.end() || !text->is_string())
+    throw JsonLineError(0, fmt::format("no text (a JSON string) under \"{}\" (--text-key)", options.text_key));
+  return text->get<std::string>();
+}
+
+// One record → ids; a bad one keeps its error instead.
+void tokenize_record(TextLine& t, bool json, const ReaderOptions& options) {
+  try {
+    if (const auto bad = tokenize::invalid_utf8_at(t.record))   // a JSONL line's column, or a text block's byte
+      throw JsonLineError(json ? *bad + 1 : 0, fmt::format("byte {}{} (0x{:02X}) is not valid UTF-8", *bad + 1,
+                                                           json ? "" : " of the document starting here",
+                                                           static_cast<unsigned char>(t.record[*bad])));
+    options.tokenizer->encode(json ? text_of(t.record, options) : t.record, t.ids);
+    const auto eos = options.tokenizer->eos_id();
+    if (options.append_eos && eos && (t.ids.empty() || t.ids.back() != *eos)) t.ids.push_back(*eos);
+  } catch (const JsonLineError& e) {
+    t.ids.clear();
+    t.error = e;
+  }
+  t.record = std::string();   // the batch keeps ids, not text
+}
+
+}  // namespace
+
+bool JsonlRecords::next(std::string& record, std::uint64_t& line) {
+  std::string_view text;
+  while (lines_.next(text)) {
+    ++number_;
+    if (is_blank(text)) continue;
+    record.assign(text);
+    line = number_;
+    return true;
+  }
+  return false;
+}
+
+bool WholeText::next(std::string& record, std::uint64_t& line) {
+  if (done_) return false;
+  done_ = true;
+  record.clear();
+  char buffer[1 << 16];
+  for (std::size_t n; (n = stream_.read(buffer, sizeof buffer)) > 0;) record.append(buffer, n);
+  line = 1;
+  return true;
+}
+
+bool TextBlocks::next(std::string& record, std::uint64_t& line) {
+  record.clear();
+  std::string_view text;
+  bool started = false;
+  while (lines_.next(text)) {
+    ++number_;
+    if (is_blank(text)) {
+      if (started) return true;
+      continue;
+    }
+    if (!started) line = number_;
+    if (started) record += '\n';
+    record.append(text);
+    started = true;
+  }
+  return started;
+}
+
+std::unique_ptr<RecordSource> text_records(ByteStream& stream, LineReader& lines, TextSplit split) {
+  if (split == TextSplit::kFile) return std::make_unique<WholeText>(stream);
+  return std::make_unique<TextBlocks>(lines);
+}
+
+void tokenize_documents(RecordSource& records, const ReaderOptions& options, const TakeDocument& take) {
+  ULY_CHECK(options.tokenizer != nullptr, "tokenize_documents without a tokenizer");
+  std::vector<TextLine> batch;
+  std::string record;
+  std::uint64_t number = 0;
+  for (bool more = true; more;) {
+    batch.clear();
+    for (std::size_t bytes = 0; bytes < kBatchBytes && (more = records.next(record, number));) {
+      bytes += record.size();
+      batch.push_back({std::move(record), number, {}, std::nullopt});
+    }
+    parallel_for(batch.size(), options.threads,
+                 [&](std::size_t i) { tokenize_record(batch[i], records.json(), options); });
+    for (TextLine& t : batch) take(t.number, t.ids, t.error ? &*t.error : nullptr);
+  }
+}
+
+}  // namespace ulysses::pack
