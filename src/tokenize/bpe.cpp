@@ -38,8 +38,9 @@ const std::vector<std::string>& byte_level_chars() {
 
 BytePairEncoder::BytePairEncoder(std::unordered_map<std::string, std::int32_t> vocab,
                                  const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-                                 const std::string& file)
+                                 const std::string& file, const std::vector<std::int32_t>& ranks)
     : vocab_(std::move(vocab)), ignore_merges_(ignore_merges) {
+  ULY_CHECK(ranks.empty() || ranks.size() == merges.size(), "{} ranks for {} merges", ranks.size(), merges.size());
   for (const auto& [token, id] : vocab_) max_id_ = std::max(max_id_, id);
   const auto& chars = byte_level_chars();
   for (int b = 0; b < 256; ++b) {
@@ -58,7 +59,8 @@ BytePairEncoder::BytePairEncoder(std::unordered_map<std::string, std::int32_t> v
       throw BadInput(fmt::format("{}: merge {} ('{} {}') names a token that is not in the vocabulary", file, rank, left,
                                  right),
                      "the file is damaged or not a BPE tokenizer.json: take it from the model's folder again");
-    merges_[pair_key(a->second, b->second)] = Merge{static_cast<std::int32_t>(rank), m->second};   // as tokenizers: the last wins
+    const auto r = ranks.empty() ? static_cast<std::int32_t>(rank) : ranks[rank];
+    merges_[pair_key(a->second, b->second)] = Merge{r, m->second};   // as tokenizers: the last wins
   }
 }
 

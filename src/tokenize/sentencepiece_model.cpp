@@ -27,6 +27,9 @@ class SentencePieceModel final : public TextEncoder {
     return id >= 0 && id < sp.GetPieceSize() ? sp.IdToPiece(id) : "";
   }
   std::string kind() const override { return "SentencePiece"; }
+  std::optional<std::int32_t> own_eos() const override {
+    return sp.eos_id() >= 0 ? std::optional<std::int32_t>(sp.eos_id()) : std::nullopt;
+  }
 
   sentencepiece::SentencePieceProcessor sp;
 };

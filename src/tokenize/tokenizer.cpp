@@ -1,5 +1,7 @@
 #include "tokenize/tokenizer.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -8,11 +10,16 @@
 #include "core/json_input.hpp"
 #include "tokenize/hf_tokenizer.hpp"
 #include "tokenize/sentencepiece_model.hpp"
+#include "tokenize/tekken.hpp"
 
 namespace ulysses::tokenize {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+
+// A folder's tokenizer files, the first present read: transformers' choice (the fast tokenizer.json), then
+// Mistral's native tekken.json, then SentencePiece.
+constexpr const char* kFiles[] = {"tokenizer.json", "tekken.json", "tokenizer.model"};
 
 std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
@@ -61,7 +68,11 @@ struct Tokenizer::Impl {
       return;
     }
     const fs::path gen = dir / "generation_config.json";
-    if (!fs::exists(gen)) return;
+    if (!fs::exists(gen)) {   // the file's own, where it names one
+      eos = encoder->own_eos();
+      if (eos) eos_token = encoder->token_text(*eos);
+      return;
+    }
     const Json id = read_json_file<Json>(gen, "fix or remove the file; it names the model's end-of-document token")
                         .value("eos_token_id", Json());
     const Json first = id.is_array() && !id.empty() ? id.at(0) : id;
@@ -80,10 +91,12 @@ Tokenizer Tokenizer::load(const fs::path& path) {
   const fs::path dir = is_dir ? path : path.parent_path();
   fs::path file = path;
   if (is_dir) {   // transformers' AutoTokenizer takes the fast tokenizer.json when there is one
-    file = fs::exists(path / "tokenizer.json") ? path / "tokenizer.json" : path / "tokenizer.model";
-    if (!fs::exists(file))
-      throw BadInput(fmt::format("--tokenizer {}: neither tokenizer.json nor tokenizer.model", path.string()),
-                     "pass the Hugging Face model folder that holds them, or the file itself");
+    const auto found = std::find_if(std::begin(kFiles), std::end(kFiles),
+                                    [&](const char* name) { return fs::exists(path / name); });
+    if (found == std::end(kFiles))
+      throw BadInput(fmt::format("--tokenizer {}: none of tokenizer.json, tekken.json, tokenizer.model", path.string()),
+                     "pass the Hugging Face model folder that holds one, or the file itself");
+    file = path / *found;
   } else if (!fs::exists(file)) {
     throw BadInput(fmt::format("--tokenizer {}: no such file", path.string()),
                    "pass the model folder, its tokenizer.json or its tokenizer.model");
@@ -95,7 +108,10 @@ Tokenizer Tokenizer::load(const fs::path& path) {
   const Json config = fs::exists(config_file)
                           ? read_json_file<Json>(config_file, "fix or remove the file; it names the model's special tokens")
                           : Json::object();
-  impl->encoder = file.extension() == ".model" ? load_sentencepiece(file, config) : load_hf_tokenizer(file);
+  const bool tekken = file.filename().string().starts_with("tekken");
+  impl->encoder = file.extension() == ".model" ? load_sentencepiece(file, config)
+                  : tekken                     ? load_tekken(file)
+                                               : load_hf_tokenizer(file);
   impl->read_eos(dir, config);
   return Tokenizer(std::move(impl));
 }

@@ -2,10 +2,11 @@
 //   tokenizer.json (byte-level BPE: Llama 3 / 3.1 / 3.2, Qwen2 / Qwen3, GPT-2; hf_tokenizer.hpp) — the ids of
 //     `tokenizers`' `Tokenizer.from_file(...).encode(text).ids` (add_special_tokens=True), taken first when the folder
 //     has both files, as transformers' AutoTokenizer does;
+//   tekken.json (Mistral; tekken.hpp) — mistral-common's Tekkenizer.encode(text, bos=True);
 //   tokenizer.model (SentencePiece: Llama 2, Mistral v1–v3; sentencepiece_model.hpp) — sentencepiece's
 //     `encode(text)`, with the BOS/EOS that tokenizer_config.json's add_bos_token/add_eos_token ask for.
 // The end-of-document token (appended by the packer) is tokenizer_config.json's eos_token, else
-// generation_config.json's first eos_token_id. Torch-free; encode() is const and may run on many threads at once.
+// generation_config.json's first eos_token_id, else the file's own. Torch-free; encode() is const and may run on many threads at once.
 #pragma once
 
 #include <cstdint>

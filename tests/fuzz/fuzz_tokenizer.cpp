@@ -1,5 +1,6 @@
-// The packer's tokenizer (src/tokenize) on outside bytes. The first byte picks what the rest is:
-//   0  a tokenizer.json: loaded (BadInput refuses it), then used on a fixed text that exercises every stage;
+// The packer's tokenizer (src/tokenize) on outside bytes. The first byte (mod 3) picks what the rest is:
+//   0  a tokenizer.json, or 2  a tekken.json: loaded (BadInput refuses it), then used on a fixed text that exercises
+//      every stage;
 //   1  a document's text, encoded with a small byte-level BPE tokenizer.json written here once (every byte, a
 //      merge, an added token, Llama 3's regex): TextError (not UTF-8) is its way to refuse.
 #include <string>
@@ -50,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::string_view rest = ulysses::fuzz::as_text(data + 1, size - 1);
   std::vector<std::int32_t> ids;
-  if (data[0] % 2 == 0) {
-    const auto path = ulysses::fuzz::write_file("tokenizer.json", rest);
+  if (data[0] % 3 != 1) {
+    const auto path = ulysses::fuzz::write_file(data[0] % 3 == 0 ? "tokenizer.json" : "tekken.json", rest);
     ulysses::fuzz::refuse_or_read([&] {
       const Tokenizer t = Tokenizer::load(path);
       t.encode("Hello <|end|> it's 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac  \t\r\n x", ids);

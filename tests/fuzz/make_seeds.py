@@ -93,7 +93,9 @@ def flat():
 
 
 def tokenizer(tmp):
-    """Tokenizer files trained by `tokenizers` on the sample (mode 0), and texts (mode 1)."""
+    """Tokenizer files trained by `tokenizers` on the sample (mode 0), texts (mode 1), a cut Tekken file (mode 2)."""
+    import importlib.util
+    MISTRAL_DATA = pathlib.Path(importlib.util.find_spec("mistral_common").submodule_search_locations[0]) / "data"
     sys.path.insert(0, str(ROOT / "tests/tokenize"))
     from text_corpus import prose, train
     texts = prose(SAMPLE)[:40]
@@ -101,6 +103,10 @@ def tokenizer(tmp):
     for kind in ("llama3", "qwen2", "gpt2"):
         train(kind, texts, tmp / kind, vocab_size=400)
         seeds[kind] = b"\x00" + (tmp / kind / "tokenizer.json").read_bytes()
+    tekken = json.loads((MISTRAL_DATA / "tekken_240718.json").read_text())   # 600 tokens of Mistral's own file
+    tekken["vocab"] = tekken["vocab"][:600]
+    tekken["config"].update(default_vocab_size=1600, default_num_special_tokens=1000)
+    seeds["tekken"] = b"\x02" + json.dumps(tekken).encode()
     seeds["text"] = b"\x01" + "Hello <|end|> it's 12345 café 日本語 👍🏽 e\u0301  \t\r\n".encode()
     seeds["prose"] = b"\x01" + texts[0].encode()
     return seeds

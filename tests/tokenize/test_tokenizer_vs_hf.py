@@ -184,7 +184,7 @@ class BadInputs(unittest.TestCase):
         self.one_line(["tokenize", f, "-o", self.root / "o3.jsonl", "--tokenizer", sp],
                       f"{sp}/tokenizer.model: not a SentencePiece model")
         self.one_line(["tokenize", f, "-o", self.root / "o4.jsonl", "--tokenizer", self.root],
-                      "neither tokenizer.json nor tokenizer.model")
+                      "none of tokenizer.json, tekken.json, tokenizer.model")
 
     def test_binary_inputs_are_not_text(self):
         self.one_line(["pack", SAMPLE, "-o", self.root / "p3", "--seq-len", 1024, "--tokenizer", self.root / "tok",

@@ -1,11 +1,13 @@
-"""ulysses-pack's SentencePiece path (tokenizer.model) against the `sentencepiece` package, on text_corpus.py's
+"""ulysses-pack's SentencePiece path (tokenizer.model) against the `sentencepiece` package, and its Tekken path
+(tekken.json) against mistral-common's Tekkenizer, on text_corpus.py's
 corpus (more than 10 MB of prose, code, CJK, emoji, combining marks, digit and whitespace runs, special-token
 strings), for: a unigram model with byte fallback (Llama 2's kind) and a BPE model, both trained here by
 sentencepiece's own trainer (spm_train's code), and the Mistral v1 and v3 tokenizer.model files shipped inside the
 mistral-common package. For each, `ulysses-pack tokenize` gives, for every document, [BOS] + encode(text) + [EOS]
 (tokenizer_config.json: add_bos_token true, eos_token "</s>"), at 4 threads; with add_bos_token false, no BOS.
+Mistral's two tekken.json files: Tekkenizer.encode(text, bos=True, eos=False) + </s>, from the file alone.
 
-usage: test_sentencepiece_vs_spm.py ULYSSES_PACK SAMPLE_JSONL_GZ
+usage: test_mistral_and_sentencepiece.py ULYSSES_PACK SAMPLE_JSONL_GZ
 """
 import importlib.util
 import json
@@ -25,7 +27,7 @@ del sys.argv[1:3]
 MISTRAL_DATA = pathlib.Path(importlib.util.find_spec("mistral_common").submodule_search_locations[0]) / "data"
 
 
-class VsSentencePiece(CorpusCase):
+class VsMistralAndSentencePiece(CorpusCase):
     SAMPLE = SAMPLE
 
     @classmethod
@@ -81,6 +83,29 @@ class VsSentencePiece(CorpusCase):
 
     def test_mistral_v3(self):
         self.check(self.folder("mistral-v3", MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"))
+
+    def check_tekken(self, name):
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+        d = self.root / name
+        d.mkdir()
+        shutil.copy(MISTRAL_DATA / name, d / "tekken.json")
+        tekken = Tekkenizer.from_file(d / "tekken.json")
+        out = d / "ids.jsonl"
+        p = subprocess.run([PACK, "tokenize", self.text_file, "-o", out, "--tokenizer", d, "--threads", "4"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        want = [tekken.encode(text, bos=True, eos=True) for text in self.texts]
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        self.assertEqual(len(got), len(want))
+        self.assertEqual(bad, [], f"{len(bad)} documents differ, the first {self.texts[bad[0]][:200]!r}: "
+                                  f"{got[bad[0]][:30]} vs {want[bad[0]][:30]}" if bad else "")
+
+    def test_tekken_240718(self):
+        self.check_tekken("tekken_240718.json")
+
+    def test_tekken_240911(self):
+        self.check_tekken("tekken_240911.json")
 
 
 if __name__ == "__main__":
