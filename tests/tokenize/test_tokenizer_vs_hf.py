@@ -103,7 +103,8 @@ class VsTokenizers(CorpusCase):
         self.check_kind("gpt2")
 
     def check_pack_equals_ids(self, kind, want):
-        """Packing the text with --tokenizer writes the shards that packing the reference ids writes."""
+        """Packing the text with --tokenizer writes the shards that packing the reference ids writes, byte for byte
+        (their XXH3) and array by array (h5py)."""
         ids_file = self.root / f"{kind}-ids.jsonl"
         ids_file.write_text("".join(json.dumps({"input_ids": ids}) + "\n" for ids in want))
         common = ["--seq-len", 4096, "--sp", 4, "--vocab-size", 6000, "--valid-fraction", 0.01, "--threads", 2]
@@ -114,7 +115,8 @@ class VsTokenizers(CorpusCase):
         self.assertEqual(text_manifest["tokenizer"]["eos_id"], want[0][-1])
         self.assertEqual(len(text_manifest["tokenizer"]["xxh3"]), 16)
         self.assertEqual(text_manifest["stats"], ids_manifest["stats"])
-        self.assertEqual([s["file"] for s in text_manifest["shards"]], [s["file"] for s in ids_manifest["shards"]])
+        self.assertEqual([(s["file"], s["xxh3"]) for s in text_manifest["shards"]],
+                         [(s["file"], s["xxh3"]) for s in ids_manifest["shards"]])   # byte-identical files
         for shard in text_manifest["shards"]:
             with h5py.File(self.root / "from-text" / shard["file"]) as a, h5py.File(self.root / "from-ids" / shard["file"]) as b:
                 self.assertEqual(sorted(a.keys()), sorted(b.keys()))
