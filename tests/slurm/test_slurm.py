@@ -19,6 +19,8 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
   9. a rank killed after a new checkpoint: the job is requeued and resumes, on the binaries of its first start.
  10. two consecutive requeues, each resuming from its save; MAX_REQUEUES=2 then ends the job at the third USR1.
  11. slurm/pipeline.sh: pack → train → export submitted at once, each job starting after the one before it.
+ 12. a USR1 during start-up (the dry run): every rank stops before its first step, exit 3, and the job is
+     requeued; the restart skips the dry run and trains to the end.
 
 The only changes to the sbatch file are documented environment variables and sbatch flags. A cluster that
 cannot start fails the suite (no skip). The daemons are stopped by their PID files, also on failure.
@@ -365,6 +367,51 @@ class Pipeline(unittest.TestCase):
         self.assertIn(f"merge {run}/checkpoints/step-0000004 -o", log_of(export))
         self.assertTrue((hf / "config.json").exists())
         self.assertTrue(list(hf.glob("*.safetensors")))
+
+
+def signal_mask(pid, field):
+    """A signal mask of process pid's /proc status (SigCgt: caught, SigPnd/ShdPnd: pending), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(re.search(rf"{field}:\s*([0-9a-f]+)", f.read()).group(1), 16)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def has(mask, *signals):
+    want = sum(1 << (sig - 1) for sig in signals)
+    return mask & want == want
+
+
+class StartUp(unittest.TestCase):
+    def test_12_a_signal_during_start_up_requeues(self):
+        """The dry run's ranks are frozen (SIGSTOP) the moment their stop handlers exist; Slurm's USR1 waits for
+        them (scancel --signal=USR1), they go on, stop before any step and exit 3; the job is requeued and its
+        restart (no dry run) trains to the end."""
+        out = work / "start-up-signal"
+        job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH], env=job_env(out, SP=2, STEPS=4), cwd=work)
+        pattern = f"^{out}/bin/job-{job}/ulysses-train .*--dry-run"
+        ranks = []
+
+        def dry_run_ready():
+            ranks[:] = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+            return len(ranks) == 2 and all(has(signal_mask(p, "SigCgt"), signal.SIGUSR1, signal.SIGTERM) for p in ranks)
+
+        wait_until(self, dry_run_ready, job)
+        for pid in ranks:
+            os.kill(int(pid), signal.SIGSTOP)
+        cluster.scancel("--signal=USR1", job)
+        wait_until(self, lambda: all(has(signal_mask(p, "SigPnd") | signal_mask(p, "ShdPnd"), signal.SIGUSR1)
+                                     for p in ranks), job, timeout=60)   # Slurm's USR1 reached both frozen ranks
+        for pid in ranks:
+            os.kill(int(pid), signal.SIGCONT)
+        info = cluster.wait(job, timeout=240, hurry_requeued=True)
+        log = log_of(info)
+        self.assertEqual((info["ExitCode"], info["Restarts"]), ("0:0", "1"), log[-3000:])
+        self.assertIn("stop signal during the dry run: exiting with code 3", log)
+        self.assertIn("[sbatch] a stop signal during the dry run", log)
+        self.assertIn(f"requeueing job {job}, requeue 1", log)
+        self.assertEqual(len(losses(out)), 4)
 
 
 class SrunFailure(unittest.TestCase):
