@@ -16,12 +16,23 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${PACKED:?set PACKED to the directory of the packed dataset (ulysses-pack output)}"
 : "${RUN:?set RUN to the directory of the training run (its --output)}"
+if [[ -n ${SLURM_JOB_ID:-} ]]; then   # each file would run its job's body here instead of submitting it
+  echo "error: slurm/pipeline.sh runs inside job $SLURM_JOB_ID — HINT: run it from a login node, outside salloc/sbatch" >&2
+  exit 2
+fi
+unset PLAN_ONLY   # a stage that only plans would submit nothing, and the next would wait on no job
 
 submit() {   # runs a file's submit mode; prints its output on stderr and the job id on stdout
   local out
   out=$("$@") || { echo "$out" >&2; echo "error: submitting $* failed; nothing after it was submitted" >&2; exit 2; }
   echo "$out" >&2
-  sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' <<<"$out" | tail -n 1
+  local id
+  id=$(sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' <<<"$out" | tail -n 1)
+  if [[ ! $id =~ ^[0-9]+$ ]]; then   # without an id, the next stage would depend on nothing
+    echo "error: $* printed no \"Submitted batch job\" line; nothing after it was submitted" >&2
+    exit 2
+  fi
+  echo "$id"
 }
 
 pack_env=(OUTPUT="$PACKED" PARTS=1 TIME="${PACK_TIME:-}" CPUS_PER_TASK="${PACK_CPUS:-}")

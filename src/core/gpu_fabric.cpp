@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace ulysses {
@@ -46,6 +49,10 @@ class Nvml {
     NvmlFabricInfo info{};
     if (!ready_ || handle_(bus_id.c_str(), &device) != kNvmlSuccess || fabric_(device, &info) != kNvmlSuccess ||
         info.state != kFabricStateCompleted || info.status != kNvmlSuccess)
+      return "";
+    // HGX H100/H200 (NVSwitch inside the node only) can report a completed registration with an all-zero cluster
+    // UUID: no multi-node NVLink domain (UCX, FlashInfer and torchcomms check the same).
+    if (std::all_of(std::begin(info.cluster_uuid), std::end(info.cluster_uuid), [](unsigned char b) { return b == 0; }))
       return "";
     std::string uuid;
     for (const unsigned char b : info.cluster_uuid) uuid += fmt::format("{:02x}", b);

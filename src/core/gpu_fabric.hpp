@@ -15,7 +15,7 @@ namespace ulysses {
 
 // The fabric id of the GPU at this PCI bus id ("0000:18:00.0", CUDA's cudaDeviceGetPCIBusId), as
 // "<cluster uuid, 32 hex digits>/<clique id>", e.g. "0123456789abcdef0123456789abcdef/7"; "" when unknown: no bus id,
-// no NVML, no fabric on this GPU, or its registration not complete.
+// no NVML, no fabric on this GPU, its registration not complete, or an all-zero cluster UUID (HGX H100/H200).
 std::string gpu_fabric_id(const std::string& pci_bus_id);
 
 }  // namespace ulysses

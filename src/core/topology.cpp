@@ -104,6 +104,7 @@ Topology::Topology(const std::vector<RankSelf>& ranks, int island_size) {
                                  per_node * std::max(1, island_size / per_node), std::max(1, island_size / per_node)));
     nodes_per_island = island_size / per_node;
   }
+  multi_node_islands_ = nodes_per_island > 1;
   island_ranks_ = island_size > 0 ? island_size : per_node;
   std::set<int> islands;
   for (auto& p : places_) {
@@ -135,12 +136,18 @@ std::string Topology::measure_islands(const std::vector<std::string>& fabric) {
   }
   std::map<std::string, int> island_of;   // fabric id → island, numbered by its lowest rank
   std::map<int, int> size_of;             // island → ranks
+  std::map<int, int> node_in;             // island → a node of it
   bool same = true;                       // the measured partition equals the computed one
   std::map<int, int> computed_to_measured;
   for (std::size_t g = 0; g < places_.size(); ++g) {
     const int island = island_of.emplace(fabric[g], static_cast<int>(island_of.size())).first->second;
     same = same && computed_to_measured.emplace(places_[g].island, island).first->second == island;
     ++size_of[island];
+    const int node = node_in.emplace(island, places_[g].node).first->second;
+    if (node != places_[g].node && !multi_node_islands_)   // multi-node NVLink only where the launch asked for it
+      return fmt::format("the GPU fabric (NVML clique ids) puts nodes {} and {} in one NVLink island, but --island-size "
+                         "keeps islands inside a node: one island per node (pass --island-size, SEGMENT in the sbatch, "
+                         "to use multi-node NVLink)", node, places_[g].node);
   }
   same = same && computed_to_measured.size() == island_of.size();
   const int computed_islands = num_islands_, computed_ranks = island_ranks_;

@@ -68,8 +68,10 @@ class Topology {
 
   // The islands as the GPUs report them: fabric[g] is rank g's GPU fabric id (gpu_fabric_id), "" when unknown.
   // When every rank knows its id, the ranks with equal ids form one island (numbered by their lowest rank) and
-  // replace the islands computed from island_size; nothing changes when no rank knows it. Returns a line for the
-  // log when the measured islands differ from the computed ones, or when only some ranks know their id; else "".
+  // replace the islands computed from island_size; nothing changes when no rank knows it, nor when the fabric joins
+  // nodes while island_size keeps islands inside one (multi-node NVLink needs NCCL_MNNVL_ENABLE and IMEX, which the
+  // launch sets up only with an island size). Returns a line for the log when the measured islands differ from the
+  // computed ones or are not used; else "".
   std::string measure_islands(const std::vector<std::string>& fabric);
   // Empty, or one line for the log: the first rank whose launcher variable disagrees with its place on its node.
   const std::string& local_rank_warning() const { return local_rank_warning_; }
@@ -79,6 +81,7 @@ class Topology {
   std::vector<int> ranks_per_node_;   // indexed by node id
   int num_nodes_ = 0, num_islands_ = 0, island_ranks_ = 0;
   bool islands_measured_ = false;
+  bool multi_node_islands_ = false;   // island_size spans several nodes (the launch asked for multi-node NVLink)
   std::string local_rank_warning_;
 };
 

@@ -18,10 +18,45 @@ namespace ulysses::pack {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The output's temporary file, removed unless committed: no error, of any kind, leaves a partial file behind.
+class TmpFile {
+ public:
+  explicit TmpFile(fs::path path) : path_(std::move(path)) {}
+  ~TmpFile() {
+    std::error_code ignored;
+    if (!committed_) fs::remove(path_, ignored);
+  }
+  TmpFile(const TmpFile&) = delete;
+  TmpFile& operator=(const TmpFile&) = delete;
+  const fs::path& path() const { return path_; }
+  void commit(const fs::path& to) {
+    fs::rename(path_, to);
+    committed_ = true;
+  }
+
+ private:
+  fs::path path_;
+  bool committed_ = false;
+};
+
+// JSONL or plain text; any other input format holds ids, not text.
+Format text_format(const std::string& path) {
+  const Format f = detect_format(path);
+  if (f != Format::kJsonl && f != Format::kText)
+    throw BadInput(fmt::format("input {} holds token ids, not text", path),
+                   "tokenize reads JSONL[.gz|.zst] text (--text-key) and plain text (.txt, .md)");
+  return f;
+}
+
+}  // namespace
+
 int run_tokenize(const TokenizeOptions& o) {
   if (fs::exists(o.output) && !o.overwrite)
     throw BadInput(fmt::format("--output {} exists", o.output.string()), "pass --overwrite to replace it");
   const std::vector<std::string> paths = expand_inputs(o.inputs);
+  for (const std::string& path : paths) text_format(path);
   const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.append_eos);
   ReaderOptions options;
   options.tokenizer = &tokenizer;
@@ -29,22 +64,20 @@ int run_tokenize(const TokenizeOptions& o) {
   options.append_eos = o.append_eos;
   options.text_split = o.text_split;
   options.threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const fs::path tmp = fs::path(o.output.string() + ".tmp");
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) throw BadInput(fmt::format("cannot write {}", tmp.string()), "check that --output's folder is writable");
+  TmpFile tmp(o.output.string() + ".tmp");
+  std::ofstream out(tmp.path(), std::ios::binary | std::ios::trunc);
+  if (!out) throw BadInput(fmt::format("cannot write {}", tmp.path().string()), "check that --output's folder is writable");
   std::uint64_t documents = 0, tokens = 0;
   std::string line;
   for (const std::string& path : paths) {
     const auto stream = open_byte_stream(path);
     LineReader lines(*stream);
-    const std::unique_ptr<RecordSource> records = detect_format(path) == Format::kText
+    const std::unique_ptr<RecordSource> records = text_format(path) == Format::kText
                                                       ? text_records(*stream, lines, o.text_split)
                                                       : std::make_unique<JsonlRecords>(lines);
     tokenize_documents(*records, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids,
                                              const JsonLineError* error) {
       if (error != nullptr) {
-        out.close();
-        fs::remove(tmp);
         const std::string where = error->column() > 0 ? fmt::format("{}:{}:{}", path, number, error->column())
                                                       : fmt::format("{}:{}", path, number);
         throw BadInput(fmt::format("{}: {}", where, error->what()),
@@ -58,11 +91,8 @@ int run_tokenize(const TokenizeOptions& o) {
     });
   }
   out.close();
-  if (!out) {
-    fs::remove(tmp);
-    throw std::runtime_error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, o.output);
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp.path().string()));
+  tmp.commit(o.output);
   log_info("{} documents, {} tokens -> {}", documents, tokens, o.output.string());
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "tokenize/text_error.hpp"
 
 namespace ulysses::tokenize {
 
@@ -49,7 +50,12 @@ void RegexSplit::split(std::string_view text, std::vector<std::string_view>& out
   while (start < text.size()) {
     const int rc = pcre2_match(code_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    ULY_CHECK(rc >= 0, "pcre2_match failed with {} at byte {} of {}", rc, start, text.size());
+    if (rc < 0) {   // a match, depth, heap or JIT stack limit on this document
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof message);
+      throw TextError(start, fmt::format("the pre-tokenizer's regex gave up at byte {}: {}", start,
+                                         reinterpret_cast<const char*>(message)));
+    }
     const PCRE2_SIZE* at = pcre2_get_ovector_pointer(match.data);
     if (at[1] == at[0]) {   // an empty match: step over one character, as an unmatched one
       start = at[0] + 1;

@@ -1,7 +1,8 @@
 // A pre-tokenizer's regex split, as `tokenizers`' Split(pattern, behavior="isolated", invert=false): the text is cut
 // into the regex's non-overlapping matches, left to right, and the stretches between them; each is one pre-token.
 // PCRE2 with Unicode properties (\p{L}, \p{N}, \s as Unicode white space), JIT-compiled. Text must be valid UTF-8
-// (the caller checks it once). compile once, split from any number of threads.
+// (the caller checks it once). compile once, split from any number of threads; a document beyond PCRE2's limits
+// throws TextError.
 #pragma once
 
 #include <memory>

@@ -17,9 +17,21 @@ namespace ulysses::tokenize {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+namespace {
+
 // A folder's tokenizer files, the first present read: transformers' choice (the fast tokenizer.json), then
 // Mistral's native tekken.json, then SentencePiece.
 constexpr const char* kFiles[] = {"tokenizer.json", "tekken.json", "tokenizer.model"};
+
+// A JSON file beside the tokenizer, as an object (or an empty one when absent).
+Json folder_json(const fs::path& file, const std::string& hint) {
+  if (!fs::exists(file)) return Json::object();
+  Json j = read_json_file<Json>(file, hint);
+  if (!j.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file.string()), hint);
+  return j;
+}
+
+}  // namespace
 
 std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
@@ -58,7 +70,8 @@ struct Tokenizer::Impl {
   // tokenizer_config.json's eos_token, else generation_config.json's (first) eos_token_id.
   void read_eos(const fs::path& dir, const Json& config) {
     const Json token = config.value("eos_token", Json());
-    eos_token = token.is_object() ? token.value("content", "") : token.is_string() ? token.get<std::string>() : "";
+    const Json content = token.is_object() ? token.value("content", Json()) : token;
+    eos_token = content.is_string() ? content.get<std::string>() : "";
     if (!eos_token.empty()) {
       eos = encoder->token_id(eos_token);
       if (!eos)
@@ -73,7 +86,7 @@ struct Tokenizer::Impl {
       if (eos) eos_token = encoder->token_text(*eos);
       return;
     }
-    const Json id = read_json_file<Json>(gen, "fix or remove the file; it names the model's end-of-document token")
+    const Json id = folder_json(gen, "fix or remove the file; it names the model's end-of-document token")
                         .value("eos_token_id", Json());
     const Json first = id.is_array() && !id.empty() ? id.at(0) : id;
     if (!first.is_number_integer()) return;
@@ -86,34 +99,48 @@ struct Tokenizer::Impl {
   }
 };
 
-Tokenizer Tokenizer::load(const fs::path& path) {
-  const bool is_dir = fs::is_directory(path);
-  const fs::path dir = is_dir ? path : path.parent_path();
-  fs::path file = path;
-  if (is_dir) {   // transformers' AutoTokenizer takes the fast tokenizer.json when there is one
-    const auto found = std::find_if(std::begin(kFiles), std::end(kFiles),
-                                    [&](const char* name) { return fs::exists(path / name); });
-    if (found == std::end(kFiles))
-      throw BadInput(fmt::format("--tokenizer {}: none of tokenizer.json, tekken.json, tokenizer.model", path.string()),
-                     "pass the Hugging Face model folder that holds one, or the file itself");
-    file = path / *found;
-  } else if (!fs::exists(file)) {
-    throw BadInput(fmt::format("--tokenizer {}: no such file", path.string()),
-                   "pass the model folder, its tokenizer.json or its tokenizer.model");
-  }
+std::unique_ptr<Tokenizer::Impl> Tokenizer::load_file(const fs::path& file, const fs::path& dir) {
   auto impl = std::make_unique<Impl>();
   impl->file = file;
   impl->hash = xxh3_file_hex(file);
-  const fs::path config_file = dir / "tokenizer_config.json";
-  const Json config = fs::exists(config_file)
-                          ? read_json_file<Json>(config_file, "fix or remove the file; it names the model's special tokens")
-                          : Json::object();
+  const Json config = folder_json(dir / "tokenizer_config.json",
+                                  "fix or remove the file; it names the model's special tokens");
   const bool tekken = file.filename().string().starts_with("tekken");
   impl->encoder = file.extension() == ".model" ? load_sentencepiece(file, config)
                   : tekken                     ? load_tekken(file)
                                                : load_hf_tokenizer(file);
   impl->read_eos(dir, config);
-  return Tokenizer(std::move(impl));
+  return impl;
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  try {
+    if (!fs::is_directory(path)) {
+      if (!fs::exists(path))
+        throw BadInput(fmt::format("--tokenizer {}: no such file", path.string()),
+                       "pass the model folder, its tokenizer.json, tekken.json or tokenizer.model");
+      return Tokenizer(load_file(path, path.parent_path()));
+    }
+    // transformers' AutoTokenizer takes the fast tokenizer.json when there is one; where this reader refuses it
+    // (Llama 2's and Mistral's byte-fallback BPE), the next file of the folder is read instead
+    std::optional<BadInput> first_refusal;
+    for (const char* name : kFiles) {
+      if (!fs::exists(path / name)) continue;
+      try {
+        return Tokenizer(load_file(path / name, path));
+      } catch (const BadInput& e) {
+        if (!first_refusal) first_refusal = e;
+      }
+    }
+    if (first_refusal) throw *first_refusal;
+    throw BadInput(fmt::format("--tokenizer {}: none of tokenizer.json, tekken.json, tokenizer.model", path.string()),
+                   "pass the Hugging Face model folder that holds one, or the file itself");
+  } catch (const Json::exception& e) {   // a config field of another type than the files' own
+    throw BadInput(fmt::format("--tokenizer {}: {}", path.string(), e.what()),
+                   "use the model's own tokenizer files (tokenizer_config.json, generation_config.json)");
+  } catch (const fs::filesystem_error& e) {
+    throw BadInput(fmt::format("--tokenizer {}: {}", path.string(), e.what()), "check the path and its permissions");
+  }
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -1,7 +1,8 @@
 // Tokenizer: a Hugging Face model folder's tokenizer → token ids, exactly as the reference library gives them:
 //   tokenizer.json (byte-level BPE: Llama 3 / 3.1 / 3.2, Qwen2 / Qwen3, GPT-2; hf_tokenizer.hpp) — the ids of
 //     `tokenizers`' `Tokenizer.from_file(...).encode(text).ids` (add_special_tokens=True), taken first when the folder
-//     has both files, as transformers' AutoTokenizer does;
+//     has several files, as transformers' AutoTokenizer does (a tokenizer.json this reader refuses — the byte-fallback
+//     BPE of Llama 2 and Mistral — gives way to the folder's next file);
 //   tekken.json (Mistral; tekken.hpp) — mistral-common's Tekkenizer.encode(text, bos=True);
 //   tokenizer.model (SentencePiece: Llama 2, Mistral v1–v3; sentencepiece_model.hpp) — sentencepiece's
 //     `encode(text)`, with the BOS/EOS that tokenizer_config.json's add_bos_token/add_eos_token ask for.
@@ -13,22 +14,13 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tokenize/text_error.hpp"
+
 namespace ulysses::tokenize {
-
-// Text that is not valid UTF-8: `offset` is the first bad byte.
-class TextError : public std::runtime_error {
- public:
-  TextError(std::size_t offset, const std::string& what) : std::runtime_error(what), offset_(offset) {}
-  std::size_t offset() const { return offset_; }
-
- private:
-  std::size_t offset_;
-};
 
 // The first byte of text that breaks UTF-8 (overlong forms, surrogates and code points above U+10FFFF included),
 // or nullopt when it is valid.
@@ -44,7 +36,7 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   // Appends the ids of one document to out: the post-processor's template around the text's tokens. Throws
-  // TextError for text that is not UTF-8.
+  // TextError for text that is not UTF-8, or that the pre-tokenizer's regex cannot match (PCRE2's limits).
   void encode(std::string_view text, std::vector<std::int32_t>& out) const;
 
   std::int64_t vocab_size() const;                 // the largest id + 1 (model vocabulary and added tokens)
@@ -57,6 +49,7 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Impl> load_file(const std::filesystem::path& file, const std::filesystem::path& dir);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -27,6 +27,8 @@ TEST(GpuFabric, RegisteredGpuGivesClusterUuidAndClique) {
   EXPECT_EQ(gpu_fabric_id(kBus), "abababababababababababababababab/7");
   answer("0 0 0 3 1");
   EXPECT_EQ(gpu_fabric_id(kBus), "01010101010101010101010101010101/0");
+  answer("0 0 0 3 0");   // completed, but an all-zero cluster UUID: HGX H100/H200, no multi-node domain
+  EXPECT_EQ(gpu_fabric_id(kBus), "");
 }
 
 TEST(GpuFabric, UnknownWhenTheGpuHasNoCompleteFabric) {

@@ -250,16 +250,24 @@ TEST(Topology, MeasuredIslandsOverruleAWrongIslandSize) {
         << e.hint();
   }
   EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(72, 36), t, false));
-  // and the other way: islands larger than --island-size 0 (a node) computed
+  // islands larger than a node, measured, but --island-size 0: multi-node NVLink was not asked for (no IMEX check,
+  // no NCCL_MNNVL_ENABLE=1): one island per node stays, with a warning
   Topology n = Topology::uniform(16, 4, 0);
-  EXPECT_NE(n.measure_islands(fabric_blocks(16, 16)), "");
-  EXPECT_EQ(n.num_islands(), 1);
-  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(16, 16), n, false));
+  const std::string kept = n.measure_islands(fabric_blocks(16, 16));
+  EXPECT_NE(kept.find("puts nodes 0 and 1 in one NVLink island, but --island-size keeps islands inside a node"),
+            std::string::npos) << kept;
+  EXPECT_FALSE(n.islands_measured());
+  EXPECT_EQ(n.num_islands(), 4);
+  EXPECT_THROW(ulysses::check_sp_within_islands(RankLayout(16, 16), n, false), BadInput);
+  // the fabric may split a node's islands without being asked (a node's GPUs in two cliques)
+  Topology split = Topology::uniform(8, 4, 0);
+  EXPECT_NE(split.measure_islands(fabric_blocks(8, 2)), "");
+  EXPECT_EQ(split.num_islands(), 4);
 }
 
 TEST(Topology, IslandsFollowTheFabricIdsNotRankOrder) {
   // ids interleaved over the ranks (a cyclic placement): each island is the ranks with one id, numbered by its lowest rank
-  Topology t = Topology::uniform(4, 1, 0);
+  Topology t = Topology::uniform(4, 1, 4);   // four one-GPU nodes declared one multi-node island
   t.measure_islands({"u/5", "u/9", "u/5", "u/9"});
   EXPECT_EQ(t.place(0).island, 0);
   EXPECT_EQ(t.place(1).island, 1);

@@ -84,6 +84,22 @@ class VsMistralAndSentencePiece(CorpusCase):
     def test_mistral_v3(self):
         self.check(self.folder("mistral-v3", MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"))
 
+    def test_a_refused_tokenizer_json_gives_way_to_tokenizer_model(self):
+        """A folder whose tokenizer.json this reader refuses (a WordPiece here; Llama 2's byte-fallback BPE in the
+        wild) is read through its tokenizer.model."""
+        from tokenizers import Tokenizer, models
+        d = self.folder("fallback", MISTRAL_DATA / "tokenizer.model.v1")
+        Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(str(d / "tokenizer.json"))
+        small = d / "small.jsonl"
+        small.write_text("".join(json.dumps({"text": t}) + "\n" for t in self.texts[:50]))
+        p = subprocess.run([PACK, "tokenize", small, "-o", d / "ids.jsonl", "--tokenizer", d], capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"tokenizer {d}/tokenizer.model: SentencePiece", p.stderr)
+        sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
+        got = [json.loads(line)["input_ids"] for line in (d / "ids.jsonl").read_text().splitlines()]
+        self.assertEqual(got, [[sp.bos_id()] + sp.encode(t) + [sp.eos_id()] for t in self.texts[:50]])
+
     def check_tekken(self, name):
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
         d = self.root / name

@@ -10,6 +10,7 @@ usage: test_tokenizer_vs_hf.py ULYSSES_PACK SAMPLE_JSONL_GZ
 """
 import json
 import pathlib
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,9 +68,11 @@ class VsTokenizers(CorpusCase):
         for i, text in enumerate(self.texts[:300:30]):
             files.append(self.root / f"doc-{i}.txt")
             files[-1].write_text(text, encoding="utf-8", newline="")
+        (self.root / "empty.txt").write_bytes(b"")   # no document
+        files.insert(3, self.root / "empty.txt")
         out = self.root / "per-file.jsonl"
         run("tokenize", *files, "-o", out, "--tokenizer", self.root / "gpt2-text")
-        want = [tok.encode(f.read_bytes().decode("utf-8")).ids + [eos] for f in files]
+        want = [tok.encode(f.read_bytes().decode("utf-8")).ids + [eos] for f in files if f.stat().st_size > 0]
         got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
         self.assertEqual(got, [w[:-1] if len(w) > 1 and w[-2] == eos else w for w in want])
         blocks_file = self.root / "blocks.txt"
@@ -154,6 +157,21 @@ class BadInputs(unittest.TestCase):
         self.one_line(["pack", f, "-o", self.root / "p", "--seq-len", 1024, "--tokenizer", self.root / "tok"],
                       "is not valid UTF-8")
         self.assertFalse((self.root / "p").exists())
+
+    def test_no_partial_output_and_no_id_inputs(self):
+        good = self.root / "good.jsonl"
+        good.write_text('{"text": "hello"}\n')
+        broken = self.root / "broken.jsonl.gz"
+        broken.write_bytes(b"\x1f\x8b\x08\x00garbage")   # a gzip header, then nothing a gzip stream holds
+        out = self.root / "partial.jsonl"
+        p = run("tokenize", good, broken, "-o", out, "--tokenizer", self.root / "tok", code=2)
+        self.assertIn(str(broken), p.stderr)
+        self.assertFalse(out.exists())
+        self.assertFalse(pathlib.Path(str(out) + ".tmp").exists())
+        llmc = self.root / "tokens.bin"
+        llmc.write_bytes(struct.pack("<256i", 20240520, 1, 0, *([0] * 253)))
+        self.one_line(["tokenize", llmc, "-o", out, "--tokenizer", self.root / "tok"],
+                      f"input {llmc} holds token ids, not text")
 
     def test_plain_text_needs_the_tokenizer(self):
         f = self.root / "notes.txt"

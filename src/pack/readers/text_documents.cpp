@@ -50,6 +50,9 @@ void tokenize_record(TextLine& t, bool json, const ReaderOptions& options) {
   } catch (const JsonLineError& e) {
     t.ids.clear();
     t.error = e;
+  } catch (const tokenize::TextError& e) {
+    t.ids.clear();
+    t.error.emplace(0, e.what());
   }
   t.record = std::string();   // the batch keeps ids, not text
 }
@@ -75,7 +78,7 @@ bool WholeText::next(std::string& record, std::uint64_t& line) {
   char buffer[1 << 16];
   for (std::size_t n; (n = stream_.read(buffer, sizeof buffer)) > 0;) record.append(buffer, n);
   line = 1;
-  return true;
+  return !record.empty();   // an empty file is no document
 }
 
 bool TextBlocks::next(std::string& record, std::uint64_t& line) {

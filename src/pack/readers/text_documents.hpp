@@ -42,7 +42,7 @@ class JsonlRecords final : public RecordSource {
   std::uint64_t number_ = 0;
 };
 
-// A plain text file as one document, byte for byte.
+// A plain text file as one document, byte for byte (none when it is empty).
 class WholeText final : public RecordSource {
  public:
   explicit WholeText(ByteStream& stream) : stream_(stream) {}
