@@ -385,21 +385,32 @@ def has(mask, *signals):
 
 class StartUp(unittest.TestCase):
     def test_12_a_signal_during_start_up_requeues(self):
-        """The dry run's ranks are frozen (SIGSTOP) the moment their stop handlers exist; Slurm's USR1 waits for
-        them (scancel --signal=USR1), they go on, stop before any step and exit 3; the job is requeued and its
-        restart (no dry run) trains to the end."""
+        """The dry run's ranks are frozen (SIGSTOP) as soon as they exist, then let run 2 ms at a time until their
+        stop handlers exist (a tiny model's dry run ends a fraction of a second later: polling alone can miss it);
+        Slurm's USR1 waits for them (scancel --signal=USR1), they go on, stop before any step and exit 3; the job is
+        requeued and its restart (no dry run) trains to the end."""
         out = work / "start-up-signal"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SBATCH], env=job_env(out, SP=2, STEPS=4), cwd=work)
         pattern = f"^{out}/bin/job-{job}/ulysses-train .*--dry-run"
         ranks = []
 
-        def dry_run_ready():
-            ranks[:] = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-            return len(ranks) == 2 and all(has(signal_mask(p, "SigCgt"), signal.SIGUSR1, signal.SIGTERM) for p in ranks)
+        def dry_run_started():
+            found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+            for pid in found:
+                if pid not in ranks:
+                    os.kill(int(pid), signal.SIGSTOP)
+                    ranks.append(pid)
+            return len(ranks) == 2
 
-        wait_until(self, dry_run_ready, job)
-        for pid in ranks:
-            os.kill(int(pid), signal.SIGSTOP)
+        wait_until(self, dry_run_started, job)
+        deadline = time.time() + 120
+        while not all(has(signal_mask(p, "SigCgt"), signal.SIGUSR1, signal.SIGTERM) for p in ranks):
+            self.assertLess(time.time(), deadline, "the stop handlers never appeared")
+            for pid in ranks:
+                if not has(signal_mask(pid, "SigCgt"), signal.SIGUSR1, signal.SIGTERM):
+                    os.kill(int(pid), signal.SIGCONT)
+                    time.sleep(0.002)
+                    os.kill(int(pid), signal.SIGSTOP)
         cluster.scancel("--signal=USR1", job)
         wait_until(self, lambda: all(has(signal_mask(p, "SigPnd") | signal_mask(p, "ShdPnd"), signal.SIGUSR1)
                                      for p in ranks), job, timeout=60)   # Slurm's USR1 reached both frozen ranks
