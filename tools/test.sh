@@ -18,6 +18,6 @@ else CC="ccache clang" CXX="ccache clang++" meson setup "$ASAN_BUILD" "${opts[@]
 ninja -C "$ASAN_BUILD"
 # A build dir first made with gcc has no fuzz targets (libFuzzer is clang's): say so rather than fuzz nothing.
 targets=$(meson test -C "$ASAN_BUILD" --list --suite fuzz 2>/dev/null | grep -c fuzz_ || true)
-((targets == 10)) || { echo "$ASAN_BUILD has $targets fuzz targets, not 10: remove it (made with another compiler?)" >&2; exit 1; }
+((targets > 0)) || { echo "$ASAN_BUILD has no fuzz targets: remove it (made with another compiler?)" >&2; exit 1; }
 meson test -C "$ASAN_BUILD" --print-errorlogs --suite unit --suite io --suite pack --suite ckpt --suite mpi \
   --suite fuzz
