@@ -50,6 +50,19 @@ T pick(const std::map<std::string, T>& table, const std::string& value) {
   return table.at(value);   // CLI11's IsMember already restricted value to the table's keys
 }
 
+// The raw-text options that pack and tokenize share; returns --tokenizer's option.
+CLI::Option* add_text_options(CLI::App* cmd, std::filesystem::path& tokenizer, std::string& text_key,
+                              std::string& text_split, bool& append_eos) {
+  auto* option = cmd->add_option("--tokenizer", tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)");
+  cmd->add_option("--text-key", text_key, "JSONL key of a document's text (with --tokenizer)")->capture_default_str();
+  cmd->add_option("--text-split", text_split,
+                  "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
+      ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
+  cmd->add_flag("--append-eos,!--no-append-eos", append_eos,
+                "With --tokenizer: end each document with the model's EOS (default: yes)");
+  return option;
+}
+
 void set_up_pack(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("pack", "Pack tokenized inputs into SP-aligned HDF5 shards");
   cmd->footer(kPackExamples);
@@ -75,14 +88,8 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
       ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text"}))->capture_default_str();
   cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
-  cmd->add_option("--tokenizer", o.tokenizer,
-                  "Model folder (or its tokenizer.json / tokenizer.model): JSONL inputs hold text, tokenized here");
-  cmd->add_option("--text-key", o.reader.text_key, "JSONL key of the text (with --tokenizer)")->capture_default_str();
-  cmd->add_option("--text-split", st.text_split,
-                  "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
-      ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
-  cmd->add_flag("--append-eos,!--no-append-eos", o.reader.append_eos,
-                "With --tokenizer: end each document with the model's EOS (default: yes)");
+  auto* tokenizer = add_text_options(cmd, o.tokenizer, o.reader.text_key, st.text_split, o.reader.append_eos);
+  tokenizer->description("Model folder (or its tokenizer.json / tokenizer.model): the inputs hold text, tokenized here");
   cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key of a per-token 0/1 loss mask (SFT)");
   cmd->add_option("--eos-id", o.reader.eos_id, "llm.c/flat: split documents at this token id");
   cmd->add_option("--split-at", st.split_at, "llm.c/flat: EOS ends a document (after) or starts one (before)")
@@ -111,11 +118,7 @@ void set_up_tokenize(CLI::App& app, CliState& st) {
   cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] or plain text (.txt, .md) files or globs, read in order")
       ->required();
   cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
-  cmd->add_option("--tokenizer", o.tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)")->required();
-  cmd->add_option("--text-key", o.text_key, "JSONL key of the text")->capture_default_str();
-  cmd->add_option("--text-split", st.text_split, "Plain text inputs: one document per file, or per blank-line block")
-      ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
-  cmd->add_flag("--append-eos,!--no-append-eos", o.append_eos, "End each document with the model's EOS (default: yes)");
+  add_text_options(cmd, o.tokenizer, o.text_key, st.text_split, o.append_eos)->required();
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
 }
