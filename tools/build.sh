@@ -10,7 +10,7 @@ cuda=auto
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda=enabled; fi
 # LibTorch and the whole test suite are required here (bootstrap installed them): a missing piece fails the
 # setup instead of silently dropping the trainer's tests from CI.
-opts=(-Dcuda=$cuda -Dtorch=enabled -Dtests=enabled)
+opts=(-Dcuda=$cuda -Dtorch=enabled -Dtests=enabled -Dparquet=enabled)
 if [[ -f $BUILD/build.ninja ]]; then meson setup --reconfigure "$BUILD" "${opts[@]}" >/dev/null
 else meson setup "$BUILD" "${opts[@]}"; fi
 ninja -C "$BUILD"

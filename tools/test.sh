@@ -11,7 +11,7 @@ bash tools/build.sh
 meson test -C "$BUILD" --print-errorlogs "$@"
 (($# == 0)) || exit 0
 ASAN_BUILD=${ASAN_BUILD:-build-asan}
-opts=(-Dtorch=disabled -Dcuda=disabled -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
+opts=(-Dtorch=disabled -Dcuda=disabled -Dtests=enabled -Dparquet=enabled -Db_sanitize=address,undefined -Db_lundef=false
       -Dfuzz_seconds=20)
 if [[ -f $ASAN_BUILD/build.ninja ]]; then meson setup --reconfigure "$ASAN_BUILD" "${opts[@]}" >/dev/null
 else CC="ccache clang" CXX="ccache clang++" meson setup "$ASAN_BUILD" "${opts[@]}" >/dev/null; fi

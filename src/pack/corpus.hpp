@@ -37,26 +37,27 @@ class TokenSource {
   virtual void read(std::uint64_t offset, std::uint32_t n, std::int32_t* ids, std::uint8_t* mask) const = 0;
 };
 
-enum class Format { kAuto, kJsonl, kMegatron, kLlmc, kFlat, kText };   // kText: plain text, with a tokenizer
+// kText: plain text, with a tokenizer; kParquet: a text column (with a tokenizer) or a token-id column
+enum class Format { kAuto, kJsonl, kMegatron, kLlmc, kFlat, kText, kParquet };
 enum class TextSplit { kFile, kBlankLine };   // a plain text file is one document, or one per blank-line block
 enum class OnError { kStop, kSkip };
 enum class SplitAt { kAfterEos, kBeforeEos };   // EOS ends a document (nanoGPT) or starts one (llm.c)
 
 struct ReaderOptions {
   Format format = Format::kAuto;          // kAuto: by extension/magic (see detect_format)
-  std::string tokens_key = "input_ids";   // JSONL key holding the token id array
+  std::string tokens_key = "input_ids";   // JSONL key / parquet column holding the token id array
   const tokenize::Tokenizer* tokenizer = nullptr;   // set: JSONL lines hold text under text_key, tokenized here
-  std::string text_key = "text";          // JSONL key holding a document's text (with a tokenizer)
+  std::string text_key = "text";          // JSONL key / parquet column holding a document's text (with a tokenizer)
   TextSplit text_split = TextSplit::kFile;   // plain text inputs (with a tokenizer)
   bool append_eos = true;                 // with a tokenizer: end each document with its EOS (as Megatron's --append-eod)
-  std::string mask_key;                   // JSONL key holding the 0/1 loss mask (empty: none)
+  std::string mask_key;                   // JSONL key / parquet column holding the 0/1 loss mask (empty: none)
   std::int64_t eos_id = -1;               // flat/llm.c: split documents at this id (-1: llm.c default / whole file)
   SplitAt split_at = SplitAt::kAfterEos;  // flat default; llm.c files use kBeforeEos unless told
   bool split_at_given = false;            // the user chose --split-at explicitly
   int flat_token_bytes = 0;               // flat files: 2 (uint16) or 4 (uint32); 0 = from --flat-dtype / error
   std::int64_t vocab_size = 0;            // > 0: every id must be < vocab_size
-  OnError on_error = OnError::kStop;      // kSkip: count bad documents (JSONL lines) and go on
-  std::filesystem::path scratch_dir;      // where JSONL inputs are spilled
+  OnError on_error = OnError::kStop;      // kSkip: count bad documents (JSONL lines, text, parquet rows), go on
+  std::filesystem::path scratch_dir;      // where JSONL, text and parquet inputs are spilled
   int threads = 1;                        // workers the scan of one binary input may use
 };
 

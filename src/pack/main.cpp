@@ -1,4 +1,4 @@
-// ulysses-pack: tokenized corpus or JSONL text → SP-aligned HDF5 shards (pack), text → ids (tokenize), and
+// ulysses-pack: tokenized corpus or text (JSONL, plain, parquet) → SP-aligned HDF5 shards (pack), text → ids (tokenize), and
 // inspect/verify of a packed dataset.
 // One set_up_X per subcommand fills an options struct; the run_X functions (pack.hpp) do the work.
 #include <CLI/CLI.hpp>
@@ -27,12 +27,16 @@ Examples:
   ulysses-pack pack sft.jsonl --loss-mask-key loss_mask -o packed/ --seq-len 16384 --sp 2
   # raw text ({"text": "..."} per line), tokenized with the model's own tokenizer.json, EOS after each document
   ulysses-pack pack corpus.jsonl.zst --tokenizer models/Llama-3.1-8B -o packed/ --seq-len 131072 --sp 8 \
-      --model-config models/Llama-3.1-8B/config.json)";
+      --model-config models/Llama-3.1-8B/config.json
+  # a Hugging Face dataset's parquet files: the "text" column tokenized (or, without --tokenizer, "input_ids")
+  ulysses-pack pack data/train-*.parquet --tokenizer models/Qwen3-8B -o packed/ --seq-len 65536 --sp 4)";
 
 const char* kTokenizeExamples = R"(
 Example:
   # text → ids ({"input_ids": [...]} per line), then pack the ids as usual
-  ulysses-pack tokenize corpus.jsonl.zst -o ids.jsonl --tokenizer models/Llama-3.1-8B)";
+  ulysses-pack tokenize corpus.jsonl.zst -o ids.jsonl --tokenizer models/Llama-3.1-8B
+  # the "content" column of parquet files
+  ulysses-pack tokenize data/*.parquet --text-key content -o ids.jsonl --tokenizer models/Llama-3.1-8B)";
 
 struct CliState {
   up::PackOptions pack;
@@ -54,7 +58,7 @@ T pick(const std::map<std::string, T>& table, const std::string& value) {
 CLI::Option* add_text_options(CLI::App* cmd, std::filesystem::path& tokenizer, std::string& text_key,
                               std::string& text_split, bool& append_eos) {
   auto* option = cmd->add_option("--tokenizer", tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)");
-  cmd->add_option("--text-key", text_key, "JSONL key of a document's text (with --tokenizer)")->capture_default_str();
+  cmd->add_option("--text-key", text_key, "JSONL key / parquet column of a document's text (with --tokenizer)")->capture_default_str();
   cmd->add_option("--text-split", text_split,
                   "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
       ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
@@ -86,17 +90,18 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--model-config", o.model_config, "Hugging Face config.json: check heads vs --sp and ids vs vocab");
   cmd->add_option("--vocab-size", o.vocab_size, "Refuse token ids >= this (instead of --model-config)");
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
-      ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text"}))->capture_default_str();
-  cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key of the token ids")->capture_default_str();
+      ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text", "parquet"}))->capture_default_str();
+  cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key / parquet column of the token ids")->capture_default_str();
   auto* tokenizer = add_text_options(cmd, o.tokenizer, o.reader.text_key, st.text_split, o.reader.append_eos);
   tokenizer->description("Model folder (or its tokenizer.json / tokenizer.model): the inputs hold text, tokenized here");
-  cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key of a per-token 0/1 loss mask (SFT)");
+  cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key / parquet column of a per-token 0/1 loss mask (SFT)")
+      ->excludes(tokenizer);
   cmd->add_option("--eos-id", o.reader.eos_id, "llm.c/flat: split documents at this token id");
   cmd->add_option("--split-at", st.split_at, "llm.c/flat: EOS ends a document (after) or starts one (before)")
       ->check(CLI::IsMember({"after", "before"}));
   cmd->add_option("--flat-dtype", st.flat_dtype, "flat token files: uint16 or uint32")
       ->check(CLI::IsMember({"uint16", "uint32"}));
-  cmd->add_option("--on-error", st.on_error, "Bad JSONL documents: stop, or skip and count them")
+  cmd->add_option("--on-error", st.on_error, "Bad documents (JSONL lines, text, parquet rows): stop, or skip and count them")
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output directory");
@@ -112,7 +117,7 @@ void set_up_inspect(CLI::App& app, CliState& st) {
 }
 
 void set_up_tokenize(CLI::App& app, CliState& st) {
-  auto* cmd = app.add_subcommand("tokenize", "Tokenize JSONL text into JSONL token ids with the model's tokenizer");
+  auto* cmd = app.add_subcommand("tokenize", "Tokenize text (JSONL, plain text, parquet) into JSONL token ids with the model's tokenizer");
   cmd->footer(kTokenizeExamples);
   auto& o = st.tokenize;
   cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] or plain text (.txt, .md) files or globs, read in order")
@@ -144,7 +149,8 @@ int run_pack_command(CliState& st, const std::string& cmdline) {
   o.long_docs = pick<up::LongDocs>({{"truncate", up::LongDocs::kTruncate}, {"drop", up::LongDocs::kDrop}}, st.long_docs);
   o.reader.format = pick<up::Format>({{"auto", up::Format::kAuto}, {"jsonl", up::Format::kJsonl},
                                       {"megatron", up::Format::kMegatron}, {"llmc", up::Format::kLlmc},
-                                      {"flat", up::Format::kFlat}, {"text", up::Format::kText}}, st.format);
+                                      {"flat", up::Format::kFlat}, {"text", up::Format::kText},
+                                      {"parquet", up::Format::kParquet}}, st.format);
   o.reader.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
   o.reader.on_error = st.on_error == "skip" ? up::OnError::kSkip : up::OnError::kStop;
   if (!st.split_at.empty()) {

@@ -24,10 +24,14 @@ const char* format_name(Format f) {
     case Format::kLlmc: return "llmc";
     case Format::kFlat: return "flat";
     case Format::kText: return "text";
+    case Format::kParquet: return "parquet";
     case Format::kAuto: break;
   }
   return "auto";
 }
+
+// The formats that may hold text (read with --tokenizer); their readers spill, and leave hashing to scan_corpus.
+bool holds_text(Format f) { return f == Format::kJsonl || f == Format::kText || f == Format::kParquet; }
 
 // fs::exists without its filesystem_error: a name too long for the filesystem (ENAMETOOLONG) does not exist.
 bool path_exists(const fs::path& p) {
@@ -81,17 +85,17 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   std::vector<Format> formats(n);
   for (std::size_t i = 0; i < n; ++i) {
     formats[i] = options.format == Format::kAuto ? detect_format(paths[i]) : options.format;
-    if (options.tokenizer != nullptr && formats[i] != Format::kJsonl && formats[i] != Format::kText)
-      throw BadInput(fmt::format("input {} is {}, but --tokenizer reads text (JSONL or plain)", paths[i],
+    if (options.tokenizer != nullptr && !holds_text(formats[i]))
+      throw BadInput(fmt::format("input {} is {}, but --tokenizer reads text (JSONL, plain or parquet)", paths[i],
                                  format_name(formats[i])),
-                     "pass JSONL[.gz|.zst] files with the text under --text-key or .txt files, or drop --tokenizer for "
-                     "token ids");
+                     "pass JSONL[.gz|.zst] or parquet files with the text under --text-key, or .txt files, or drop "
+                     "--tokenizer for token ids");
   }
-  // Binary readers hash their input while scanning it; JSONL inputs are hashed by tasks of their own
+  // Binary readers hash their input while scanning it; the others (holds_text) are hashed by tasks of their own
   // (tasks [n, ...)), in parallel with the parsing. Spare threads go to the blocks of binary inputs.
   std::vector<std::size_t> hash_tasks;
   for (std::size_t i = 0; i < n; ++i)
-    if (formats[i] == Format::kJsonl || formats[i] == Format::kText) hash_tasks.push_back(i);
+    if (holds_text(formats[i])) hash_tasks.push_back(i);
   ReaderOptions reader = options;
   reader.threads = static_cast<int>(std::max<std::size_t>(1, static_cast<std::size_t>(threads) / n));
   Progress progress("scan", n, "files", "tokens");
@@ -105,7 +109,7 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
     auto& in = corpus.inputs[i];
     std::string checksum;
     corpus.sources[i] = scan_input(paths[i], static_cast<std::uint32_t>(i), reader, docs[i], stats[i], &checksum);
-    if (formats[i] != Format::kJsonl && formats[i] != Format::kText) in.xxh3 = checksum;
+    if (!holds_text(formats[i])) in.xxh3 = checksum;
     in.path = paths[i];
     in.format = format_name(formats[i]);
     in.bytes = static_cast<std::int64_t>(stats[i].input_bytes);

@@ -1,5 +1,6 @@
 // run_tokenize (pack.hpp): text → JSONL token ids with the model's tokenizer (readers/text_documents.hpp), one
-// output line per document (a non-blank JSONL line, or a plain text file or block), inputs in the order given. Written to a temporary name beside the output
+// output line per document (a non-blank JSONL line, a plain text file or block, a parquet row), inputs in the order
+// given. Written to a temporary name beside the output
 // and renamed when complete; a bad line stops it with its file, line and column.
 #include <fstream>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "core/log.hpp"
 #include "pack/pack.hpp"
 #include "pack/readers/byte_stream.hpp"
+#include "pack/readers/parquet.hpp"
 #include "pack/readers/text_documents.hpp"
 #include "pack/scan.hpp"
 
@@ -41,13 +43,34 @@ class TmpFile {
   bool committed_ = false;
 };
 
-// JSONL or plain text; any other input format holds ids, not text.
+// JSONL, plain text or parquet; any other input format holds ids, not text.
 Format text_format(const std::string& path) {
   const Format f = detect_format(path);
-  if (f != Format::kJsonl && f != Format::kText)
+  if (f != Format::kJsonl && f != Format::kText && f != Format::kParquet)
     throw BadInput(fmt::format("input {} holds token ids, not text", path),
-                   "tokenize reads JSONL[.gz|.zst] text (--text-key) and plain text (.txt, .md)");
+                   "tokenize reads JSONL[.gz|.zst] and parquet text (--text-key) and plain text (.txt, .md)");
   return f;
+}
+
+// The records of one input: a parquet file's text column, or the lines or blocks of a byte stream.
+struct TextInput {
+  std::unique_ptr<ByteStream> stream;
+  std::unique_ptr<LineReader> lines;
+  std::unique_ptr<RecordSource> records;
+};
+
+TextInput open_text(const std::string& path, const TokenizeOptions& o) {
+  TextInput in;
+  const Format format = text_format(path);
+  if (format == Format::kParquet) {
+    in.records = parquet_text_records(path, o.text_key);
+    return in;
+  }
+  in.stream = open_byte_stream(path);
+  in.lines = std::make_unique<LineReader>(*in.stream);
+  in.records = format == Format::kText ? text_records(*in.stream, *in.lines, o.text_split)
+                                       : std::make_unique<JsonlRecords>(*in.lines);
+  return in;
 }
 
 }  // namespace
@@ -70,20 +93,13 @@ int run_tokenize(const TokenizeOptions& o) {
   std::uint64_t documents = 0, tokens = 0;
   std::string line;
   for (const std::string& path : paths) {
-    const auto stream = open_byte_stream(path);
-    LineReader lines(*stream);
-    const std::unique_ptr<RecordSource> records = text_format(path) == Format::kText
-                                                      ? text_records(*stream, lines, o.text_split)
-                                                      : std::make_unique<JsonlRecords>(lines);
-    tokenize_documents(*records, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids,
-                                             const JsonLineError* error) {
-      if (error != nullptr) {
-        const std::string where = error->column() > 0 ? fmt::format("{}:{}:{}", path, number, error->column())
-                                                      : fmt::format("{}:{}", path, number);
-        throw BadInput(fmt::format("{}: {}", where, error->what()),
-                       fmt::format("each line must be one JSON object (UTF-8) with a document's text as a string "
-                                   "under \"{}\" (--text-key)", o.text_key));
-      }
+    const TextInput in = open_text(path, o);
+    tokenize_documents(*in.records, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids,
+                                                 const JsonLineError* error) {
+      if (error != nullptr)
+        throw BadInput(fmt::format("{}{}: {}", path, in.records->where(number, error->column()), error->what()),
+                       fmt::format("each document's text must be valid UTF-8, as a string under \"{}\" (--text-key) "
+                                   "for a JSONL line or a parquet row", o.text_key));
       line = fmt::format("{{\"input_ids\": [{}]}}\n", fmt::join(ids, ", "));
       out.write(line.data(), static_cast<std::streamsize>(line.size()));
       ++documents;

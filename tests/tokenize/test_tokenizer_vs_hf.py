@@ -208,7 +208,7 @@ class BadInputs(unittest.TestCase):
 
     def test_binary_inputs_are_not_text(self):
         self.one_line(["pack", SAMPLE, "-o", self.root / "p3", "--seq-len", 1024, "--tokenizer", self.root / "tok",
-                       "--format", "flat", "--flat-dtype", "uint16"], "but --tokenizer reads text (JSONL or plain)")
+                       "--format", "flat", "--flat-dtype", "uint16"], "but --tokenizer reads text (JSONL, plain or parquet)")
 
 
 if __name__ == "__main__":

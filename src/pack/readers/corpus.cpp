@@ -17,7 +17,8 @@ namespace ulysses::pack {
 namespace {
 
 constexpr const char* kFormatHint =
-    "pass --format jsonl|megatron|llmc|flat|text (flat also needs --flat-dtype uint16|uint32; text, --tokenizer)";
+    "pass --format jsonl|megatron|llmc|flat|text|parquet (flat also needs --flat-dtype uint16|uint32; text, "
+    "--tokenizer)";
 
 bool is_jsonl_name(std::string_view name) {
   constexpr std::array<std::string_view, 4> kSuffixes = {".jsonl", ".jsonl.gz", ".jsonl.zst", ".json"};
@@ -54,6 +55,7 @@ std::unique_ptr<TokenSource> scan_format(Format format, const std::filesystem::p
     case Format::kLlmc: return scan_llmc(path, options, sink);
     case Format::kFlat: return scan_flat(path, options, sink);
     case Format::kText: return scan_text(path, options, sink);
+    case Format::kParquet: return scan_parquet(path, options, sink);
     case Format::kAuto: break;
   }
   check_failed(__FILE__, __LINE__, "format resolved", fmt::format("{}", static_cast<int>(format)));
@@ -79,6 +81,7 @@ void DocSink::add(std::uint64_t offset, std::uint64_t length) {
 Format detect_format(const std::filesystem::path& path) {
   if (is_jsonl_name(path.filename().string())) return Format::kJsonl;
   if (is_text_name(path.filename().string())) return Format::kText;
+  if (path.extension() == ".parquet") return Format::kParquet;
   const MegatronPaths megatron = megatron_paths(path);
   const bool has_idx = std::filesystem::exists(megatron.idx);
   const bool has_bin = std::filesystem::exists(megatron.bin);
@@ -88,7 +91,8 @@ Format detect_format(const std::filesystem::path& path) {
                                megatron.idx.string(), megatron.bin.string()),
                    "check the path; a Megatron dataset may be named by its prefix (NAME for NAME.bin + NAME.idx)");
   }
-  std::string why = "its name is not *.jsonl, *.jsonl.gz, *.jsonl.zst, *.json, nor text (*.txt, *.md, .gz/.zst)";
+  std::string why = "its name is not *.jsonl, *.jsonl.gz, *.jsonl.zst, *.json, text (*.txt, *.md, .gz/.zst) nor "
+                    "*.parquet";
   if (path.extension() == ".bin") {
     const std::int32_t magic = first_int32(path);
     if (magic == kLlmcMagicGpt2 || magic == kLlmcMagicLlama3) return Format::kLlmc;

@@ -2,7 +2,7 @@
 //
 // Each scan_<format>() validates one input completely, records its documents in a DocSink and
 // returns the source that reads them back. Binary readers also set the sink's checksum (hashed while
-// scanning); the JSONL reader leaves it empty. They throw BadInput naming the file and the line (JSONL)
+// scanning); the JSONL, text and parquet readers leave it empty. They throw BadInput naming the file and the line (JSONL)
 // or byte offset (binary) of the first problem.
 #pragma once
 
@@ -56,6 +56,9 @@ std::unique_ptr<TokenSource> scan_jsonl(const std::filesystem::path& path, const
 // Plain text files (.txt/.md, .gz/.zst), one document per file or per blank-line block (options.text_split),
 // tokenized with options.tokenizer (BadInput without one), spilled as JSONL text is.
 std::unique_ptr<TokenSource> scan_text(const std::filesystem::path& path, const ReaderOptions& options, DocSink& sink);
+// Parquet files (parquet.hpp): a text column tokenized with options.tokenizer, or a token-id column; spilled.
+std::unique_ptr<TokenSource> scan_parquet(const std::filesystem::path& path, const ReaderOptions& options,
+                                          DocSink& sink);
 std::unique_ptr<TokenSource> scan_megatron(const std::filesystem::path& path,
                                            const ReaderOptions& options, DocSink& sink);
 std::unique_ptr<TokenSource> scan_llmc(const std::filesystem::path& path, const ReaderOptions& options,

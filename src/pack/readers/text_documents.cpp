@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,7 @@ struct TextLine {
   std::string record;
   std::uint64_t number = 0;
   std::vector<std::int32_t> ids;
-  std::optional<JsonLineError> error;
+  std::optional<JsonLineError> error;   // set by the source (its problem) or by tokenize_record
 };
 
 // The text of a JSONL record.
@@ -39,6 +40,7 @@ std::string text_of(const std::string& line, const ReaderOptions& options) {
 
 // One record → ids; a bad one keeps its error instead.
 void tokenize_record(TextLine& t, bool json, const ReaderOptions& options) {
+  if (t.error) return;
   try {
     if (const auto bad = tokenize::invalid_utf8_at(t.record))   // a JSONL line's column, or a text block's byte
       throw JsonLineError(json ? *bad + 1 : 0, fmt::format("byte {}{} (0x{:02X}) is not valid UTF-8", *bad + 1,
@@ -59,30 +61,34 @@ void tokenize_record(TextLine& t, bool json, const ReaderOptions& options) {
 
 }  // namespace
 
-bool JsonlRecords::next(std::string& record, std::uint64_t& line) {
+std::string RecordSource::where(std::uint64_t number, std::size_t column) const {
+  return column > 0 ? fmt::format(":{}:{}", number, column) : fmt::format(":{}", number);
+}
+
+bool JsonlRecords::next(Record& record) {
   std::string_view text;
   while (lines_.next(text)) {
     ++number_;
     if (is_blank(text)) continue;
-    record.assign(text);
-    line = number_;
+    record.text.assign(text);
+    record.number = number_;
     return true;
   }
   return false;
 }
 
-bool WholeText::next(std::string& record, std::uint64_t& line) {
+bool WholeText::next(Record& record) {
   if (done_) return false;
   done_ = true;
-  record.clear();
+  record.text.clear();
   char buffer[1 << 16];
-  for (std::size_t n; (n = stream_.read(buffer, sizeof buffer)) > 0;) record.append(buffer, n);
-  line = 1;
-  return !record.empty();   // an empty file is no document
+  for (std::size_t n; (n = stream_.read(buffer, sizeof buffer)) > 0;) record.text.append(buffer, n);
+  record.number = 1;
+  return !record.text.empty();   // an empty file is no document
 }
 
-bool TextBlocks::next(std::string& record, std::uint64_t& line) {
-  record.clear();
+bool TextBlocks::next(Record& record) {
+  record.text.clear();
   std::string_view text;
   bool started = false;
   while (lines_.next(text)) {
@@ -91,9 +97,9 @@ bool TextBlocks::next(std::string& record, std::uint64_t& line) {
       if (started) return true;
       continue;
     }
-    if (!started) line = number_;
-    if (started) record += '\n';
-    record.append(text);
+    if (!started) record.number = number_;
+    if (started) record.text += '\n';
+    record.text.append(text);
     started = true;
   }
   return started;
@@ -107,13 +113,14 @@ std::unique_ptr<RecordSource> text_records(ByteStream& stream, LineReader& lines
 void tokenize_documents(RecordSource& records, const ReaderOptions& options, const TakeDocument& take) {
   ULY_CHECK(options.tokenizer != nullptr, "tokenize_documents without a tokenizer");
   std::vector<TextLine> batch;
-  std::string record;
-  std::uint64_t number = 0;
+  Record record;
   for (bool more = true; more;) {
     batch.clear();
-    for (std::size_t bytes = 0; bytes < kBatchBytes && (more = records.next(record, number));) {
-      bytes += record.size();
-      batch.push_back({std::move(record), number, {}, std::nullopt});
+    for (std::size_t bytes = 0; bytes < kBatchBytes && (more = records.next(record));) {
+      bytes += record.text.size();
+      std::optional<JsonLineError> error;
+      if (!record.problem.empty()) error.emplace(0, std::exchange(record.problem, {}));
+      batch.push_back({std::move(record.text), record.number, {}, std::move(error)});
     }
     parallel_for(batch.size(), options.threads,
                  [&](std::size_t i) { tokenize_record(batch[i], records.json(), options); });

@@ -2,7 +2,7 @@
 //
 // A RecordSource hands out one record per document: a JSONL line ({"text": …} under options.text_key), or the
 // text itself of a plain text file (the whole file, or each block between blank lines: --text-split; text_records
-// picks the source for a file and an option).
+// picks the source for a file and an option) or of a parquet row (parquet.hpp).
 // tokenize_documents reads records in batches of about 16 MiB, tokenizes them in parallel on options.threads
 // workers, and hands them to `take` one by one in order, so what `take` sees — ids, errors, their order — is the
 // same for any number of threads, and memory stays bounded by a batch (plus one document) whatever the file's size.
@@ -22,19 +22,28 @@
 
 namespace ulysses::pack {
 
+// One document's record.
+struct Record {
+  std::string text;            // a JSONL line holding the text (RecordSource::json()), or the text itself
+  std::uint64_t number = 0;    // 1-based line (or parquet row) where it starts
+  std::string problem;         // non-empty: the record is bad, and why (text is then empty)
+};
+
 class RecordSource {
  public:
   virtual ~RecordSource() = default;
-  // The next record into `record` and the 1-based line it starts at; false at the end.
-  virtual bool next(std::string& record, std::uint64_t& line) = 0;
+  // The next record; false at the end.
+  virtual bool next(Record& record) = 0;
   virtual bool json() const = 0;   // records are JSONL lines holding the text, not the text itself
+  // Where record `number` is, to follow the file's name: ":LINE", or ":LINE:COLUMN" for a column > 0 (1-based byte).
+  virtual std::string where(std::uint64_t number, std::size_t column) const;
 };
 
 // Non-blank JSONL lines.
 class JsonlRecords final : public RecordSource {
  public:
   explicit JsonlRecords(LineReader& lines) : lines_(lines) {}
-  bool next(std::string& record, std::uint64_t& line) override;
+  bool next(Record& record) override;
   bool json() const override { return true; }
 
  private:
@@ -46,7 +55,7 @@ class JsonlRecords final : public RecordSource {
 class WholeText final : public RecordSource {
  public:
   explicit WholeText(ByteStream& stream) : stream_(stream) {}
-  bool next(std::string& record, std::uint64_t& line) override;
+  bool next(Record& record) override;
   bool json() const override { return false; }
 
  private:
@@ -59,7 +68,7 @@ class WholeText final : public RecordSource {
 class TextBlocks final : public RecordSource {
  public:
   explicit TextBlocks(LineReader& lines) : lines_(lines) {}
-  bool next(std::string& record, std::uint64_t& line) override;
+  bool next(Record& record) override;
   bool json() const override { return false; }
 
  private:

@@ -50,9 +50,10 @@ TEST(DetectFormat, UnknownInputsAskForFormat) {
                     "--format jsonl|megatron|llmc|flat", "--flat-dtype uint16|uint32"});
   write_file(dir / "notes.dat", "hello");
   expect_bad_input([&] { detect_format(dir / "notes.dat"); },
-                   {(dir / "notes.dat").string(), "--format jsonl|megatron|llmc|flat|text"});
+                   {(dir / "notes.dat").string(), "--format jsonl|megatron|llmc|flat|text|parquet"});
   write_file(dir / "notes.txt", "hello");   // plain text: read with --tokenizer
   EXPECT_EQ(detect_format(dir / "notes.txt"), Format::kText);
+  EXPECT_EQ(detect_format(dir / "train-00000-of-00004.parquet"), Format::kParquet);   // by name, even if absent
   write_file(dir / "half.idx", "");
   expect_bad_input([&] { detect_format(dir / "half"); },
                    {(dir / "half").string(), "no such file", "half.bin"});

@@ -202,7 +202,7 @@ TEST(Jsonl, EveryBadLineIsABadInputWithFileLineAndColumn) {
       {R"({"input_ids": [1, 2.5], "loss_mask": [1, 1]})", "bad.jsonl:3:19", "token id 2.5 is not an integer"},
       {R"({"input_ids": "1 2", "loss_mask": [1, 1]})", "bad.jsonl:3:15", "must be an array of token ids"},
       {R"({"input_ids": [1, -2], "loss_mask": [1, 1]})", "bad.jsonl:3:19", "token id -2 is negative"},
-      {R"({"input_ids": [1, 100], "loss_mask": [1, 1]})", "bad.jsonl:3:", "token id 100 (token 1 of the line) is >= the vocabulary size 100"},
+      {R"({"input_ids": [1, 100], "loss_mask": [1, 1]})", "bad.jsonl:3:", "token id 100 (token 1 of the document) is >= the vocabulary size 100"},
       {R"({"input_ids": [1, 2], "loss_mask": [1]})", "bad.jsonl:3:", "loss mask \"loss_mask\" has 1 values but \"input_ids\" has 2"},
       {R"({"input_ids": [1, 2], "loss_mask": [1, 2]})", "bad.jsonl:3:40", "loss mask values must be 0 or 1, found 2"},
       {R"({"input_ids": [1, 2]})", "bad.jsonl:3:", "no \"loss_mask\" key"},

@@ -1,0 +1,321 @@
+#include "pack/readers/parquet.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <arrow/array.h>
+#include <arrow/io/file.h>
+#include <arrow/record_batch.h>
+#include <arrow/type.h>
+#include <fmt/format.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/exception.h>
+#include <unistd.h>
+
+#include "core/error.hpp"
+#include "core/regular_file.hpp"
+#include "pack/readers/readers.hpp"
+#include "pack/readers/spill.hpp"
+
+namespace ulysses::pack {
+namespace {
+
+constexpr std::int64_t kBatchRows = 1024;   // rows decoded at a time
+constexpr std::int64_t kIdLimit = std::int64_t{1} << 31;
+
+std::string file_hint() {
+  return "pass a parquet file (a Hugging Face dataset's data/*.parquet): pyarrow.parquet.read_table must read it";
+}
+
+// A Status from libparquet/libarrow: ok, or the file cannot be read.
+void check(const arrow::Status& status, const std::string& path) {
+  if (!status.ok())
+    throw BadInput(fmt::format("{}: not a readable parquet file: {}", path, status.message()), file_hint());
+}
+
+template <class T>
+T check(arrow::Result<T> result, const std::string& path) {
+  check(result.status(), path);
+  return std::move(result).ValueUnsafe();
+}
+
+bool string_type(arrow::Type::type t) {
+  return t == arrow::Type::STRING || t == arrow::Type::LARGE_STRING || t == arrow::Type::STRING_VIEW;
+}
+
+bool list_of_values(arrow::Type::type t) {
+  return t == arrow::Type::LIST || t == arrow::Type::LARGE_LIST || t == arrow::Type::FIXED_SIZE_LIST;
+}
+
+bool is_integer_or_bool(arrow::Type::type t) { return arrow::is_integer(t) || t == arrow::Type::BOOL; }
+
+// The rows of a parquet file, a batch of `columns` at a time. Every libparquet exception and error Status becomes a
+// BadInput naming the file.
+class ParquetRows {
+ public:
+  // Each of `columns` must have a type that `accepts`; `wanted` says which, and `flags` which flags name them.
+  ParquetRows(const std::filesystem::path& path, std::vector<std::string> columns,
+              bool (*accepts)(const arrow::DataType&), const char* wanted, const char* flags)
+      : path_(path.string()), columns_(std::move(columns)) {
+    guarded([&] { open(accepts, wanted, flags); });
+  }
+
+  // The next batch (null at the end); row numbers of its first row are first_row() (1-based).
+  std::shared_ptr<arrow::RecordBatch> next() {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    guarded([&] {
+      first_row_ += batch_rows_;
+      check(batches_->ReadNext(&batch), path_);
+      batch_rows_ = batch ? batch->num_rows() : 0;
+    });
+    return batch;
+  }
+  std::uint64_t first_row() const { return first_row_; }
+  const std::string& path() const { return path_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const parquet::ParquetException& e) {
+      throw BadInput(fmt::format("{}: not a readable parquet file: {}", path_, e.what()), file_hint());
+    }
+  }
+
+  void open(bool (*accepts)(const arrow::DataType&), const char* wanted, const char* flags) {
+    const int fd = open_regular_file(path_, "parquet input");   // a FIFO or directory: one line, never a hang
+    auto file = arrow::io::ReadableFile::Open(fd);
+    if (!file.ok()) ::close(fd);
+    std::shared_ptr<arrow::io::ReadableFile> input = check(std::move(file), path_);
+    bytes_ = static_cast<std::uint64_t>(check(input->GetSize(), path_));
+    reader_ = check(parquet::arrow::OpenFile(input, arrow::default_memory_pool()), path_);
+    reader_->set_batch_size(kBatchRows);
+    std::shared_ptr<arrow::Schema> schema;
+    check(reader_->GetSchema(&schema), path_);
+    std::vector<int> leaves;
+    for (const std::string& name : columns_) {
+      const int field = schema->GetFieldIndex(name);
+      if (field < 0)
+        throw BadInput(fmt::format("{}: no column \"{}\" (it has {})", path_, name, column_names(*schema)),
+                       fmt::format("name the column that holds the {} ({})", wanted, flags));
+      if (!accepts(*schema->field(field)->type()))
+        throw BadInput(fmt::format("{}: column \"{}\" is {}, not {}", path_, name, schema->field(field)->type()->ToString(),
+                                   wanted),
+                       "a text column is a string; token ids and a loss mask are lists of integers");
+      add_leaves(reader_->manifest().schema_fields.at(static_cast<std::size_t>(field)), leaves);
+    }
+    std::vector<int> groups(static_cast<std::size_t>(reader_->num_row_groups()));
+    for (std::size_t g = 0; g < groups.size(); ++g) groups[g] = static_cast<int>(g);
+    batches_ = check(reader_->GetRecordBatchReader(groups, leaves), path_);
+  }
+
+  static void add_leaves(const parquet::arrow::SchemaField& field, std::vector<int>& leaves) {
+    if (field.is_leaf()) leaves.push_back(field.column_index);
+    for (const auto& child : field.children) add_leaves(child, leaves);
+  }
+
+  static std::string column_names(const arrow::Schema& schema) {
+    std::string names;
+    for (int i = 0; i < schema.num_fields() && i < 20; ++i)
+      names += fmt::format("{}\"{}\" ({})", i ? ", " : "", schema.field(i)->name(), schema.field(i)->type()->ToString());
+    if (schema.num_fields() > 20) names += fmt::format(" and {} more", schema.num_fields() - 20);
+    return schema.num_fields() == 0 ? "none" : names;
+  }
+
+  std::string path_;
+  std::vector<std::string> columns_;
+  std::uint64_t bytes_ = 0;
+  std::unique_ptr<parquet::arrow::FileReader> reader_;
+  std::unique_ptr<arrow::RecordBatchReader> batches_;   // must die before reader_ (declared after it)
+  std::uint64_t first_row_ = 1;
+  std::int64_t batch_rows_ = 0;
+};
+
+bool text_column(const arrow::DataType& type) { return string_type(type.id()); }
+
+bool integer_list_column(const arrow::DataType& type) {
+  return list_of_values(type.id()) && is_integer_or_bool(type.field(0)->type()->id());
+}
+
+// A column of a batch, found by name (the batch holds the columns asked for, nothing else).
+const arrow::Array& column(const arrow::RecordBatch& batch, const std::string& name) {
+  const std::shared_ptr<arrow::Array> array = batch.GetColumnByName(name);
+  ULY_CHECK(array != nullptr, "a parquet batch without its column \"{}\"", name);
+  return *array;
+}
+
+std::string_view text_at(const arrow::Array& array, std::int64_t row) {
+  switch (array.type_id()) {
+    case arrow::Type::STRING: return static_cast<const arrow::StringArray&>(array).GetView(row);
+    case arrow::Type::LARGE_STRING: return static_cast<const arrow::LargeStringArray&>(array).GetView(row);
+    default: return static_cast<const arrow::StringViewArray&>(array).GetView(row);
+  }
+}
+
+// The rows of a text column.
+class ParquetTextRecords final : public RecordSource {
+ public:
+  ParquetTextRecords(const std::filesystem::path& path, std::string column)
+      : rows_(path, {column}, text_column, "text (a string column)", "--text-key"), column_(std::move(column)) {}
+
+  bool next(Record& record) override {
+    while (batch_ == nullptr || row_ == batch_->num_rows()) {
+      if ((batch_ = rows_.next()) == nullptr) return false;
+      row_ = 0;
+    }
+    const arrow::Array& text = column(*batch_, column_);
+    record.number = rows_.first_row() + static_cast<std::uint64_t>(row_);
+    record.text.clear();
+    if (text.IsNull(row_)) record.problem = fmt::format("null text in column \"{}\"", column_);
+    else record.text.assign(text_at(text, row_));
+    ++row_;
+    return true;
+  }
+  bool json() const override { return false; }
+  std::string where(std::uint64_t number, std::size_t column) const override {
+    return column > 0 ? fmt::format(": row {}, byte {}", number, column) : fmt::format(": row {}", number);
+  }
+  std::uint64_t bytes() const { return rows_.bytes(); }
+
+ private:
+  ParquetRows rows_;
+  std::string column_;
+  std::shared_ptr<arrow::RecordBatch> batch_;
+  std::int64_t row_ = 0;
+};
+
+// Value i of an integer or bool array, as int64 (a uint64 past INT64_MAX saturates: out of every range checked).
+std::int64_t integer_at(const arrow::Array& values, std::int64_t i) {
+  switch (values.type_id()) {
+    case arrow::Type::BOOL: return static_cast<const arrow::BooleanArray&>(values).Value(i) ? 1 : 0;
+    case arrow::Type::INT8: return static_cast<const arrow::Int8Array&>(values).Value(i);
+    case arrow::Type::INT16: return static_cast<const arrow::Int16Array&>(values).Value(i);
+    case arrow::Type::INT32: return static_cast<const arrow::Int32Array&>(values).Value(i);
+    case arrow::Type::INT64: return static_cast<const arrow::Int64Array&>(values).Value(i);
+    case arrow::Type::UINT8: return static_cast<const arrow::UInt8Array&>(values).Value(i);
+    case arrow::Type::UINT16: return static_cast<const arrow::UInt16Array&>(values).Value(i);
+    case arrow::Type::UINT32: return static_cast<const arrow::UInt32Array&>(values).Value(i);
+    default: {
+      const std::uint64_t v = static_cast<const arrow::UInt64Array&>(values).Value(i);
+      return static_cast<std::int64_t>(std::min<std::uint64_t>(v, std::numeric_limits<std::int64_t>::max()));
+    }
+  }
+}
+
+// Row `row` of a list column: its values array and [begin, end) in it; nullopt for a null row.
+struct ListRow {
+  const arrow::Array* values = nullptr;
+  std::int64_t begin = 0, end = 0;
+};
+std::optional<ListRow> list_row(const arrow::Array& list, std::int64_t row) {
+  if (list.IsNull(row)) return std::nullopt;
+  switch (list.type_id()) {
+    case arrow::Type::LIST: {
+      const auto& a = static_cast<const arrow::ListArray&>(list);
+      return ListRow{a.values().get(), a.value_offset(row), a.value_offset(row) + a.value_length(row)};
+    }
+    case arrow::Type::LARGE_LIST: {
+      const auto& a = static_cast<const arrow::LargeListArray&>(list);
+      return ListRow{a.values().get(), a.value_offset(row), a.value_offset(row) + a.value_length(row)};
+    }
+    default: {
+      const auto& a = static_cast<const arrow::FixedSizeListArray&>(list);
+      return ListRow{a.values().get(), a.value_offset(row), a.value_offset(row) + a.value_length(row)};
+    }
+  }
+}
+
+// Row values into out, each checked to lie in [0, limit) ("what" names them); the problem, or empty.
+template <class T>
+std::string row_values(const arrow::Array& list, std::int64_t row, const std::string& name, std::int64_t limit,
+                       std::vector<T>& out) {
+  out.clear();
+  const std::optional<ListRow> r = list_row(list, row);
+  if (!r) return fmt::format("null in column \"{}\"", name);
+  out.reserve(static_cast<std::size_t>(r->end - r->begin));
+  for (std::int64_t i = r->begin; i < r->end; ++i) {
+    if (r->values->IsNull(i)) return fmt::format("value {} of column \"{}\" is null", i - r->begin, name);
+    const std::int64_t v = integer_at(*r->values, i);
+    if (v < 0 || v >= limit)
+      return fmt::format("value {} of column \"{}\" is {}, not in [0, {})", i - r->begin, name, v, limit);
+    out.push_back(static_cast<T>(v));
+  }
+  return {};
+}
+
+// Token ids (and a loss mask) of each row, spilled.
+void spill_id_rows(ParquetRows& rows, const ReaderOptions& options, DocumentSpill& spill) {
+  const bool with_mask = !options.mask_key.empty();
+  std::vector<std::int32_t> ids;
+  std::vector<std::uint8_t> mask;
+  while (const std::shared_ptr<arrow::RecordBatch> batch = rows.next()) {
+    const arrow::Array& id_column = column(*batch, options.tokens_key);
+    const arrow::Array* mask_column = with_mask ? &column(*batch, options.mask_key) : nullptr;
+    for (std::int64_t row = 0; row < batch->num_rows(); ++row) {
+      const std::string where = fmt::format("{}: row {}", rows.path(), rows.first_row() + static_cast<std::uint64_t>(row));
+      std::string problem = row_values(id_column, row, options.tokens_key, kIdLimit, ids);
+      if (problem.empty() && with_mask) problem = row_values(*mask_column, row, options.mask_key, 2, mask);
+      if (problem.empty() && with_mask && mask.size() != ids.size())
+        problem = fmt::format("{} token ids but {} loss mask values", ids.size(), mask.size());
+      if (!problem.empty()) {
+        spill.bad(where, problem);
+        continue;
+      }
+      try {
+        spill.add(ids, with_mask ? &mask : nullptr);
+      } catch (const JsonLineError& e) {
+        spill.bad(where, e.what());
+      }
+    }
+  }
+}
+
+std::string row_hint(const ReaderOptions& options) {
+  if (options.tokenizer != nullptr)
+    return fmt::format("each row must hold its document's text (UTF-8, not null) in column \"{}\" (--text-key); "
+                       "--on-error skip skips bad rows", options.text_key);
+  std::string hint = fmt::format("each row must hold its token ids as a list of integers in [0, 2^31) in column "
+                                 "\"{}\" (--tokens-key)", options.tokens_key);
+  if (!options.mask_key.empty())
+    hint += fmt::format(" and a 0/1 loss mask of the same length in column \"{}\" (--loss-mask-key)", options.mask_key);
+  if (options.vocab_size > 0) hint += fmt::format(", ids < --vocab-size {}", options.vocab_size);
+  return hint + "; --on-error skip skips bad rows";
+}
+
+}  // namespace
+
+std::unique_ptr<RecordSource> parquet_text_records(const std::filesystem::path& path, const std::string& column) {
+  return std::make_unique<ParquetTextRecords>(path, column);
+}
+
+std::unique_ptr<TokenSource> scan_parquet(const std::filesystem::path& path, const ReaderOptions& options,
+                                          DocSink& sink) {
+  if (options.tokenizer != nullptr) {
+    ParquetTextRecords records(path, options.text_key);
+    sink.stats().input_bytes += records.bytes();
+    DocumentSpill spill(path, options, sink, false, row_hint(options));
+    spill.add_text(records);
+    return spill.finish();
+  }
+  std::vector<std::string> columns = {options.tokens_key};
+  if (!options.mask_key.empty()) columns.push_back(options.mask_key);
+  if (options.tokens_key == options.mask_key)
+    throw BadInput(fmt::format("{}: --tokens-key and --loss-mask-key are both \"{}\"", path.string(), options.tokens_key),
+                   "name two different columns");
+  ParquetRows rows(path, columns, integer_list_column, "token ids (a list of integers)",
+                   "--tokens-key, and --loss-mask-key for the mask");
+  sink.stats().input_bytes += rows.bytes();
+  DocumentSpill spill(path, options, sink, !options.mask_key.empty(), row_hint(options));
+  spill_id_rows(rows, options, spill);
+  return spill.finish();
+}
+
+}  // namespace ulysses::pack
