@@ -54,7 +54,8 @@ std::string Progress::line() const {
   }
   if (secs > 0) {
     s += fmt::format(" | {} {}/s", human(done / secs), unit_);
-    if (!unit2_.empty()) s += fmt::format(", {} {}/s", human(double(done2_.load()) / secs), unit2_);
+    const double done2 = static_cast<double>(done2_.load());
+    if (!unit2_.empty()) s += fmt::format(", {} {} at {} {}/s", human(done2), unit2_, human(done2 / secs), unit2_);
   }
   return s;
 }

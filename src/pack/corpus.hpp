@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+namespace ulysses {
+class Progress;
+}
 namespace ulysses::tokenize {
 class Tokenizer;
 }
@@ -59,6 +62,7 @@ struct ReaderOptions {
   OnError on_error = OnError::kStop;      // kSkip: count bad documents (JSONL lines, text, parquet rows), go on
   std::filesystem::path scratch_dir;      // where JSONL, text and parquet inputs are spilled
   int threads = 1;                        // workers the scan of one binary input may use
+  Progress* progress = nullptr;           // set: tokenized text adds its tokens here batch by batch (a big file moves)
 };
 
 struct ScanStats {

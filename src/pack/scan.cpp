@@ -99,6 +99,7 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
   ReaderOptions reader = options;
   reader.threads = static_cast<int>(std::max<std::size_t>(1, static_cast<std::size_t>(threads) / n));
   Progress progress("scan", n, "files", "tokens");
+  reader.progress = &progress;   // text being tokenized reports its tokens batch by batch; the rest, a file at a time
   parallel_for(n + hash_tasks.size(), threads, [&](std::size_t task) {
     if (task >= n) {
       const std::size_t i = hash_tasks[task - n];
@@ -115,7 +116,7 @@ Corpus scan_corpus(const std::vector<std::string>& paths, const ReaderOptions& o
     in.bytes = static_cast<std::int64_t>(stats[i].input_bytes);
     in.documents = static_cast<std::int64_t>(stats[i].documents);
     in.tokens = static_cast<std::int64_t>(stats[i].tokens);
-    progress.add(1, stats[i].tokens);
+    progress.add(1, options.tokenizer != nullptr ? 0 : stats[i].tokens);
   });
   progress.finish();
   for (std::size_t i = 0; i < n; ++i) {

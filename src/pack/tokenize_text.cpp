@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "pack/pack.hpp"
 #include "pack/readers/byte_stream.hpp"
 #include "pack/readers/parquet.hpp"
@@ -92,6 +93,8 @@ int run_tokenize(const TokenizeOptions& o) {
   if (!out) throw BadInput(fmt::format("cannot write {}", tmp.path().string()), "check that --output's folder is writable");
   std::uint64_t documents = 0, tokens = 0;
   std::string line;
+  Progress progress("tokenize", paths.size(), "files", "tokens");
+  options.progress = &progress;
   for (const std::string& path : paths) {
     const TextInput in = open_text(path, o);
     tokenize_documents(*in.records, options, [&](std::uint64_t number, std::vector<std::int32_t>& ids,
@@ -105,7 +108,9 @@ int run_tokenize(const TokenizeOptions& o) {
       ++documents;
       tokens += ids.size();
     });
+    progress.add(1);
   }
+  progress.finish();
   out.close();
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp.path().string()));
   tmp.commit(o.output);

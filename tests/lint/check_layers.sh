@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layers of docs/architecture.md hold: each folder under src/ includes only from the folders below it
 # (the table `allowed`), the torch-free folders include no LibTorch header, the MPI-free ones no mpi.h, and
-# the torch-free binaries load neither libtorch nor MPI.
+# the torch-free binaries load neither libtorch nor MPI; arrow/parquet headers appear only in the parquet reader.
 # usage: check_layers.sh SRC_DIR BINARY...
 set -u
 src=$1; shift
@@ -42,6 +42,10 @@ for d in core io arch data tokenize pack ckpt plan; do
     echo "MPI included in MPI-free src/$d:"; echo "$hits"; fail=1
   fi
 done
+# Arrow and parquet headers belong to the parquet reader alone (the pyarrow wheel's libraries stay behind it).
+if hits=$(grep -rnE '#include *<(arrow|parquet)/' "$src" | grep -v "^$src/pack/readers/parquet.cpp:"); then
+  echo "Arrow/parquet included outside src/pack/readers/parquet.cpp:"; echo "$hits"; fail=1
+fi
 for bin in "$@"; do
   if ldd "$bin" | grep -qE 'libtorch|libc10'; then echo "$bin links LibTorch:"; ldd "$bin" | grep -E 'torch|c10'; fail=1; fi
   if ldd "$bin" | grep -qE 'libmpi'; then echo "$bin links MPI"; fail=1; fi

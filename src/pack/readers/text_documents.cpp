@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/parallel.hpp"
+#include "core/progress.hpp"
 #include "tokenize/tokenizer.hpp"
 
 namespace ulysses::pack {
@@ -124,7 +125,12 @@ void tokenize_documents(RecordSource& records, const ReaderOptions& options, con
     }
     parallel_for(batch.size(), options.threads,
                  [&](std::size_t i) { tokenize_record(batch[i], records.json(), options); });
-    for (TextLine& t : batch) take(t.number, t.ids, t.error ? &*t.error : nullptr);
+    std::uint64_t tokens = 0;
+    for (TextLine& t : batch) {
+      tokens += t.ids.size();
+      take(t.number, t.ids, t.error ? &*t.error : nullptr);
+    }
+    if (options.progress != nullptr) options.progress->add(0, tokens);
   }
 }
 

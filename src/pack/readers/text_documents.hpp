@@ -6,6 +6,7 @@
 // tokenize_documents reads records in batches of about 16 MiB, tokenizes them in parallel on options.threads
 // workers, and hands them to `take` one by one in order, so what `take` sees — ids, errors, their order — is the
 // same for any number of threads, and memory stays bounded by a batch (plus one document) whatever the file's size.
+// Each batch's tokens go to options.progress when it is set.
 // A document is the tokenizer's ids for its text (valid UTF-8), then its EOS when options.append_eos (unless the
 // ids already end with it).
 #pragma once
