@@ -120,10 +120,10 @@ void set_up_tokenize(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("tokenize", "Tokenize text (JSONL, plain text, parquet) into JSONL token ids with the model's tokenizer");
   cmd->footer(kTokenizeExamples);
   auto& o = st.tokenize;
-  cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst] or plain text (.txt, .md) files or globs, read in order")
+  cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst], plain text (.txt, .md) or parquet files or globs, in order")
       ->required();
   cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
-  add_text_options(cmd, o.tokenizer, o.text_key, st.text_split, o.append_eos)->required();
+  add_text_options(cmd, o.tokenizer, o.reader.text_key, st.text_split, o.reader.append_eos)->required();
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
 }
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);
     if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes);
     if (app.got_subcommand("tokenize")) {
-      st.tokenize.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
+      st.tokenize.reader.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
       return up::run_tokenize(st.tokenize);
     }
     return up::run_verify(st.dataset, st.threads);

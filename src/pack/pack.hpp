@@ -39,12 +39,10 @@ struct PackOptions {
 // `pack --tokens-key input_ids` reads), with the model's
 // tokenizer, for users who keep the ids. Written atomically; a bad line stops it (nothing written).
 struct TokenizeOptions {
-  std::vector<std::string> inputs;        // JSONL[.gz|.zst] or plain text files or glob patterns, read in order
+  std::vector<std::string> inputs;        // JSONL[.gz|.zst], plain text or parquet files or glob patterns, in order
   std::filesystem::path output;           // one JSONL file
   std::filesystem::path tokenizer;
-  std::string text_key = "text";
-  TextSplit text_split = TextSplit::kFile;   // plain text inputs (.txt, .md)
-  bool append_eos = true;
+  ReaderOptions reader;                   // text_key, text_split, append_eos (the tokenizer and threads are set here)
   bool overwrite = false;
   int threads = 0;                        // 0: hardware concurrency
 };

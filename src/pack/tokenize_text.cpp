@@ -64,12 +64,12 @@ TextInput open_text(const std::string& path, const TokenizeOptions& o) {
   TextInput in;
   const Format format = text_format(path);
   if (format == Format::kParquet) {
-    in.records = parquet_text_records(path, o.text_key);
+    in.records = parquet_text_records(path, o.reader.text_key);
     return in;
   }
   in.stream = open_byte_stream(path);
   in.lines = std::make_unique<LineReader>(*in.stream);
-  in.records = format == Format::kText ? text_records(*in.stream, *in.lines, o.text_split)
+  in.records = format == Format::kText ? text_records(*in.stream, *in.lines, o.reader.text_split)
                                        : std::make_unique<JsonlRecords>(*in.lines);
   return in;
 }
@@ -81,12 +81,9 @@ int run_tokenize(const TokenizeOptions& o) {
     throw BadInput(fmt::format("--output {} exists", o.output.string()), "pass --overwrite to replace it");
   const std::vector<std::string> paths = expand_inputs(o.inputs);
   for (const std::string& path : paths) text_format(path);
-  const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.append_eos);
-  ReaderOptions options;
+  const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.reader.append_eos);
+  ReaderOptions options = o.reader;
   options.tokenizer = &tokenizer;
-  options.text_key = o.text_key;
-  options.append_eos = o.append_eos;
-  options.text_split = o.text_split;
   options.threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   TmpFile tmp(o.output.string() + ".tmp");
   std::ofstream out(tmp.path(), std::ios::binary | std::ios::trunc);
@@ -102,7 +99,7 @@ int run_tokenize(const TokenizeOptions& o) {
       if (error != nullptr)
         throw BadInput(fmt::format("{}{}: {}", path, in.records->where(number, error->column()), error->what()),
                        fmt::format("each document's text must be valid UTF-8, as a string under \"{}\" (--text-key) "
-                                   "for a JSONL line or a parquet row", o.text_key));
+                                   "for a JSONL line or a parquet row", o.reader.text_key));
       line = fmt::format("{{\"input_ids\": [{}]}}\n", fmt::join(ids, ", "));
       out.write(line.data(), static_cast<std::streamsize>(line.size()));
       ++documents;
