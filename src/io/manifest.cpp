@@ -106,7 +106,8 @@ nlohmann::json to_json(const Manifest& m) {
               {"seed", m.seed}, {"command", m.command}, {"created_by", m.created_by}, {"inputs", inputs},
               {"shards", shards}, {"stats", m.stats}};
   if (!m.tokenizer.file.empty())
-    out["tokenizer"] = {{"file", m.tokenizer.file}, {"xxh3", m.tokenizer.xxh3}, {"eos_id", m.tokenizer.eos_id}};
+    out["tokenizer"] = {{"file", m.tokenizer.file}, {"xxh3", m.tokenizer.xxh3}, {"eos_id", m.tokenizer.eos_id},
+                        {"add_special_tokens", m.tokenizer.add_special_tokens}};
   return out;
 }
 
@@ -137,7 +138,8 @@ Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
     const json& t = container(j, "tokenizer", false, where);
     const std::string at = where + ": tokenizer";
     m.tokenizer = {field<std::string>(t, "file", at), field<std::string>(t, "xxh3", at),
-                   field<std::int64_t>(t, "eos_id", at)};
+                   field<std::int64_t>(t, "eos_id", at),
+                   !t.contains("add_special_tokens") || field<bool>(t, "add_special_tokens", at)};
   }
   return m;
 }

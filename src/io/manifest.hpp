@@ -35,6 +35,7 @@ struct ManifestTokenizer {
   std::string file;            // the tokenizer.json read
   std::string xxh3;            // XXH3-64 of it
   std::int64_t eos_id = -1;    // appended to every document (-1: none)
+  bool add_special_tokens = true;   // the tokenizer's template (BOS) was put around each document
 };
 
 struct Manifest {

@@ -53,6 +53,7 @@ struct ReaderOptions {
   std::string text_key = "text";          // JSONL key / parquet column holding a document's text (with a tokenizer)
   TextSplit text_split = TextSplit::kFile;   // plain text inputs (with a tokenizer)
   bool append_eos = true;                 // with a tokenizer: end each document with its EOS (as Megatron's --append-eod)
+  bool add_special_tokens = true;         // with a tokenizer: the ids its template puts around a document (BOS)
   std::string mask_key;                   // JSONL key / parquet column holding the 0/1 loss mask (empty: none)
   std::int64_t eos_id = -1;               // flat/llm.c: split documents at this id (-1: llm.c default / whole file)
   SplitAt split_at = SplitAt::kAfterEos;  // flat default; llm.c files use kBeforeEos unless told

@@ -55,15 +55,18 @@ T pick(const std::map<std::string, T>& table, const std::string& value) {
 }
 
 // The raw-text options that pack and tokenize share; returns --tokenizer's option.
-CLI::Option* add_text_options(CLI::App* cmd, std::filesystem::path& tokenizer, std::string& text_key,
-                              std::string& text_split, bool& append_eos) {
+CLI::Option* add_text_options(CLI::App* cmd, std::filesystem::path& tokenizer, std::string& text_split,
+                              up::ReaderOptions& reader) {
   auto* option = cmd->add_option("--tokenizer", tokenizer, "Model folder (or its tokenizer.json / tokenizer.model)");
-  cmd->add_option("--text-key", text_key, "JSONL key / parquet column of a document's text (with --tokenizer)")->capture_default_str();
+  cmd->add_option("--text-key", reader.text_key, "JSONL key / parquet column of a document's text (with --tokenizer)")->capture_default_str();
   cmd->add_option("--text-split", text_split,
                   "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
       ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
-  cmd->add_flag("--append-eos,!--no-append-eos", append_eos,
+  cmd->add_flag("--append-eos,!--no-append-eos", reader.append_eos,
                 "With --tokenizer: end each document with the model's EOS (default: yes)");
+  cmd->add_flag("--add-special-tokens,!--no-add-special-tokens", reader.add_special_tokens,
+                "With --tokenizer: the BOS (template) the tokenizer puts around each document, as Hugging Face's "
+                "add_special_tokens (default: yes; no for text a chat template already rendered)");
   return option;
 }
 
@@ -92,7 +95,7 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
       ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text", "parquet"}))->capture_default_str();
   cmd->add_option("--tokens-key", o.reader.tokens_key, "JSONL key / parquet column of the token ids")->capture_default_str();
-  auto* tokenizer = add_text_options(cmd, o.tokenizer, o.reader.text_key, st.text_split, o.reader.append_eos);
+  auto* tokenizer = add_text_options(cmd, o.tokenizer, st.text_split, o.reader);
   tokenizer->description("Model folder (or its tokenizer.json / tokenizer.model): the inputs hold text, tokenized here");
   cmd->add_option("--loss-mask-key", o.reader.mask_key, "JSONL key / parquet column of a per-token 0/1 loss mask (SFT)")
       ->excludes(tokenizer);
@@ -123,7 +126,7 @@ void set_up_tokenize(CLI::App& app, CliState& st) {
   cmd->add_option("inputs", o.inputs, "JSONL[.gz|.zst], plain text (.txt, .md) or parquet files or globs, in order")
       ->required();
   cmd->add_option("-o,--output", o.output, "Output JSONL file ({\"input_ids\": [...]} per document)")->required();
-  add_text_options(cmd, o.tokenizer, o.reader.text_key, st.text_split, o.reader.append_eos)->required();
+  add_text_options(cmd, o.tokenizer, st.text_split, o.reader)->required();
   cmd->add_option("--threads", o.threads, "Worker threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_flag("--overwrite", o.overwrite, "Replace an existing output file");
 }

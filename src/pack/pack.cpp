@@ -210,7 +210,7 @@ PackSummary run_pack(const PackOptions& o) {
   m.inputs = corpus.inputs;
   if (tokenizer)
     m.tokenizer = {tokenizer->file().string(), tokenizer->file_hash(),
-                   reader.append_eos ? std::int64_t{*tokenizer->eos_id()} : -1};
+                   reader.append_eos ? std::int64_t{*tokenizer->eos_id()} : -1, reader.add_special_tokens};
   m.stats = stats_json(corpus, plan, o.seq_len);
   shard::write_manifest(m, out.tmp() / "manifest.json");
   out.commit();

@@ -148,14 +148,14 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, bool add_special_tokens) const {
   if (const auto bad = invalid_utf8_at(text))
     throw TextError(*bad, fmt::format("byte {} of the text (0x{:02X}) is not valid UTF-8", *bad,
                                       static_cast<unsigned char>(text[*bad])));
   const TextEncoder& e = *impl_->encoder;
-  out.insert(out.end(), e.prefix.begin(), e.prefix.end());
+  if (add_special_tokens) out.insert(out.end(), e.prefix.begin(), e.prefix.end());
   e.encode(text, out);
-  out.insert(out.end(), e.suffix.begin(), e.suffix.end());
+  if (add_special_tokens) out.insert(out.end(), e.suffix.begin(), e.suffix.end());
 }
 
 std::int64_t Tokenizer::vocab_size() const { return impl_->encoder->vocab_size(); }

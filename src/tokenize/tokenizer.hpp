@@ -35,9 +35,10 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Appends the ids of one document to out: the post-processor's template around the text's tokens. Throws
+  // Appends the ids of one document to out: the post-processor's template around the text's tokens, or with
+  // add_special_tokens false the text's tokens alone (as `encode(text, add_special_tokens=False)`). Throws
   // TextError for text that is not UTF-8, or that the pre-tokenizer's regex cannot match (PCRE2's limits).
-  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
+  void encode(std::string_view text, std::vector<std::int32_t>& out, bool add_special_tokens = true) const;
 
   std::int64_t vocab_size() const;                 // the largest id + 1 (model vocabulary and added tokens)
   std::optional<std::int32_t> eos_id() const;      // the end-of-document token, when the folder names one

@@ -100,6 +100,24 @@ class VsMistralAndSentencePiece(CorpusCase):
         got = [json.loads(line)["input_ids"] for line in (d / "ids.jsonl").read_text().splitlines()]
         self.assertEqual(got, [[sp.bos_id()] + sp.encode(t) + [sp.eos_id()] for t in self.texts[:50]])
 
+    def test_no_add_special_tokens(self):
+        """--no-add-special-tokens drops the BOS, as sentencepiece's encode(text) and Tekkenizer's bos=False do."""
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+        d = self.folder("plain-v1", MISTRAL_DATA / "tokenizer.model.v1")
+        (d / "tekken").mkdir()
+        shutil.copy(MISTRAL_DATA / "tekken_240911.json", d / "tekken/tekken.json")
+        small = d / "small.jsonl"
+        small.write_text("".join(json.dumps({"text": t}) + "\n" for t in self.texts[:50]))
+        sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
+        tekken = Tekkenizer.from_file(d / "tekken/tekken.json")
+        for folder, want in ((d, [sp.encode(t) + [sp.eos_id()] for t in self.texts[:50]]),
+                             (d / "tekken", [tekken.encode(t, bos=False, eos=True) for t in self.texts[:50]])):
+            p = subprocess.run([PACK, "tokenize", small, "-o", folder / "ids.jsonl", "--tokenizer", folder,
+                                "--no-add-special-tokens"], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = [json.loads(line)["input_ids"] for line in (folder / "ids.jsonl").read_text().splitlines()]
+            self.assertEqual(got, want, folder)
+
     def check_tekken(self, name):
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
         d = self.root / name

@@ -99,6 +99,38 @@ class VsTokenizers(CorpusCase):
         self.assertEqual((manifest["inputs"][0]["format"], manifest["inputs"][0]["documents"]), ("text", len(blocks)))
         self.assertEqual(manifest["inputs"][0]["tokens"], sum(len(g) + 1 for g in got))   # each with its EOS
 
+    def test_chat_template_rendered_text(self):
+        """The documented path for chat data: transformers renders the model's chat template
+        (apply_chat_template(tokenize=False)), ulysses-pack tokenizes the text with --no-add-special-tokens — the ids
+        of apply_chat_template(tokenize=True), which encodes with add_special_tokens=False. Without the flag the
+        template's BOS would come twice."""
+        from transformers import PreTrainedTokenizerFast
+        tok, eos = train("llama3", self.texts, self.root / "chat")
+        template = ("{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim "
+                    "+ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+        hf = PreTrainedTokenizerFast(tokenizer_file=str(self.root / "chat/tokenizer.json"), bos_token="<|begin_of_text|>",
+                                     eos_token="<|end_of_text|>", chat_template=template)
+        chats = [[{"role": "system", "content": "You are terse."}, {"role": "user", "content": self.texts[i]},
+                  {"role": "assistant", "content": self.texts[i + 1]}] for i in range(0, 2000, 2)]
+        rendered = self.root / "chats.jsonl"
+        rendered.write_text("".join(json.dumps({"text": hf.apply_chat_template(c, tokenize=False)}) + "\n"
+                                    for c in chats), encoding="utf-8")
+        want = [list(hf.apply_chat_template(c, tokenize=True)) for c in chats]
+        self.assertEqual(want[0][:2], [tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|im_start|>")])
+        out = self.root / "chats-ids.jsonl"
+        run("tokenize", rendered, "-o", out, "--tokenizer", self.root / "chat", "--no-add-special-tokens",
+            "--no-append-eos")
+        got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        self.assertEqual(got, want)
+        run("tokenize", rendered, "-o", out, "--tokenizer", self.root / "chat", "--no-append-eos", "--overwrite")
+        doubled = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
+        self.assertEqual(doubled, [[w[0]] + w for w in want])   # the tokenizer's own BOS, then the template's
+        run("pack", rendered, "-o", self.root / "chat-packed", "--tokenizer", self.root / "chat",
+            "--no-add-special-tokens", "--seq-len", 4096)
+        manifest = json.loads((self.root / "chat-packed/manifest.json").read_text())
+        self.assertEqual((manifest["tokenizer"]["add_special_tokens"], manifest["tokenizer"]["eos_id"]), (False, eos))
+        self.assertEqual(manifest["inputs"][0]["tokens"], sum(len(w) + 1 for w in want))
+
     def test_qwen2_style_nfc(self):
         self.check_kind("qwen2")
 

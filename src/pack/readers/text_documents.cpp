@@ -47,7 +47,7 @@ void tokenize_record(TextLine& t, bool json, const ReaderOptions& options) {
       throw JsonLineError(json ? *bad + 1 : 0, fmt::format("byte {}{} (0x{:02X}) is not valid UTF-8", *bad + 1,
                                                            json ? "" : " of the document starting here",
                                                            static_cast<unsigned char>(t.record[*bad])));
-    options.tokenizer->encode(json ? text_of(t.record, options) : t.record, t.ids);
+    options.tokenizer->encode(json ? text_of(t.record, options) : t.record, t.ids, options.add_special_tokens);
     const auto eos = options.tokenizer->eos_id();
     if (options.append_eos && eos && (t.ids.empty() || t.ids.back() != *eos)) t.ids.push_back(*eos);
   } catch (const JsonLineError& e) {
