@@ -74,7 +74,7 @@ void set_up_pack(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("pack", "Pack tokenized inputs into SP-aligned HDF5 shards");
   cmd->footer(kPackExamples);
   auto& o = st.pack;
-  cmd->add_option("inputs", o.inputs, "Input files or glob patterns (JSONL[.gz|.zst], Megatron .bin/.idx, llm.c, flat)")
+  cmd->add_option("inputs", o.inputs, "Input files or glob patterns (JSONL[.gz|.zst], Megatron .bin/.idx, llm.c, flat, text, parquet)")
       ->required();
   cmd->add_option("-o,--output", o.output, "Output dataset directory (written atomically)")->required();
   cmd->add_option("--seq-len", o.seq_len, "Global sequence length S (multiple of --sp × --align)")->required();

@@ -55,15 +55,21 @@ bool list_of_values(arrow::Type::type t) {
 
 bool is_integer_or_bool(arrow::Type::type t) { return arrow::is_integer(t) || t == arrow::Type::BOOL; }
 
+// A column to read: its name, the types it may have, and for messages what it holds and the flag that names it.
+struct ColumnSpec {
+  std::string name;
+  bool (*accepts)(const arrow::DataType&);
+  const char* holds;
+  const char* flag;
+};
+
 // The rows of a parquet file, a batch of `columns` at a time. Every libparquet exception and error Status becomes a
 // BadInput naming the file.
 class ParquetRows {
  public:
-  // Each of `columns` must have a type that `accepts`; `wanted` says which, and `flags` which flags name them.
-  ParquetRows(const std::filesystem::path& path, std::vector<std::string> columns,
-              bool (*accepts)(const arrow::DataType&), const char* wanted, const char* flags)
+  ParquetRows(const std::filesystem::path& path, std::vector<ColumnSpec> columns)
       : path_(path.string()), columns_(std::move(columns)) {
-    guarded([&] { open(accepts, wanted, flags); });
+    guarded([&] { open(); });
   }
 
   // The next batch (null at the end); row numbers of its first row are first_row() (1-based).
@@ -90,25 +96,37 @@ class ParquetRows {
     }
   }
 
-  void open(bool (*accepts)(const arrow::DataType&), const char* wanted, const char* flags) {
+  void open() {
     const int fd = open_regular_file(path_, "parquet input");   // a FIFO or directory: one line, never a hang
     auto file = arrow::io::ReadableFile::Open(fd);
     if (!file.ok()) ::close(fd);
     std::shared_ptr<arrow::io::ReadableFile> input = check(std::move(file), path_);
     bytes_ = static_cast<std::uint64_t>(check(input->GetSize(), path_));
-    reader_ = check(parquet::arrow::OpenFile(input, arrow::default_memory_pool()), path_);
-    reader_->set_batch_size(kBatchRows);
+    // Without pre-buffering a row group's pages are read as they are decoded (pre-buffered, the whole file's column
+    // chunks stay cached until the reader dies: memory would grow with the file).
+    parquet::ReaderProperties properties;
+    properties.enable_buffered_stream();
+    parquet::ArrowReaderProperties arrow_properties;
+    arrow_properties.set_pre_buffer(false);
+    arrow_properties.set_batch_size(kBatchRows);
+    parquet::arrow::FileReaderBuilder builder;
+    check(builder.Open(input, properties), path_);
+    reader_ = check(builder.properties(arrow_properties)->Build(), path_);
     std::shared_ptr<arrow::Schema> schema;
     check(reader_->GetSchema(&schema), path_);
     std::vector<int> leaves;
-    for (const std::string& name : columns_) {
+    for (const auto& [name, accepts, holds, flag] : columns_) {
       const int field = schema->GetFieldIndex(name);
+      if (field < 0 && !schema->GetAllFieldIndices(name).empty())
+        throw BadInput(fmt::format("{}: {} columns are named \"{}\"", path_, schema->GetAllFieldIndices(name).size(),
+                                   printable(name)),
+                       "write the file with one column of each name");
       if (field < 0)
-        throw BadInput(fmt::format("{}: no column \"{}\" (it has {})", path_, name, column_names(*schema)),
-                       fmt::format("name the column that holds the {} ({})", wanted, flags));
+        throw BadInput(fmt::format("{}: no column \"{}\" (it has {})", path_, printable(name), column_names(*schema)),
+                       fmt::format("name the column that holds the {} ({})", holds, flag));
       if (!accepts(*schema->field(field)->type()))
-        throw BadInput(fmt::format("{}: column \"{}\" is {}, not {}", path_, name, schema->field(field)->type()->ToString(),
-                                   wanted),
+        throw BadInput(fmt::format("{}: column \"{}\" is {}, not {}", path_, printable(name),
+                                   printable(schema->field(field)->type()->ToString()), holds),
                        "a text column is a string; token ids and a loss mask are lists of integers");
       add_leaves(reader_->manifest().schema_fields.at(static_cast<std::size_t>(field)), leaves);
     }
@@ -125,13 +143,14 @@ class ParquetRows {
   static std::string column_names(const arrow::Schema& schema) {
     std::string names;
     for (int i = 0; i < schema.num_fields() && i < 20; ++i)
-      names += fmt::format("{}\"{}\" ({})", i ? ", " : "", schema.field(i)->name(), schema.field(i)->type()->ToString());
+      names += fmt::format("{}\"{}\" ({})", i ? ", " : "", printable(schema.field(i)->name()),
+                           printable(schema.field(i)->type()->ToString()));
     if (schema.num_fields() > 20) names += fmt::format(" and {} more", schema.num_fields() - 20);
     return schema.num_fields() == 0 ? "none" : names;
   }
 
   std::string path_;
-  std::vector<std::string> columns_;
+  std::vector<ColumnSpec> columns_;
   std::uint64_t bytes_ = 0;
   std::unique_ptr<parquet::arrow::FileReader> reader_;
   std::unique_ptr<arrow::RecordBatchReader> batches_;   // must die before reader_ (declared after it)
@@ -142,14 +161,18 @@ class ParquetRows {
 bool text_column(const arrow::DataType& type) { return string_type(type.id()); }
 
 bool integer_list_column(const arrow::DataType& type) {
+  return list_of_values(type.id()) && arrow::is_integer(type.field(0)->type()->id());
+}
+
+bool mask_list_column(const arrow::DataType& type) {
   return list_of_values(type.id()) && is_integer_or_bool(type.field(0)->type()->id());
 }
 
 // A column of a batch, found by name (the batch holds the columns asked for, nothing else).
-const arrow::Array& column(const arrow::RecordBatch& batch, const std::string& name) {
-  const std::shared_ptr<arrow::Array> array = batch.GetColumnByName(name);
+std::shared_ptr<arrow::Array> column(const arrow::RecordBatch& batch, const std::string& name) {
+  std::shared_ptr<arrow::Array> array = batch.GetColumnByName(name);
   ULY_CHECK(array != nullptr, "a parquet batch without its column \"{}\"", name);
-  return *array;
+  return array;
 }
 
 std::string_view text_at(const arrow::Array& array, std::int64_t row) {
@@ -164,18 +187,19 @@ std::string_view text_at(const arrow::Array& array, std::int64_t row) {
 class ParquetTextRecords final : public RecordSource {
  public:
   ParquetTextRecords(const std::filesystem::path& path, std::string column)
-      : rows_(path, {column}, text_column, "text (a string column)", "--text-key"), column_(std::move(column)) {}
+      : rows_(path, {{column, text_column, "text (a string column)", "--text-key"}}), column_(std::move(column)) {}
 
   bool next(Record& record) override {
     while (batch_ == nullptr || row_ == batch_->num_rows()) {
       if ((batch_ = rows_.next()) == nullptr) return false;
+      text_ = column(*batch_, column_);
       row_ = 0;
     }
-    const arrow::Array& text = column(*batch_, column_);
     record.number = rows_.first_row() + static_cast<std::uint64_t>(row_);
     record.text.clear();
-    if (text.IsNull(row_)) record.problem = fmt::format("null text in column \"{}\"", column_);
-    else record.text.assign(text_at(text, row_));
+    record.problem.clear();
+    if (text_->IsNull(row_)) record.problem = fmt::format("null text in column \"{}\"", printable(column_));
+    else record.text.assign(text_at(*text_, row_));
     ++row_;
     return true;
   }
@@ -189,6 +213,7 @@ class ParquetTextRecords final : public RecordSource {
   ParquetRows rows_;
   std::string column_;
   std::shared_ptr<arrow::RecordBatch> batch_;
+  std::shared_ptr<arrow::Array> text_;   // batch_'s text column
   std::int64_t row_ = 0;
 };
 
@@ -257,22 +282,22 @@ void spill_id_rows(ParquetRows& rows, const ReaderOptions& options, DocumentSpil
   std::vector<std::int32_t> ids;
   std::vector<std::uint8_t> mask;
   while (const std::shared_ptr<arrow::RecordBatch> batch = rows.next()) {
-    const arrow::Array& id_column = column(*batch, options.tokens_key);
-    const arrow::Array* mask_column = with_mask ? &column(*batch, options.mask_key) : nullptr;
+    const std::shared_ptr<arrow::Array> id_column = column(*batch, options.tokens_key);
+    const std::shared_ptr<arrow::Array> mask_column = with_mask ? column(*batch, options.mask_key) : nullptr;
     for (std::int64_t row = 0; row < batch->num_rows(); ++row) {
-      const std::string where = fmt::format("{}: row {}", rows.path(), rows.first_row() + static_cast<std::uint64_t>(row));
-      std::string problem = row_values(id_column, row, options.tokens_key, kIdLimit, ids);
+      const auto where = [&] { return fmt::format("{}: row {}", rows.path(), rows.first_row() + static_cast<std::uint64_t>(row)); };
+      std::string problem = row_values(*id_column, row, options.tokens_key, kIdLimit, ids);
       if (problem.empty() && with_mask) problem = row_values(*mask_column, row, options.mask_key, 2, mask);
       if (problem.empty() && with_mask && mask.size() != ids.size())
         problem = fmt::format("{} token ids but {} loss mask values", ids.size(), mask.size());
       if (!problem.empty()) {
-        spill.bad(where, problem);
+        spill.bad(where(), problem);
         continue;
       }
       try {
         spill.add(ids, with_mask ? &mask : nullptr);
       } catch (const JsonLineError& e) {
-        spill.bad(where, e.what());
+        spill.bad(where(), e.what());
       }
     }
   }
@@ -305,13 +330,15 @@ std::unique_ptr<TokenSource> scan_parquet(const std::filesystem::path& path, con
     spill.add_text(records);
     return spill.finish();
   }
-  std::vector<std::string> columns = {options.tokens_key};
-  if (!options.mask_key.empty()) columns.push_back(options.mask_key);
+  std::vector<ColumnSpec> columns = {{options.tokens_key, integer_list_column, "token ids (a list of integers)",
+                                      "--tokens-key"}};
+  if (!options.mask_key.empty())
+    columns.push_back({options.mask_key, mask_list_column, "loss mask (a list of 0/1 integers or bools)",
+                       "--loss-mask-key"});
   if (options.tokens_key == options.mask_key)
     throw BadInput(fmt::format("{}: --tokens-key and --loss-mask-key are both \"{}\"", path.string(), options.tokens_key),
                    "name two different columns");
-  ParquetRows rows(path, columns, integer_list_column, "token ids (a list of integers)",
-                   "--tokens-key, and --loss-mask-key for the mask");
+  ParquetRows rows(path, std::move(columns));
   sink.stats().input_bytes += rows.bytes();
   DocumentSpill spill(path, options, sink, !options.mask_key.empty(), row_hint(options));
   spill_id_rows(rows, options, spill);

@@ -118,7 +118,7 @@ void tokenize_documents(RecordSource& records, const ReaderOptions& options, con
   for (bool more = true; more;) {
     batch.clear();
     for (std::size_t bytes = 0; bytes < kBatchBytes && (more = records.next(record));) {
-      bytes += record.text.size();
+      bytes += record.text.size() + sizeof(TextLine);   // empty records count too: a batch's size stays bounded
       std::optional<JsonLineError> error;
       if (!record.problem.empty()) error.emplace(0, std::exchange(record.problem, {}));
       batch.push_back({std::move(record.text), record.number, {}, std::move(error)});

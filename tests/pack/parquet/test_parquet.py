@@ -17,6 +17,7 @@ import subprocess
 import sys
 import unittest
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,7 +32,7 @@ COMMON = ["--seq-len", 512, "--sp", 4, "--valid-fraction", 0.05, "--threads", 2]
 
 
 def run(*args, code=0):
-    p = subprocess.run([PACK, *map(str, args)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([PACK, *map(str, args)], capture_output=True, text=True, errors="replace", timeout=600)
     assert p.returncode == code, f"exit {p.returncode} (wanted {code}): {p.stderr[-3000:]}"
     return p
 
@@ -99,12 +100,35 @@ class TokenIds(TempDirCase):
             run("pack", f, "-o", out, "--loss-mask-key", "mask", *COMMON)
             self.assertEqual(shards(out)[1], want, str(kind))
 
+    def test_memory_does_not_grow_with_the_file(self):
+        """A 265 MiB file (45M random ids as int64) packs in less than half its size of memory: rows are decoded a
+        batch at a time, no row group is cached whole (with Arrow's pre-buffering on, the column chunks of the whole
+        file stay cached: 388 MiB)."""
+        rng = np.random.default_rng(0)
+        lengths = rng.integers(500, 4000, 20000)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        ids = rng.integers(0, 2**31 - 1, int(offsets[-1]), dtype=np.int64)
+        f = self.root / "big.parquet"
+        pq.write_table(pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))}), f,
+                       row_group_size=4000)
+        del ids
+        measure = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+                   "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if code == 0 else -1)")
+        p = subprocess.run([sys.executable, "-c", measure, PACK, "pack", str(f), "-o", str(self.out), "--seq-len",
+                            "8192", "--threads", "2"], capture_output=True, text=True, timeout=600)
+        peak = int(p.stdout.split()[-1]) * 1024
+        self.assertGreater(peak, 0, p.stderr[-2000:])
+        self.assertLess(peak, f.stat().st_size / 2, f"peak {peak / 2**20:.0f} MiB for a {f.stat().st_size / 2**20:.0f} "
+                                                    "MiB file")
+
     def test_threads_do_not_change_the_shards(self):
-        f = self.root / "ids.parquet"
-        pq.write_table(pa.table({"input_ids": pa.array(self.docs, pa.list_(pa.int32()))}), f, row_group_size=10)
+        files = [self.root / "ids-a.parquet", self.root / "ids-b.parquet"]
+        pq.write_table(pa.table({"input_ids": pa.array(self.docs[::2], pa.list_(pa.int32()))}), files[0], row_group_size=10)
+        pq.write_table(pa.table({"input_ids": pa.array(self.docs[1::2], pa.list_(pa.int64()))}), files[1])
         for threads in (1, 3):
-            run("pack", f, f, "-o", self.root / f"t{threads}", *COMMON[:-2], "--threads", threads)
+            run("pack", *files, "-o", self.root / f"t{threads}", *COMMON[:-2], "--threads", threads)
         self.assertEqual(shards(self.root / "t1")[1], shards(self.root / "t3")[1])
+        self.assertEqual(json.loads((self.root / "t1/manifest.json").read_text())["stats"]["documents"], len(self.docs))
 
 
 class Text(TempDirCase):
@@ -115,12 +139,12 @@ class Text(TempDirCase):
     def test_text_column_tokenized_like_tokenizers(self):
         tok, eos = train("llama3", self.texts, self.root / "tok")
         want = [ids if ids[-1] == eos else ids + [eos] for ids in (e.ids for e in tok.encode_batch(self.texts))]
-        for kind, group in ((pa.string(), 300), (pa.large_string(), 5000)):
+        for kind, group in ((pa.string(), 300), (pa.large_string(), 5000), (pa.string_view(), 2000)):
             f = self.root / f"text-{kind}.parquet"
             pq.write_table(pa.table({"id": list(range(len(self.texts))), "text": pa.array(self.texts, kind)}), f,
                            row_group_size=group, compression="zstd")
             out = self.root / f"ids-{kind}.jsonl"
-            run("tokenize", f, "-o", out, "--tokenizer", self.root / "tok", "--threads", 2)
+            run("tokenize", f, "-o", out, "--tokenizer", self.root / "tok", "--threads", 3 if kind == pa.string() else 1)
             got = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
             self.assertEqual(len(got), len(want))
             bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
@@ -169,6 +193,23 @@ class BadParquet(TempDirCase):
             f = self.write(f"bad-{i}.parquet", columns)
             self.fails(["pack", f, "--seq-len", 256, *extra], f"{f}: {needle}", "HINT")
 
+    def test_rows_are_numbered_across_batches_and_row_groups(self):
+        """Row numbers count from 1 over the whole file: past the reader's 1,024-row batches and the row groups."""
+        rows = [[5, 6]] * 3000
+        rows[2499] = [5, -6]
+        f = self.write("late.parquet", {"input_ids": pa.array(rows, pa.list_(pa.int32()))}, row_group_size=700)
+        self.fails(["pack", f, "--seq-len", 256], f"{f}: row 2500: value 1 of column \"input_ids\" is -6")
+        texts = ["fine"] * 3000
+        texts[2047] = None
+        t = self.write("late-text.parquet", {"text": texts}, row_group_size=1000)
+        tok = self.root / "tok"
+        train("gpt2", ["fine words here"] * 100, tok, vocab_size=300)
+        self.fails(["pack", t, "--seq-len", 256, "--tokenizer", tok], f"{t}: row 2048: null text")
+        p = run("pack", t, "-o", self.root / "skipped", "--seq-len", 256, "--tokenizer", tok, "--on-error", "skip")
+        self.assertIn(f"{t}: row 2048: null text", p.stderr)
+        manifest = json.loads((self.root / "skipped/manifest.json").read_text())
+        self.assertEqual((manifest["stats"]["skipped_documents"], manifest["inputs"][0]["documents"]), (1, 2999))
+
     def test_skip_counts_bad_rows(self):
         f = self.write("some-bad.parquet", {"input_ids": pa.array([[1] * 70, None, [2] * 70, [-1]],
                                                                   pa.list_(pa.int32()))})
@@ -190,7 +231,13 @@ class BadParquet(TempDirCase):
             (self.root / name).write_bytes(body)
             self.fails(["pack", self.root / name, "--seq-len", 256], f"{self.root / name}: not a readable parquet file")
         (self.root / "dir.parquet").mkdir()
-        self.fails(["pack", self.root / "dir.parquet", "--seq-len", 256], str(self.root / "dir.parquet"))
+        self.fails(["pack", self.root / "dir.parquet", "--seq-len", 256], str(self.root / "dir.parquet"),
+                   "is not a regular file")
+        twice = self.root / "twice.parquet"
+        pq.write_table(pa.Table.from_arrays([pa.array([[1]]), pa.array([[2]])], names=["input_ids", "input_ids"]), twice)
+        self.fails(["pack", twice, "--seq-len", 256], f'{twice}: 2 columns are named "input_ids"')
+        bools = self.write("bool-ids.parquet", {"input_ids": pa.array([[True, False]], pa.list_(pa.bool_()))})
+        self.fails(["pack", bools, "--seq-len", 256], 'column "input_ids" is list<element: bool>, not token ids')
 
     def test_corrupt_pages_never_crash(self):
         """Every byte range of a real file overwritten in turn: each run exits 0 or 2 (one line), never a crash."""
