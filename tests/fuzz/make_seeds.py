@@ -112,6 +112,30 @@ def tokenizer(tmp):
     return seeds
 
 
+def parquet(tmp):
+    """Files written by pyarrow: ids as list<int32> with a mask (mode 1), large_list<int64> and fixed-size lists over
+    several row groups and codecs (mode 0), a text column with a null (mode 4)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def written(table, **options):
+        pq.write_table(table, tmp / "seed.parquet", **options)
+        return (tmp / "seed.parquet").read_bytes()
+
+    docs = [json.loads(line)["input_ids"][:64] for line in gzip.open(SAMPLE, "rt") if line.strip()][:30]
+    masks = [[i % 2 for i in range(len(d))] for d in docs]
+    return {
+        "masked": b"\x01" + written(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32())),
+                                              "loss_mask": pa.array(masks, pa.list_(pa.int8()))}), row_group_size=10),
+        "large-zstd": b"\x00" + written(pa.table({"input_ids": pa.array(docs, pa.large_list(pa.int64()))}),
+                                        compression="zstd", row_group_size=7),
+        "fixed-plain": b"\x00" + written(pa.table({"input_ids": pa.array([d[:8] for d in docs], pa.list_(pa.uint16(), 8))}),
+                                         compression="none", use_dictionary=False),
+        "text": b"\x04" + written(pa.table({"text": ["hello", None, "caf\u00e9 \u65e5\u672c", ""] * 5}),
+                                  row_group_size=6),
+    }
+
+
 def toml_config():
     return {"train": b'steps = 20\nlr = 3e-4\noutput = "runs/x"\noverwrite = true\nlengths = [1, 2]\n',
             "synonym": b"learning_rate = 1e-3\n"}
@@ -126,7 +150,7 @@ def main():
                   "dataset_manifest": lambda: dataset_manifest(pack, tmp), "shard": lambda: shard(pack, tmp),
                   "hf_config": hf_config, "jsonl": jsonl, "megatron": lambda: megatron(tmp),
                   "llmc": lambda: llmc(tmp), "flat": flat, "toml_config": toml_config,
-                  "tokenizer": lambda: tokenizer(tmp)}
+                  "tokenizer": lambda: tokenizer(tmp), "parquet": lambda: parquet(tmp)}
         for name, data in makers[target]().items():
             (out / f"seed-{name}").write_bytes(data)
 

@@ -10,6 +10,7 @@
 
 #include <arrow/array.h>
 #include <arrow/io/file.h>
+#include <arrow/memory_pool.h>
 #include <arrow/record_batch.h>
 #include <arrow/type.h>
 #include <fmt/format.h>
@@ -28,6 +29,10 @@ namespace {
 
 constexpr std::int64_t kBatchRows = 1024;   // rows decoded at a time
 constexpr std::int64_t kIdLimit = std::int64_t{1} << 31;
+// The largest buffer the reader may allocate: 256 MiB, plus 16 bytes for each byte of the file (a decoded batch of
+// well-compressed text may be several times its compressed size; no real buffer is 16 times the whole file).
+constexpr std::int64_t kBufferCapBase = std::int64_t{256} << 20;
+constexpr std::int64_t kBufferCapPerFileByte = 16;
 
 std::string file_hint() {
   return "pass a parquet file (a Hugging Face dataset's data/*.parquet): pyarrow.parquet.read_table must read it";
@@ -54,6 +59,40 @@ bool list_of_values(arrow::Type::type t) {
 }
 
 bool is_integer_or_bool(arrow::Type::type t) { return arrow::is_integer(t) || t == arrow::Type::BOOL; }
+
+// Arrow's default pool, refusing any one buffer past `cap` bytes: a page header may claim up to 2 GiB, which the
+// reader would allocate before finding the file holds less ("Page was smaller than expected"), so a 2 KB hostile file
+// would cost 2 GiB of memory. No buffer of a real file comes near the cap (scan_parquet sets it from the file's size).
+class CappedBuffers final : public arrow::MemoryPool {
+ public:
+  explicit CappedBuffers(std::int64_t cap) : cap_(cap) {}
+  using arrow::MemoryPool::Allocate;
+  using arrow::MemoryPool::Reallocate;
+  arrow::Status Allocate(std::int64_t size, std::int64_t alignment, std::uint8_t** out) override {
+    if (size > cap_) return refuse(size);
+    return pool_->Allocate(size, alignment, out);
+  }
+  arrow::Status Reallocate(std::int64_t old_size, std::int64_t new_size, std::int64_t alignment,
+                           std::uint8_t** ptr) override {
+    if (new_size > cap_) return refuse(new_size);
+    return pool_->Reallocate(old_size, new_size, alignment, ptr);
+  }
+  void Free(std::uint8_t* buffer, std::int64_t size, std::int64_t alignment) override {
+    pool_->Free(buffer, size, alignment);
+  }
+  std::int64_t bytes_allocated() const override { return pool_->bytes_allocated(); }
+  std::int64_t total_bytes_allocated() const override { return pool_->total_bytes_allocated(); }
+  std::int64_t num_allocations() const override { return pool_->num_allocations(); }
+  std::string backend_name() const override { return pool_->backend_name(); }
+
+ private:
+  arrow::Status refuse(std::int64_t size) const {
+    return arrow::Status::OutOfMemory("a buffer of ", size, " bytes, more than ", cap_,
+                                      " for this file: its metadata claims more than the file holds");
+  }
+  arrow::MemoryPool* pool_ = arrow::default_memory_pool();
+  std::int64_t cap_;
+};
 
 // A column to read: its name, the types it may have, and for messages what it holds and the flag that names it.
 struct ColumnSpec {
@@ -102,16 +141,18 @@ class ParquetRows {
     if (!file.ok()) ::close(fd);
     std::shared_ptr<arrow::io::ReadableFile> input = check(std::move(file), path_);
     bytes_ = static_cast<std::uint64_t>(check(input->GetSize(), path_));
-    // Without pre-buffering a row group's pages are read as they are decoded (pre-buffered, the whole file's column
-    // chunks stay cached until the reader dies: memory would grow with the file).
-    parquet::ReaderProperties properties;
+    pool_ = std::make_unique<CappedBuffers>(kBufferCapBase + kBufferCapPerFileByte * static_cast<std::int64_t>(bytes_));
+    // Without pre-buffering, and through a buffered stream, a row group's pages are read as they are decoded
+    // (pre-buffered, the whole file's column chunks stay cached until the reader dies; unbuffered, a row group's
+    // whole column chunk is read at once: memory would grow with the file or its row groups).
+    parquet::ReaderProperties properties(pool_.get());
     properties.enable_buffered_stream();
     parquet::ArrowReaderProperties arrow_properties;
     arrow_properties.set_pre_buffer(false);
     arrow_properties.set_batch_size(kBatchRows);
     parquet::arrow::FileReaderBuilder builder;
     check(builder.Open(input, properties), path_);
-    reader_ = check(builder.properties(arrow_properties)->Build(), path_);
+    reader_ = check(builder.memory_pool(pool_.get())->properties(arrow_properties)->Build(), path_);
     std::shared_ptr<arrow::Schema> schema;
     check(reader_->GetSchema(&schema), path_);
     std::vector<int> leaves;
@@ -152,6 +193,7 @@ class ParquetRows {
   std::string path_;
   std::vector<ColumnSpec> columns_;
   std::uint64_t bytes_ = 0;
+  std::unique_ptr<CappedBuffers> pool_;                 // outlives the readers below, which allocate from it
   std::unique_ptr<parquet::arrow::FileReader> reader_;
   std::unique_ptr<arrow::RecordBatchReader> batches_;   // must die before reader_ (declared after it)
   std::uint64_t first_row_ = 1;
