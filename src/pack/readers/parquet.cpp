@@ -29,10 +29,10 @@ namespace {
 
 constexpr std::int64_t kBatchRows = 1024;   // rows decoded at a time
 constexpr std::int64_t kIdLimit = std::int64_t{1} << 31;
-// The largest buffer the reader may allocate: 256 MiB, plus 16 bytes for each byte of the file (a decoded batch of
-// well-compressed text may be several times its compressed size; no real buffer is 16 times the whole file).
+// The largest buffer the reader may allocate: 256 MiB, plus 64 bytes for each byte of the file (a decoded batch of
+// well-compressed text may be several times its compressed size; no real buffer is 64 times the whole file).
 constexpr std::int64_t kBufferCapBase = std::int64_t{256} << 20;
-constexpr std::int64_t kBufferCapPerFileByte = 16;
+constexpr std::int64_t kBufferCapPerFileByte = 64;
 
 std::string file_hint() {
   return "pass a parquet file (a Hugging Face dataset's data/*.parquet): pyarrow.parquet.read_table must read it";
@@ -87,8 +87,8 @@ class CappedBuffers final : public arrow::MemoryPool {
 
  private:
   arrow::Status refuse(std::int64_t size) const {
-    return arrow::Status::OutOfMemory("a buffer of ", size, " bytes, more than ", cap_,
-                                      " for this file: its metadata claims more than the file holds");
+    return arrow::Status::OutOfMemory("a buffer of ", size, " bytes, past this file's cap of ", cap_,
+                                      " (256 MiB + 64 x its size): its metadata claims more than the file holds");
   }
   arrow::MemoryPool* pool_ = arrow::default_memory_pool();
   std::int64_t cap_;

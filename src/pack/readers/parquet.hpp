@@ -8,7 +8,7 @@
 // value, or a mask of another length makes a bad row: "FILE: row N: …" (1-based), which stops the scan or, under
 // --on-error skip, is counted and left out. A column that is missing or of another type, or a file libparquet
 // cannot read, is a BadInput naming the file (and the columns it has); so is metadata claiming a buffer past
-// 256 MiB + 16 × the file's size, refused before it is allocated.
+// 256 MiB + 64 × the file's size, refused before it is allocated.
 // A build without pyarrow (meson option parquet) says so, as a BadInput, for any parquet input.
 #pragma once
 
