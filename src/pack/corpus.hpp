@@ -42,6 +42,8 @@ class TokenSource {
 
 // kText: plain text, with a tokenizer; kParquet: a text column (with a tokenizer) or a token-id column
 enum class Format { kAuto, kJsonl, kMegatron, kLlmc, kFlat, kText, kParquet };
+// The formats that may hold text (read with a tokenizer); their readers spill, and the caller hashes the file.
+inline bool holds_text(Format f) { return f == Format::kJsonl || f == Format::kText || f == Format::kParquet; }
 enum class TextSplit { kFile, kBlankLine };   // a plain text file is one document, or one per blank-line block
 enum class OnError { kStop, kSkip };
 enum class SplitAt { kAfterEos, kBeforeEos };   // EOS ends a document (nanoGPT) or starts one (llm.c)

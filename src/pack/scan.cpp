@@ -30,8 +30,6 @@ const char* format_name(Format f) {
   return "auto";
 }
 
-// The formats that may hold text (read with --tokenizer); their readers spill, and leave hashing to scan_corpus.
-bool holds_text(Format f) { return f == Format::kJsonl || f == Format::kText || f == Format::kParquet; }
 
 // fs::exists without its filesystem_error: a name too long for the filesystem (ENAMETOOLONG) does not exist.
 bool path_exists(const fs::path& p) {

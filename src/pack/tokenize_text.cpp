@@ -47,7 +47,7 @@ class TmpFile {
 // JSONL, plain text or parquet; any other input format holds ids, not text.
 Format text_format(const std::string& path) {
   const Format f = detect_format(path);
-  if (f != Format::kJsonl && f != Format::kText && f != Format::kParquet)
+  if (!holds_text(f))
     throw BadInput(fmt::format("input {} holds token ids, not text", path),
                    "tokenize reads JSONL[.gz|.zst] and parquet text (--text-key) and plain text (.txt, .md)");
   return f;

@@ -158,10 +158,9 @@ class ParquetRows {
     check(reader_->GetSchema(&schema), path_);
     std::vector<int> leaves;
     for (const auto& [name, accepts, holds, flag] : columns_) {
-      const int field = schema->GetFieldIndex(name);
-      if (field < 0 && !schema->GetAllFieldIndices(name).empty())
-        throw BadInput(fmt::format("{}: {} columns are named \"{}\"", path_, schema->GetAllFieldIndices(name).size(),
-                                   printable(name)),
+      const int field = schema->GetFieldIndex(name);   // -1 when absent, and when several columns have the name
+      if (const std::size_t named = schema->GetAllFieldIndices(name).size(); named > 1)
+        throw BadInput(fmt::format("{}: {} columns are named \"{}\"", path_, named, printable(name)),
                        "write the file with one column of each name");
       if (field < 0)
         throw BadInput(fmt::format("{}: no column \"{}\" (it has {})", path_, printable(name), column_names(*schema)),
