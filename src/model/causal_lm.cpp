@@ -71,7 +71,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
     : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options),
-      offloaded_bytes_(std::make_shared<std::atomic<std::int64_t>>(0)) {
+      offloaded_(std::make_shared<OffloadCounts>()) {
   ULY_CHECK(options.offload_checkpoints() == 0 || options.activation_checkpointing(),
             "checkpoint offload needs activation checkpointing");
   embed_tokens = register_module(
@@ -94,9 +94,15 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
   // its backward scatters the output gradient into rows: it needs the table's shape, not its values
-  const Recompute recompute{options_.precision(), false, nullptr, states_, {states_->unit("model.embed_tokens")},
-                            /*weights_in_backward=*/false};
+  Recompute recompute{options_.precision(), nullptr, nullptr, nullptr, nullptr, states_,
+                      {states_->unit("model.embed_tokens")}, /*weights_in_backward=*/false};
+  if (options_.prefetch()) recompute.prefetch_forward = layer_units(0);
   return recomputed(lookup, input_ids, recompute)[0];
+}
+
+std::vector<int> DecoderImpl::layer_units(std::int64_t i) const {
+  if (i >= static_cast<std::int64_t>(layers->size())) return head_units_;
+  return {states_->unit(fmt::format("model.layers.{}", i))};
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -105,7 +111,11 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   // shared with the layers' recomputation in backward when checkpointing
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
-  *offloaded_bytes_ = 0;
+  offloaded_->bytes = 0;
+  offloaded_->fetched_ahead = 0;
+  if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device()))
+    copies_ = std::make_shared<SideStream>(h.device());
+  std::shared_ptr<KeptInput> previous;   // the layer before's offloaded input
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
     if (!states_ && !options_.activation_checkpointing()) {
@@ -116,9 +126,17 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
       return torch::autograd::variable_list{
           w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w))};
     };
-    Recompute recompute{options_.precision(), static_cast<std::int64_t>(i) < options_.offload_checkpoints(),
-                        offloaded_bytes_, states_};
-    if (states_) recompute.units = {states_->unit(fmt::format("model.layers.{}", i))};
+    const auto n = static_cast<std::int64_t>(i);
+    Recompute recompute{options_.precision(), n < options_.offload_checkpoints() ? std::make_shared<KeptInput>() : nullptr,
+                        options_.prefetch() ? previous : nullptr, copies_, offloaded_, states_};
+    if (states_) {
+      recompute.units = layer_units(n);
+      if (options_.prefetch()) {
+        recompute.prefetch_forward = layer_units(n + 1);
+        if (n > 0) recompute.prefetch_backward = layer_units(n - 1);   // the embeddings' backward gathers nothing
+      }
+    }
+    previous = recompute.offload;
     h = recomputed(run, h, recompute)[0];                                                // [B, S/P, hidden]
   }
   return h;
@@ -136,8 +154,15 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, con
   if (!sharding.enabled()) return;
   std::vector<ShardedStates::Parameter> params;
   for (const auto& item : named_parameters()) params.push_back({item.key(), item.value().sizes().vec()});
-  states_ = std::make_shared<ShardedStates>(params, compute_dtype(options.precision()), sharding, sharding.device);
-  model->use_states(states_);
+  states_ = std::make_shared<ShardedStates>(params, compute_dtype(options.precision()), sharding, sharding.device,
+                                            options.prefetch());
+  model->use_states(states_, head_units());
+}
+
+std::vector<int> CausalLmImpl::head_units() const {
+  std::vector<int> units{states_->unit("head")};
+  if (!lm_head) units.push_back(states_->unit("model.embed_tokens"));   // tied: the table is the head's weight
+  return units;
 }
 
 namespace {
@@ -185,8 +210,8 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   if (!states_) {
     out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
-    Recompute recompute{precision, false, nullptr, states_, {states_->unit("head")}};
-    if (!lm_head) recompute.units.push_back(states_->unit("model.embed_tokens"));
+    Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
+    if (options_.prefetch()) recompute.prefetch_backward = {states_->unit(fmt::format("model.layers.{}", config_.num_layers - 1))};
     out = recomputed(head, h, recompute);
   }
   return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};

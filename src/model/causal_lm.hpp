@@ -28,6 +28,7 @@
 #include "model/attention.hpp"
 #include "model/layers.hpp"
 #include "model/options.hpp"
+#include "model/recompute.hpp"
 #include "model/sharded_states.hpp"
 
 namespace ulysses::model {
@@ -79,9 +80,15 @@ struct DecoderImpl : torch::nn::Module {
   }
   // The same before the final norm.
   torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids);
-  void use_states(std::shared_ptr<ShardedStates> states) { states_ = std::move(states); }
+  // head_units: the units the head runs with after the last layer (what that layer prefetches)
+  void use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
+    states_ = std::move(states);
+    head_units_ = std::move(head_units);
+  }
   // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
-  std::int64_t offloaded_bytes() const { return *offloaded_bytes_; }
+  std::int64_t offloaded_bytes() const { return offloaded_->bytes; }
+  // Layer inputs whose copy back the last backward issued ahead (checkpoint offload with prefetch).
+  std::int64_t fetched_ahead() const { return offloaded_->fetched_ahead; }
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -91,10 +98,13 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
+  std::vector<int> layer_units(std::int64_t i) const;    // layer i's unit; the head's units past the last layer
 
   ModelOptions options_;
-  std::shared_ptr<std::atomic<std::int64_t>> offloaded_bytes_;   // of the last forward
+  std::shared_ptr<OffloadCounts> offloaded_;                     // of the last forward and backward
   std::shared_ptr<ShardedStates> states_;                        // null: the modules' own parameters
+  std::vector<int> head_units_;
+  std::shared_ptr<SideStream> copies_;                           // checkpoint offload's copies, on the input's device
 };
 TORCH_MODULE(Decoder);
 
@@ -131,6 +141,7 @@ struct CausalLmImpl : torch::nn::Module {
   ModelOptions options_;
   std::int64_t sp_degree_;
   std::shared_ptr<ShardedStates> states_;
+  std::vector<int> head_units() const;   // "head", and the embeddings when tied
 };
 TORCH_MODULE(CausalLm);
 

@@ -28,6 +28,9 @@ struct ModelOptions {
   // Tiled logits + loss (tiled_loss.hpp): the head and cross-entropy over chunks of this many tokens;
   // 0 = the whole [S/P, V] logits at once (also whenever the caller asks to keep the logits).
   TORCH_ARG(std::int64_t, logits_chunk_tokens) = 0;
+  // Prefetch (side_stream.hpp): issue the next unit's weight gathers (sharded states) and the copy back of the
+  // previous layer's offloaded input (checkpoint offload) ahead, on side streams. Exact either way.
+  TORCH_ARG(bool, prefetch) = false;
 };
 
 }  // namespace ulysses::model

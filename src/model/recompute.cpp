@@ -16,14 +16,40 @@ struct UnitCall : torch::CustomClassHolder {
   c10::Device device;   // where x lives (and comes back to when offloaded)
 };
 
-// The input kept for backward: x itself, or a copy in host memory (pinned for a CUDA x; on CPU a separate
-// buffer, so CPU runs exercise the same path). Copied, never converted; synchronous.
+// The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.offload —
+// pinned for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
 torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
   if (!o.offload) return x;
   torch::Tensor host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(x.is_cuda()));
-  host.copy_(x);
-  if (o.offloaded_bytes) *o.offloaded_bytes += static_cast<std::int64_t>(host.nbytes());
-  return host;
+  // the copy out runs on the side stream; x's memory is held for it. Nothing on the compute stream reads `host`,
+  // and the copy back runs on the same side stream, after it.
+  static_cast<void>(o.copies->launch([&] { return std::vector<torch::Tensor>{host.copy_(x, /*non_blocking=*/true)}; },
+                                     {x}));
+  if (o.counts) o.counts->bytes += static_cast<std::int64_t>(host.nbytes());
+  o.offload->host = host;
+  return torch::Tensor();
+}
+
+// An offloaded input's copy back to `device`, issued on the side stream.
+Ahead copy_back(const KeptInput& kept, SideStream& copies, const c10::Device& device) {
+  return copies.launch([&] { return std::vector<torch::Tensor>{kept.host.to(device, /*non_blocking=*/true)}; });
+}
+
+// The input for the recomputation, on its device: the saved x, or the offloaded copy (fetched ahead, or now).
+torch::Tensor restored(const torch::Tensor& saved, const Recompute& o, const c10::Device& device) {
+  if (!o.offload) return saved;
+  KeptInput& kept = *o.offload;
+  ULY_CHECK(kept.host.defined(), "an offloaded layer input was not kept (backward ran twice?)");
+  torch::Tensor x = (kept.back.pending() ? kept.back : copy_back(kept, *o.copies, device)).take()[0];
+  kept.host = torch::Tensor();   // a graph is back-propagated once
+  return x;
+}
+
+// Backward of a layer: the copy back of the layer before it, to overlap this layer's recomputation.
+void fetch_ahead(const Recompute& o, const c10::Device& device) {
+  if (!o.fetch_ahead || !o.fetch_ahead->host.defined() || o.fetch_ahead->back.pending()) return;
+  o.fetch_ahead->back = copy_back(*o.fetch_ahead, *o.copies, device);
+  if (o.counts) ++o.counts->fetched_ahead;
 }
 
 // The units' parameters, gathered from their shards (or placeholders of their shapes), in order; nothing when
@@ -56,22 +82,26 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
                                                 const c10::intrusive_ptr<UnitCall>& call) {
     ctx->save_for_backward({kept_input(x, call->options)});
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    return call->f(x, gathered(call->options));   // no graph: Function::apply runs this without grad
+    const std::vector<torch::Tensor> weights = gathered(call->options);
+    if (call->options.states) call->options.states->prefetch(call->options.prefetch_forward);
+    return call->f(x, weights);   // no graph: Function::apply runs this without grad
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto call = c10::static_intrusive_pointer_cast<UnitCall>(ctx->saved_data["call"].toCapsule());
-    const torch::Tensor saved = ctx->get_saved_variables()[0];
-    const torch::Tensor x =   // back on its device
-        saved.to(call->device).detach().requires_grad_(saved.is_floating_point());
-    std::vector<torch::Tensor> leaves = gathered(call->options, !call->options.weights_in_backward);
+    const Recompute& o = call->options;
+    fetch_ahead(o, call->device);
+    const torch::Tensor input = restored(ctx->get_saved_variables()[0], o, call->device);   // on its device
+    const torch::Tensor x = input.detach().requires_grad_(input.is_floating_point());
+    std::vector<torch::Tensor> leaves = gathered(o, !o.weights_in_backward);
+    if (o.states) o.states->prefetch(o.prefetch_backward);
     for (auto& w : leaves) w = w.detach().requires_grad_(true);   // their .grad: the unit's whole gradients
     {
       const torch::AutoGradMode grad_mode(true);
       torch::autograd::variable_list outputs;
       {   // the forward again inside the model's autocast; its backward outside it, as the plain path's
-        const AutocastScope autocast(call->options.precision, x.device());
+        const AutocastScope autocast(o.precision, x.device());
         outputs = call->f(x, leaves);
       }
       torch::autograd::variable_list ys, dys;
@@ -83,7 +113,7 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
       torch::autograd::backward(ys, dys);
     }
     for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before the gradients are reduced
-    scatter_gradients(call->options, leaves);
+    scatter_gradients(o, leaves);
     return {x.is_floating_point() ? x.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -93,6 +123,7 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
 torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options) {
   ULY_CHECK(!torch::GradMode::is_enabled() || !x.is_floating_point() || x.requires_grad(),
             "a recomputed unit's input must require grad, or its parameters would get no gradient");
+  ULY_CHECK(!options.offload || options.copies, "checkpoint offload needs a side stream for its copies");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   return RecomputedUnit::apply(x, anchor, c10::make_intrusive<UnitCall>(std::move(f), options, x.device()));
 }

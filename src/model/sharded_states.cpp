@@ -31,7 +31,7 @@ void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
 }
 
 ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
-                             const Sharding& sharding, const c10::Device& device)
+                             const Sharding& sharding, const c10::Device& device, bool prefetch)
     : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device),
       offload_(sharding.offload_optimizer) {
   ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
@@ -44,9 +44,11 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
     g.master = torch::zeros({g.shard_numel}, master_options).requires_grad_(true);
     if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
+  if (prefetch) side_ = std::make_unique<SideStream>(device_);
 }
 
 void ShardedStates::refresh() {
+  drop_prefetched();   // their all-gathers read the device copies about to change
   torch::NoGradGuard no_grad;
   if (offload_)
     for (Group& g : groups_) g.compute.copy_(g.master.detach());
@@ -76,20 +78,50 @@ const ShardedStates::Place& ShardedStates::place(const std::string& name) const 
   return places_[static_cast<std::size_t>(it->second)];
 }
 
-std::vector<torch::Tensor> ShardedStates::gather(int unit) {
-  if (stale_) refresh();
+std::vector<torch::Tensor> ShardedStates::gather_groups(int unit) {
   torch::NoGradGuard no_grad;
-  std::map<int, torch::Tensor> flat;   // group -> [numel] in its gather dtype
+  std::vector<torch::Tensor> flat;   // per group of the unit: [numel] in its gather dtype
   for (int gi : units_[unit].groups) {
     const Group& g = groups_[gi];
     const torch::Tensor shard = offload_ ? g.compute : g.master.detach().to(g.gather_dtype);   // [n] on the device
     const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;   // [W*n]
-    flat[gi] = all.narrow(0, 0, g.numel);
+    flat.push_back(all.narrow(0, 0, g.numel));
   }
+  return flat;
+}
+
+void ShardedStates::prefetch(const std::vector<int>& units) {
+  if (!side_) return;
+  if (stale_) refresh();
+  for (int u : units) {
+    if (ahead_.count(u) > 0) continue;
+    std::vector<torch::Tensor> reads;   // the shards the all-gathers send
+    for (int gi : units_[u].groups) reads.push_back(offload_ ? groups_[gi].compute : groups_[gi].master);
+    ahead_[u] = side_->launch([this, u] { return gather_groups(u); }, reads);
+  }
+}
+
+void ShardedStates::drop_prefetched() {
+  for (auto& [unit, ahead] : ahead_) static_cast<void>(ahead.take());
+  ahead_.clear();
+}
+
+std::vector<torch::Tensor> ShardedStates::gather(int unit) {
+  if (stale_) refresh();
+  std::vector<torch::Tensor> flat;
+  if (auto it = ahead_.find(unit); it != ahead_.end()) {
+    flat = it->second.take();
+    ahead_.erase(it);
+    ++taken_ahead_;
+  } else {
+    flat = gather_groups(unit);
+  }
+  std::map<int, torch::Tensor> of_group;   // group -> [numel]
+  for (std::size_t k = 0; k < flat.size(); ++k) of_group[units_[unit].groups[k]] = flat[k];
   std::vector<torch::Tensor> out;
   for (int i : units_[unit].params) {
     const Place& at = places_[i];
-    out.push_back(flat[at.group].narrow(0, at.offset, numel_of(params_[i].shape)).view(params_[i].shape));
+    out.push_back(of_group[at.group].narrow(0, at.offset, numel_of(params_[i].shape)).view(params_[i].shape));
   }
   return out;
 }
@@ -123,6 +155,7 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
 }
 
 void ShardedStates::finish_gradients(double global_count) {
+  drop_prefetched();   // the optimizer step comes next and changes the shards
   torch::NoGradGuard no_grad;
   for (Group& g : groups_) {
     if (!g.master.grad().defined()) g.master.mutable_grad() = torch::zeros_like(g.master);

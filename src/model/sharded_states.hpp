@@ -26,12 +26,21 @@
 // reduce-scattered gradient shard is copied to the host and summed there. On a CPU device the host tensors
 // are separate buffers all the same, so CPU runs exercise the same path.
 //
-// No rank ever holds more than one unit's parameters whole, in forward or backward.
+// Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
+// issues the all-gathers of the units that run next on a side stream (side_stream.hpp), where they overlap the
+// compute of the unit running now; gather() takes them. The recomputed units (recompute.hpp) name the next ones:
+// forward i+1, backward i-1. Every rank issues the same collectives in the same order, as without prefetch. A
+// prefetch not taken by the time the gradients are finished (or the device copies refreshed) is dropped, its
+// collectives complete, so no optimizer step changes a shard a side stream still reads. On a CPU device the
+// gathers run at once, so CPU runs exercise the same path.
+//
+// A rank holds at most one unit's parameters whole, or two while the next one is prefetched.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +48,7 @@
 
 #include "comm/communicator.hpp"
 #include "io/sharded_checkpoint.hpp"
+#include "model/side_stream.hpp"
 #include "plan/state_layout.hpp"
 
 namespace ulysses::model {
@@ -68,11 +78,15 @@ class ShardedStates {
   };
 
   // params: every parameter of the model in module order. Masters start at zero (load or init fills them).
+  // prefetch: prefetch() issues gathers ahead (otherwise it does nothing).
   ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const Sharding& sharding,
-                const c10::Device& device);
+                const c10::Device& device, bool prefetch = false);
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
   std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
+  void prefetch(const std::vector<int>& units);   // their gathers issued ahead (nothing unless constructed to)
+  int prefetched() const { return static_cast<int>(ahead_.size()); }   // issued, not yet taken
+  std::int64_t taken_ahead() const { return taken_ahead_; }   // gathers served by a prefetch, since construction
   std::size_t gather_count(int unit) const { return units_[unit].params.size(); }
   // Stand-ins for a unit's parameters where only their shapes matter (a lookup's backward needs no weights):
   // zeros of the gather dtype with every stride 0, one element of storage each.
@@ -122,6 +136,8 @@ class ShardedStates {
   // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds
   std::pair<std::int64_t, std::int64_t> overlap(const Place& at, std::int64_t begin, std::int64_t count) const;
   void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
+  std::vector<torch::Tensor> gather_groups(int unit);   // per group of the unit: its whole flat vector [numel]
+  void drop_prefetched();                               // waits for (on the device) and frees what was not taken
 
   std::vector<Parameter> params_;
   std::vector<Place> places_;   // per parameter
@@ -133,6 +149,9 @@ class ShardedStates {
   c10::Device device_ = c10::kCPU;
   bool offload_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh
+  std::unique_ptr<SideStream> side_;   // prefetch only
+  std::map<int, Ahead> ahead_;         // unit -> its gathered groups, issued ahead
+  std::int64_t taken_ahead_ = 0;
 };
 
 }  // namespace ulysses::model

@@ -116,6 +116,7 @@ std::string flags_text(const up::MemoryFlags& f) {   // the sbatch's MEMORY_ARGS
   else if (f.tiled_mlp) s += " --tiled-mlp";
   if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
   else if (f.tiled_logits) s += " --tiled-logits";
+  if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
   return s.empty() ? s : s.substr(1);
 }
 

@@ -32,6 +32,11 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
   app.add_option("--logits-chunk-tokens", o.logits_chunk_tokens,
                  "Tokens per chunk of tiled logits (implies --tiled-logits; 0: about 1 GiB of fp32 logits)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
+  app.add_option("--prefetch", o.prefetch,
+                 "Issue the next unit's weight all-gather (sharded states) and the copy back of the previous layer's "
+                 "offloaded input ahead, on side streams, to overlap compute (FSDP's forward/backward prefetch); "
+                 "costs one more gathered unit and layer input. auto: on for a GPU, off for a CPU. Exact either way")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
 }
 
 const char* sharding_name(Sharding s) {
@@ -57,6 +62,7 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world) {
   f.logits_chunk_tokens = o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens
                           : o.tiled_logits          ? default_logits_chunk_tokens(c.vocab_size)
                                                     : 0;
+  f.prefetch = o.prefetch;
   return f;
 }
 

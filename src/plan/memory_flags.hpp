@@ -7,6 +7,8 @@
 //   --offload-checkpoints N (or -1: every layer) implies --activation-checkpointing
 //   --mlp-tile-tokens / --logits-chunk-tokens imply --tiled-mlp / --tiled-logits; their defaults: a tile of
 //   `hidden` tokens (ALST), a chunk of about 1 GiB of fp32 logits
+//   --prefetch auto    on for a GPU (the work issued ahead overlaps compute on side streams), off for a CPU
+//                      (there it would only hold one more gathered unit / layer input)
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct MemoryFlags {
   std::int64_t mlp_tile_tokens = 0;        // tokens per tile (0: hidden size)
   bool tiled_logits = false;               // head + cross-entropy over token chunks
   std::int64_t logits_chunk_tokens = 0;    // tokens per chunk (0: ~1 GiB of fp32 logits)
+  std::string prefetch = "auto";           // on, off; auto: on for a GPU (side streams), off for a CPU
 };
 void add_memory_flags(CLI::App& app, MemoryFlags& flags);
 
@@ -42,7 +45,10 @@ struct Features {   // resolved
   std::int64_t offload_checkpoints = 0;   // layers, ≤ num_layers
   std::int64_t mlp_tile_tokens = 0;       // 0: untiled
   std::int64_t logits_chunk_tokens = 0;   // 0: whole logits
+  std::string prefetch = "auto";           // as given; prefetches() resolves auto with the device
   int compute_bytes() const { return bf16 ? 2 : 4; }
+  // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
+  bool prefetches(bool cuda) const { return prefetch == "on" || (prefetch == "auto" && cuda); }
 };
 // BadInput for --sharding no_shard with --offload-optimizer.
 Sharding resolve_sharding(const MemoryFlags& flags, int world);

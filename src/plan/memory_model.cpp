@@ -64,7 +64,9 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   b.optimizer = states.device.optimizer;
   if (shards > 0) {
     const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, f.compute_bytes());
-    b.gathered = u.gathered_bytes + 4 * u.elements;
+    // the largest unit whole with its fp32 gradient, and (prefetch) the next unit beside it — always a layer in
+    // backward, and in forward never more than that
+    b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
   const double layer_tokens = T * (n.attention + n.mlp_token);
@@ -75,7 +77,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   if (f.activation_checkpointing) {
     const double kept = static_cast<double>(p.checkpoint_bytes) * T * h;
-    b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints)));
+    const bool fetched_ahead = f.offload_checkpoints > 0 && f.prefetches(p.cuda);   // one input back early
+    b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints) + (fetched_ahead ? 1 : 0)));
     b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));
   } else {
     const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only

@@ -83,7 +83,10 @@ UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compu
     UnitSize s = size_of(u);
     if (u.name == "model.embed_tokens") embed = s;
     if (u.name == "head" && tied_embeddings) s = {s.gathered_bytes + embed.gathered_bytes, s.elements + embed.elements};
-    if (s.gathered_bytes + 4 * s.elements > largest.gathered_bytes + 4 * largest.elements) largest = s;
+    if (s.gathered_bytes + 4 * s.elements > largest.gathered_bytes + 4 * largest.elements)
+      largest = {s.gathered_bytes, s.elements, largest.layer_gathered_bytes};
+    if (u.name.rfind("model.layers.", 0) == 0)
+      largest.layer_gathered_bytes = std::max(largest.layer_gathered_bytes, s.gathered_bytes);
   }
   return largest;
 }

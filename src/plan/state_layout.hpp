@@ -58,7 +58,8 @@ ShardSize shard_size(const StateLayout& layout, int world, int compute_bytes);
 // The largest unit gathered whole: bytes in its gather dtypes, and its element count (its fp32 gradient
 // exists whole until the reduce-scatter). Tied embeddings: the head unit gathers the table too.
 struct UnitSize {
-  std::int64_t gathered_bytes = 0, elements = 0;
+  std::int64_t gathered_bytes = 0, elements = 0;   // the largest unit (tied: the head with the embeddings)
+  std::int64_t layer_gathered_bytes = 0;           // the largest decoder layer: what a prefetch holds beside it
 };
 UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compute_bytes);
 

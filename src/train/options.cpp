@@ -21,6 +21,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"activation_checkpointing", o.memory.activation_checkpointing},
           {"offload_checkpoints", o.memory.offload_checkpoints},
           {"tiled_mlp", o.memory.tiled_mlp},        {"mlp_tile_tokens", o.memory.mlp_tile_tokens},
+          {"prefetch", o.memory.prefetch},
           {"memory_profile", o.memory_profile},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
           {"save_timeout", o.save_timeout},  {"stop_margin", o.stop_margin},

@@ -146,9 +146,10 @@ double max_over_ranks(double value, comm::Communicator& world) {
   return t.max().item<double>();
 }
 
-model::ModelOptions model_options(const plan::Features& f, model::Precision precision) {
+model::ModelOptions model_options(const plan::Features& f, model::Precision precision, const c10::Device& device) {
   return model::ModelOptions()
       .precision(precision)
+      .prefetch(f.prefetches(device.is_cuda()))
       .activation_checkpointing(f.activation_checkpointing)
       .offload_checkpoints(f.offload_checkpoints)
       .mlp_tile_tokens(f.mlp_tile_tokens)
@@ -218,8 +219,15 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
                                     : "every layer's intermediates kept for backward",
            mo.mlp_tile_tokens() > 0 ? fmt::format("; MLP in tiles of {} tokens", mo.mlp_tile_tokens()) : "");
   if (mo.offload_checkpoints() > 0)
-    log_info("checkpoint offload: the inputs of {} of {} layers go to host memory (copied synchronously)",
-             std::min(mo.offload_checkpoints(), r.config.num_layers), r.config.num_layers);
+    log_info("checkpoint offload: the inputs of {} of {} layers go to host memory ({})",
+             std::min(mo.offload_checkpoints(), r.config.num_layers), r.config.num_layers,
+             r.device.is_cuda() ? "copied on a side stream" : "copied at once: no streams on a CPU");
+  if (mo.prefetch() && (r.sharding != plan::Sharding::kNone || mo.offload_checkpoints() > 0))
+    log_info("prefetch: {}{}", r.sharding != plan::Sharding::kNone ? "the next unit's all-gather is issued ahead" : "",
+             mo.offload_checkpoints() > 0
+                 ? fmt::format("{}the previous layer's offloaded input is copied back ahead in backward",
+                               r.sharding != plan::Sharding::kNone ? "; " : "")
+                 : std::string());
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
                                                4.0 * static_cast<double>(chunk) *
                                                    static_cast<double>(r.config.vocab_size) / (1 << 30))
@@ -406,7 +414,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.config = arch::read_model_config(r.config_path);
         arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
         r.features = plan::resolve(o.memory, r.config, layout.world());
-        r.options = model_options(r.features, r.precision);
+        r.options = model_options(r.features, r.precision, r.device);
         dataset.emplace(o.data, data::LoaderOptions{r.sp, layout.dp(), layout.dp_rank(r.rank), o.micro_batch,
                                                     o.grad_accum, o.seed, r.config.vocab_size, "train"});
         if (o.eval_every > 0)
@@ -529,7 +537,8 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       else log_line(step_line(rep));
       if (rep.step == o.steps || state.step == 1)
         if (const std::int64_t bytes = r.model->model->offloaded_bytes(); bytes > 0)
-          log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch", bytes);
+          log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch; the "
+                   "copies back of {} of them were issued ahead", bytes, r.model->model->fetched_ahead());
     }
     const bool signalled = any_rank(stop_requested(), world);
     const bool next_evaluates = o.eval_every > 0 && ((state.step + 1) % o.eval_every == 0 || state.step + 1 == o.steps);

@@ -3,7 +3,8 @@
 //    and batch: fp32 ≤ 1e-4 relative; bf16 mixed precision within bf16 tolerance of the fp32 CPU step;
 //  - packed-document attention on the GPU (fused SDPA per document in fp32, varlen flash in bf16) equals the
 //    CPU reference, forward and backward;
-//  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype.
+//  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype;
+//  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/types.h>
@@ -204,6 +205,34 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
     same(mpi.all_to_all(x), comm::MpiCommunicator(MPI_COMM_SELF).all_to_all(x.cpu()).to(kGpu), "staged vs host");
   }
   nccl->barrier();
+}
+
+// Prefetch on the GPU: the next unit's all-gather issued ahead over NCCL on a side stream, and the offloaded
+// layer inputs copied out and back on a side stream (the copy back of layer i-1 issued in layer i's backward):
+// the loss and every gradient equal the same run without prefetch (to 1e-5: the fused attention's backward may
+// sum in another order from run to run), and every unit but the embeddings is taken ahead.
+TEST(Prefetch, SideStreamsEqualNoPrefetch) {
+  auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
+  const arch::ModelConfig c = small_llama();
+  auto run = [&](bool prefetch) {
+    const auto options =
+        model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2).logits_chunk_tokens(64).prefetch(prefetch);
+    model::CausalLm m(c, SequenceParallel(), options, model::Sharding{nccl.get(), nullptr, kGpu, false});
+    model::init_weights(m, 5);
+    const Batch b = packed_batch(c.vocab_size, 256);
+    const model::CausalLmOutput out = m->forward(b.ids.to(kGpu), b.positions.to(kGpu), b.docs, b.labels.to(kGpu));
+    out.loss_sum.backward();
+    std::vector<torch::Tensor> grads;   // per flat group, on the CPU
+    for (const auto& g : m->sharded_states()->groups()) grads.push_back(g.master.grad().cpu());
+    EXPECT_EQ(m->sharded_states()->taken_ahead(), prefetch ? 2 * c.num_layers + 1 : 0);
+    EXPECT_EQ(m->model->fetched_ahead(), prefetch ? c.num_layers - 1 : 0);
+    return std::make_pair(out.loss_sum.item<double>(), grads);
+  };
+  const auto [want_loss, want] = run(false);
+  const auto [got_loss, got] = run(true);
+  EXPECT_NEAR(got_loss, want_loss, 1e-6 * std::abs(want_loss));
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(rel(got[i], want[i]), 1e-5) << "group " << i;
 }
 
 TEST(Nccl, GroupedSendRecvAllToAllEqualsMpi) {

@@ -420,17 +420,22 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
 }
 
 // Checkpoint offload (forced on CPU: the same code path into a separate host buffer) changes nothing — the
-// loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes.
+// loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes. With
+// prefetch, the backward of each layer after an offloaded one issues that input's copy back ahead.
 TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
   const auto config = tiny_config(2, std::nullopt);
   Reference ref = plain_reference(config, 5);
-  for (const std::int64_t layers : {1, 2}) {
-    CausalLm offloaded(config, SequenceParallel(),
-                       ModelOptions().activation_checkpointing(true).offload_checkpoints(layers));
-    copy_parameters(ref.model, offloaded);
-    expect_matches(loss_and_grads(offloaded, ref.batch), ref.result, 0, fmt::format("{} layers offloaded", layers));
-    EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4);   // fp32 residual
-  }
+  for (const bool prefetch : {false, true})
+    for (const std::int64_t layers : {1, 2}) {
+      CausalLm offloaded(config, SequenceParallel(),
+                         ModelOptions().activation_checkpointing(true).offload_checkpoints(layers).prefetch(prefetch));
+      copy_parameters(ref.model, offloaded);
+      const std::string what = fmt::format("{} layers offloaded, prefetch {}", layers, prefetch);
+      expect_matches(loss_and_grads(offloaded, ref.batch), ref.result, 0, what);
+      EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4) << what;   // fp32
+      EXPECT_EQ(offloaded->model->fetched_ahead(), prefetch ? std::min<std::int64_t>(layers, config.num_layers - 1) : 0)
+          << what;
+    }
 }
 
 // In bf16 the recomputation re-enters the model's autocast for the forward and runs its backward outside it,

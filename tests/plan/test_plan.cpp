@@ -53,8 +53,17 @@ TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
   EXPECT_EQ(b.saved, 2 * a.saved);   // kept layer inputs: linear
   flags.offload_checkpoints = -1;
   const Breakdown off = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
-  EXPECT_EQ(off.saved, 0);
-  EXPECT_EQ(off.host_checkpoints, kLlama8B.num_layers * (128 << 10) / 8 * kLlama8B.hidden_size * 4);   // L·T·h·4
+  const std::int64_t layer_input = (128 << 10) / 8 * kLlama8B.hidden_size * 4;   // T·h·4
+  EXPECT_EQ(off.saved, layer_input);   // auto prefetch on a GPU: the previous layer's input comes back early
+  EXPECT_EQ(off.host_checkpoints, kLlama8B.num_layers * layer_input);
+  flags.prefetch = "off";
+  const Breakdown no_prefetch = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
+  EXPECT_EQ(no_prefetch.saved, 0);
+  const std::int64_t h = kLlama8B.hidden_size, kv = 8 * 128;
+  const std::int64_t layer_bf16 = 2 * (2 * h * h + 2 * h * kv + 3 * h * kLlama8B.intermediate_size) +   // q, o, k, v, MLP
+                                  4 * 2 * h;   // the two norms, in fp32
+  EXPECT_EQ(off.gathered - no_prefetch.gathered, layer_bf16);   // the next layer, gathered ahead
+  flags.prefetch = "auto";
   flags.tiled_logits = true;
   flags.tiled_mlp = true;
   const Breakdown tiled = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
@@ -190,9 +199,12 @@ TEST(AlstFigures, ThePlannerWithAlstsConstantsReproducesItsLimitsWithin15Percent
   const Machine m{true, 80 * kGiB, static_cast<std::int64_t>(1.9 * 1024) * kGiB};
   MemoryFlags all;   // ZeRO-3, optimizer and layer inputs offloaded, TiledMLP, tiled logits, bf16
   all.precision = "bf16", all.offload_optimizer = true, all.offload_checkpoints = -1;
+  // DeepSpeed prefetches a bucket of 5e7 parameters (stage3_prefetch_bucket_size), not a whole unit, and brings
+  // offloaded layer inputs back on demand: modelled as --prefetch off
+  all.prefetch = "off";
   all.tiled_mlp = all.tiled_logits = true;
   MemoryFlags base;   // the ablation's baseline: ZeRO-3, optimizer offload, checkpointing
-  base.precision = "bf16", base.offload_optimizer = true, base.activation_checkpointing = true;
+  base.precision = "bf16", base.offload_optimizer = true, base.activation_checkpointing = true, base.prefetch = "off";
   MemoryFlags logits = base, no_offload = all, no_mlp = all;
   logits.tiled_logits = true;
   no_offload.offload_checkpoints = 0, no_offload.activation_checkpointing = true;   // 70B/8: inputs kept on the GPU

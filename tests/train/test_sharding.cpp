@@ -4,7 +4,8 @@
 // SP=2 × DP=2 sharded over every rank and inside each SP group (hybrid), and over 3 ranks (shards padded);
 // with the memory features on, tied embeddings, bf16, the optimizer offloaded to host memory (a separate
 // host buffer on CPU, the same code path); 20 optimizer steps track the replicated run; and the sharded
-// AdamW update, offloaded or not, equals the replicated one bit for bit.
+// AdamW update, offloaded or not, equals the replicated one bit for bit. Prefetching the next unit's gather
+// changes nothing, bit for bit, and never serves a gather issued before the shards changed.
 #include "spmd_fixtures.hpp"
 
 #include <ATen/ops/allclose.h>
@@ -114,6 +115,82 @@ TEST(ShardedBf16, EqualsReplicatedBf16) {
                 gradients(cfg, l.self, dir, reference(1, 5), seq, bf16), fmt::format("bf16 sequence {}", seq), 2e-2);
 }
 
+// Prefetch (the next unit's all-gather issued ahead; on a CPU at once, through the same cache): the loss and
+// every gradient equal the same sharded run's without it bit for bit — tied or not, every memory feature on,
+// the optimizer offloaded, hybrid at SP=2 × DP=2 — every unit but the embeddings is taken ahead in forward and
+// in backward (2 × layers + the head's units per micro-batch), and nothing is left issued once the gradients
+// are finished.
+TEST(Prefetch, EqualsNoPrefetchBitForBitAndTakesEveryUnitButTheEmbeddingsAhead) {
+  const int P = world_size();
+  if (P == 3) GTEST_SKIP() << "4 heads do not split over 3 SP ranks";
+  const fs::path dir = shared_dir(fmt::format("shard-prefetch-{}", P));
+  write_dataset(dir, 16 * P, P);
+  const auto features =
+      model::ModelOptions().activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(5).logits_chunk_tokens(3);
+  struct Variant {
+    std::string name;
+    bool tied;
+    model::ModelOptions options;
+    bool offload;
+    int sp;
+    bool hybrid;
+  };
+  std::vector<Variant> variants{{"plain", false, {}, false, P, false},
+                                {"tied, every memory feature", true, features, false, P, false},
+                                {"optimizer offloaded", false, {}, true, P, false}};
+  if (P == 4) variants.push_back({"hybrid SP=2 x DP=2", false, {}, false, 2, true});
+  for (const Variant& v : variants) {
+    const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 1, v.tied));
+    Layout l(v.sp);
+    auto run = [&](bool prefetch) {
+      const data::LoaderOptions lo = l.loader(5);
+      model::CausalLm m(cfg, lo.sp, model::ModelOptions(v.options).prefetch(prefetch),
+                        v.hybrid ? l.hybrid(v.offload) : l.full(v.offload));
+      model::init_weights(m, 7);
+      train::ModelStates states(m, l.world);
+      data::DataLoader loader(dir, lo);
+      Result r;
+      r.loss = train::compute_gradients(m, loader, lo.grad_accum, states, torch::kCPU).mean();
+      for (auto& [name, g] : states.whole_gradients()) r.grads[name] = g;
+      const auto& ss = *m->sharded_states();
+      EXPECT_EQ(ss.prefetched(), 0) << v.name << ": a gather issued ahead was never taken";
+      const std::int64_t head_units = v.tied ? 2 : 1;
+      EXPECT_EQ(ss.taken_ahead(), prefetch ? 2 * cfg.num_layers + head_units : 0) << v.name;
+      return r;
+    };
+    expect_same(run(true), run(false), v.name + ": prefetch vs none", 0);
+  }
+}
+
+// A gather issued ahead and not taken is dropped when the gradients are finished: the optimizer step that
+// follows changes the shards, and the next gather sends the new values, not the prefetched old ones.
+TEST(Prefetch, AGatherNotTakenIsDroppedBeforeTheShardsChange) {
+  const int P = world_size();
+  const fs::path dir = shared_dir(fmt::format("shard-prefetch-drop-{}", P));
+  write_dataset(dir, 16 * P, P);
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2));
+  Layout l(1);
+  for (bool offload : {false, true}) {
+    model::CausalLm m(cfg, SequenceParallel(), model::ModelOptions().prefetch(true), l.full(offload));
+    model::init_weights(m, 7);
+    auto& ss = *m->sharded_states();
+    const int unit = ss.unit("model.layers.1");
+    const torch::Tensor before = ss.gather(unit)[0].clone();
+    ss.prefetch({unit});
+    ASSERT_EQ(ss.prefetched(), 1);
+    ss.finish_gradients(1);
+    EXPECT_EQ(ss.prefetched(), 0) << "offload " << offload;
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& g : ss.groups()) g.master.detach().add_(1);
+    }
+    ss.refresh();
+    const torch::Tensor after = ss.gather(unit)[0];
+    EXPECT_TRUE(torch::equal(after, before + 1)) << "offload " << offload << ": a stale prefetch was served";
+    EXPECT_EQ(ss.taken_ahead(), 0);
+  }
+}
+
 // 20 optimizer steps (clipping, AdamW, the LR) sharded over every rank track the replicated run.
 TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   const int P = world_size();
@@ -122,8 +199,8 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   write_dataset(dir, 16 * P, P);
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2, /*tied=*/true));
   Layout l(P);
-  auto run = [&](comm::Communicator& world, data::LoaderOptions lo, const model::Sharding& sharding) {
-    model::CausalLm m(cfg, lo.sp, model::ModelOptions(), sharding);
+  auto run = [&](comm::Communicator& world, data::LoaderOptions lo, const model::Sharding& sharding, bool prefetch) {
+    model::CausalLm m(cfg, lo.sp, model::ModelOptions().prefetch(prefetch), sharding);
     model::init_weights(m, 11);
     train::ModelStates states(m, world, {0.9, 0.95, 1e-8, 0.1});
     data::DataLoader loader(dir, lo);
@@ -139,15 +216,15 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
                           [&](const std::string& n, const torch::Tensor& t) { weights[n] = t.clone(); });
     return std::make_pair(losses, weights);
   };
-  const auto [want_losses, want] = run(l.self, reference(1, 5), {});
-  for (bool offload : {false, true}) {
-    const auto [got_losses, got] = run(l.world, l.loader(5), l.full(offload));
+  const auto [want_losses, want] = run(l.self, reference(1, 5), {}, false);
+  for (const auto& [offload, prefetch] : {std::pair{false, false}, {true, false}, {true, true}}) {
+    const auto [got_losses, got] = run(l.world, l.loader(5), l.full(offload), prefetch);
     for (int i = 0; i < 20; ++i)
-      EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i])) << "offload " << offload << " step " << i + 1;
+      EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i])) << "offload " << offload << " prefetch " << prefetch << " step " << i + 1;
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [name, w] : want) {
       const double rel = (got.at(name) - w).norm().item<double>() / w.norm().item<double>();
-      EXPECT_LE(rel, 1e-5) << name << " after 20 steps, offload " << offload;
+      EXPECT_LE(rel, 1e-5) << name << " after 20 steps, offload " << offload << " prefetch " << prefetch;
     }
   }
   EXPECT_GT(std::abs(want_losses.front() - want_losses.back()), 1e-3) << "the run did not train";

@@ -1,0 +1,53 @@
+#include "model/side_stream.hpp"
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "core/error.hpp"
+
+namespace ulysses::model {
+namespace {
+
+c10::Stream current_stream(const c10::Device& d) { return c10::impl::VirtualGuardImpl(d.type()).getStream(d); }
+
+}  // namespace
+
+SideStream::SideStream(c10::Device device) : device_(device) {
+  if (device_.is_cuda()) stream_ = c10::impl::VirtualGuardImpl(device_.type()).getStreamFromGlobalPool(device_);
+}
+
+Ahead SideStream::launch(const std::function<std::vector<torch::Tensor>()>& fn,
+                         const std::vector<torch::Tensor>& reads) {
+  Ahead ahead;
+  ahead.pending_ = true;
+  if (!stream_) {
+    ahead.tensors_ = fn();
+    return ahead;
+  }
+  c10::Event queued(device_.type());   // everything the compute stream has queued so far, fn's inputs included
+  queued.record(current_stream(device_));
+  queued.block(*stream_);
+  for (const auto& t : reads)
+    if (t.defined() && t.device() == device_) t.record_stream(*stream_);
+  {
+    const c10::StreamGuard on_side(*stream_);
+    ahead.tensors_ = fn();
+  }
+  ahead.done_ = std::make_shared<c10::Event>(device_.type());
+  ahead.done_->record(*stream_);
+  return ahead;
+}
+
+std::vector<torch::Tensor> Ahead::take() {
+  ULY_CHECK(pending_, "Ahead::take: nothing issued, or taken already");
+  pending_ = false;
+  if (done_) {
+    const c10::Stream now = current_stream(done_->device());
+    done_->block(now);
+    for (const auto& t : tensors_)
+      if (t.defined() && t.device() == done_->device()) t.record_stream(now);
+  }
+  return std::move(tensors_);
+}
+
+}  // namespace ulysses::model

@@ -1,0 +1,52 @@
+// SideStream: work issued ahead of the compute stream so that it overlaps the compute stream's kernels — the
+// next unit's all-gather (sharded_states.hpp), a layer input's copy to or from host memory (recompute.hpp).
+// FSDP's forward/backward prefetch and DeepSpeed's overlap_comm, in one small type.
+//
+//   launch(fn, reads)  CUDA: a pool stream waits for the work queued so far on the current (compute) stream;
+//                      fn runs with that side stream current (its kernels, NCCL calls and allocations go there);
+//                      `reads` (compute-stream tensors fn reads) are marked as used on the side stream, so the
+//                      caching allocator does not reuse their memory before the side stream is done with them;
+//                      an event is recorded after fn's work. CPU: fn runs at once, in program order.
+//   Ahead::take        the current stream waits for that event; each tensor is marked as used on the current
+//                      stream (record_stream), so its memory is not handed back to the side stream while the
+//                      compute stream still reads it. CPU: returns the tensors. Once per Ahead.
+//
+// No host synchronisation anywhere. On a CPU device the callers run the very same code minus the stream and
+// event calls, so the CPU tests cover the order of what is issued ahead and what is taken.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <torch/types.h>
+
+namespace ulysses::model {
+
+class Ahead {
+ public:
+  bool pending() const { return pending_; }
+  std::vector<torch::Tensor> take();   // the tensors fn returned, usable on the current stream
+
+ private:
+  friend class SideStream;
+  std::vector<torch::Tensor> tensors_;
+  std::shared_ptr<c10::Event> done_;   // CUDA: recorded on the side stream after fn's work; null on CPU
+  bool pending_ = false;
+};
+
+class SideStream {
+ public:
+  explicit SideStream(c10::Device device);
+  Ahead launch(const std::function<std::vector<torch::Tensor>()>& fn, const std::vector<torch::Tensor>& reads = {});
+  const c10::Device& device() const { return device_; }
+
+ private:
+  c10::Device device_;
+  std::optional<c10::Stream> stream_;   // CUDA only
+};
+
+}  // namespace ulysses::model
