@@ -21,6 +21,9 @@ class Communicator {
   virtual torch::Tensor all_to_all(const torch::Tensor& x) = 0;
   virtual void all_reduce_sum(torch::Tensor& x) = 0;                  // in place
   virtual torch::Tensor all_gather(const torch::Tensor& x) = 0;       // [n, ...] → [size() * n, ...]
+  // The same into `out` [size() * n, ...] (contiguous, x's dtype and device), made by the caller — on the stream
+  // that will use it, when the gather runs on another (model/side_stream.hpp).
+  virtual void all_gather_into(const torch::Tensor& x, torch::Tensor& out) { out.copy_(all_gather(x)); }
   // x: [size() * n, ...] → [n, ...]: this rank's chunk of the elementwise sum over ranks
   virtual torch::Tensor reduce_scatter_sum(const torch::Tensor& x) = 0;
   virtual void broadcast(torch::Tensor& x, int root) = 0;             // in place

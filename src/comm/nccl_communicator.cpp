@@ -189,16 +189,25 @@ void NcclCommunicator::all_reduce_sum(torch::Tensor& x) {
 }
 
 torch::Tensor NcclCommunicator::all_gather(const torch::Tensor& x) {   // [n, ...]
-  check_tensor("all_gather", x, device_);
   ULY_CHECK(x.dim() >= 1, "all_gather: tensor needs a dim 0 to gather along, got shape {}", shape_of(x));
   auto sizes = x.sizes().vec();
   sizes[0] *= size_;
   torch::Tensor out = torch::empty(sizes, x.options());   // [P*n, ...]
+  all_gather_into(x, out);
+  return out;
+}
+
+void NcclCommunicator::all_gather_into(const torch::Tensor& x, torch::Tensor& out) {   // [n, ...] → [P*n, ...]
+  check_tensor("all_gather", x, device_);
+  check_tensor("all_gather", out, device_);
+  ULY_CHECK(x.dim() >= 1 && out.dim() == x.dim() && out.size(0) == x.size(0) * size_ &&
+                out.numel() == x.numel() * size_ && out.scalar_type() == x.scalar_type(),
+            "all_gather: output {} {} for input {} {} on a group of {}", c10::toString(out.scalar_type()),
+            shape_of(out), c10::toString(x.scalar_type()), shape_of(x), size_);
   dist::Watchdog::Call call = begin("all_gather", out);
   CHECK_NCCL(state_->comm, ncclAllGather(x.data_ptr(), out.data_ptr(), static_cast<std::size_t>(x.numel()),
                                          nccl_type("all_gather", x.scalar_type()), state_->comm, stream_of(device_)));
   issued(call);
-  return out;
 }
 
 torch::Tensor NcclCommunicator::reduce_scatter_sum(const torch::Tensor& x) {   // [P*n, ...]

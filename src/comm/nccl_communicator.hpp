@@ -43,6 +43,7 @@ class NcclCommunicator final : public Communicator {
   torch::Tensor all_to_all(const torch::Tensor& x) override;         // [P*n, ...] → [P*n, ...]
   void all_reduce_sum(torch::Tensor& x) override;                     // [...] in place
   torch::Tensor all_gather(const torch::Tensor& x) override;          // [n, ...] → [P*n, ...]
+  void all_gather_into(const torch::Tensor& x, torch::Tensor& out) override;   // [n, ...] → out [P*n, ...]
   torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override;  // [P*n, ...] → [n, ...]
   void broadcast(torch::Tensor& x, int root) override;                // [...] in place
   void barrier() override;                                            // waits for the device too

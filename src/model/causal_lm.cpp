@@ -111,8 +111,10 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   // shared with the layers' recomputation in backward when checkpointing
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
-  offloaded_->bytes = 0;
-  offloaded_->fetched_ahead = 0;
+  if (torch::GradMode::is_enabled()) {   // an evaluation offloads nothing (recompute.hpp) and keeps the counts
+    offloaded_->bytes = 0;
+    offloaded_->fetched_ahead = 0;
+  }
   if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device()))
     copies_ = std::make_shared<SideStream>(h.device());
   std::shared_ptr<KeptInput> previous;   // the layer before's offloaded input

@@ -30,9 +30,11 @@ torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
   return torch::Tensor();
 }
 
-// An offloaded input's copy back to `device`, issued on the side stream.
+// An offloaded input's copy back to `device`, issued on the side stream into a tensor made on the current one
+// (side_stream.hpp: freed and reused in the compute stream's order).
 Ahead copy_back(const KeptInput& kept, SideStream& copies, const c10::Device& device) {
-  return copies.launch([&] { return std::vector<torch::Tensor>{kept.host.to(device, /*non_blocking=*/true)}; });
+  torch::Tensor x = torch::empty(kept.host.sizes(), kept.host.options().device(device));
+  return copies.launch([&] { return std::vector<torch::Tensor>{x.copy_(kept.host, /*non_blocking=*/true)}; });
 }
 
 // The input for the recomputation, on its device: the saved x, or the offloaded copy (fetched ahead, or now).
@@ -40,7 +42,8 @@ torch::Tensor restored(const torch::Tensor& saved, const Recompute& o, const c10
   if (!o.offload) return saved;
   KeptInput& kept = *o.offload;
   ULY_CHECK(kept.host.defined(), "an offloaded layer input was not kept (backward ran twice?)");
-  torch::Tensor x = (kept.back.pending() ? kept.back : copy_back(kept, *o.copies, device)).take()[0];
+  if (!kept.back.pending()) kept.back = copy_back(kept, *o.copies, device);
+  torch::Tensor x = kept.back.take()[0];
   kept.host = torch::Tensor();   // a graph is back-propagated once
   return x;
 }
@@ -91,8 +94,8 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
                                                  torch::autograd::variable_list grad_out) {
     const auto call = c10::static_intrusive_pointer_cast<UnitCall>(ctx->saved_data["call"].toCapsule());
     const Recompute& o = call->options;
-    fetch_ahead(o, call->device);
     const torch::Tensor input = restored(ctx->get_saved_variables()[0], o, call->device);   // on its device
+    fetch_ahead(o, call->device);   // after this layer's own copy back, which the recomputation waits for
     const torch::Tensor x = input.detach().requires_grad_(input.is_floating_point());
     std::vector<torch::Tensor> leaves = gathered(o, !o.weights_in_backward);
     if (o.states) o.states->prefetch(o.prefetch_backward);
@@ -125,7 +128,9 @@ torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x,
             "a recomputed unit's input must require grad, or its parameters would get no gradient");
   ULY_CHECK(!options.offload || options.copies, "checkpoint offload needs a side stream for its copies");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
-  return RecomputedUnit::apply(x, anchor, c10::make_intrusive<UnitCall>(std::move(f), options, x.device()));
+  Recompute o = options;
+  if (!torch::GradMode::is_enabled()) o.offload = nullptr;   // no backward will want x (evaluation): no copy
+  return RecomputedUnit::apply(x, anchor, c10::make_intrusive<UnitCall>(std::move(f), o, x.device()));
 }
 
 }  // namespace ulysses::model

@@ -32,9 +32,13 @@ void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
 
 ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
                              const Sharding& sharding, const c10::Device& device, bool prefetch)
-    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group), device_(device),
+    : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group),
+      gather_group_(sharding.gather_group ? sharding.gather_group : sharding.shard_group), device_(device),
       offload_(sharding.offload_optimizer) {
   ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
+  ULY_CHECK(gather_group_->size() == shard_group_->size() && gather_group_->rank() == shard_group_->rank(),
+            "the gather group (rank {} of {}) must be the shard group's ranks (rank {} of {})", gather_group_->rank(),
+            gather_group_->size(), shard_group_->rank(), shard_group_->size());
   group_parameters(compute_dtype);
   const std::int64_t W = shard_group_->size();
   const auto master_options = offload_ ? torch::dtype(torch::kFloat).pinned_memory(device_.is_cuda())
@@ -78,13 +82,20 @@ const ShardedStates::Place& ShardedStates::place(const std::string& name) const 
   return places_[static_cast<std::size_t>(it->second)];
 }
 
-std::vector<torch::Tensor> ShardedStates::gather_groups(int unit) {
+std::vector<torch::Tensor> ShardedStates::gather_groups(int unit, const std::vector<torch::Tensor>& into) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat;   // per group of the unit: [numel] in its gather dtype
-  for (int gi : units_[unit].groups) {
-    const Group& g = groups_[gi];
+  for (std::size_t k = 0; k < units_[unit].groups.size(); ++k) {
+    const Group& g = groups_[units_[unit].groups[k]];
     const torch::Tensor shard = offload_ ? g.compute : g.master.detach().to(g.gather_dtype);   // [n] on the device
-    const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;   // [W*n]
+    torch::Tensor all;                                                                         // [W*n]
+    if (into.empty()) {
+      all = world() > 1 ? gather_group_->all_gather(shard) : shard;
+    } else {
+      all = into[k];
+      if (world() > 1) gather_group_->all_gather_into(shard, all);
+      else all.copy_(shard);
+    }
     flat.push_back(all.narrow(0, 0, g.numel));
   }
   return flat;
@@ -95,9 +106,13 @@ void ShardedStates::prefetch(const std::vector<int>& units) {
   if (stale_) refresh();
   for (int u : units) {
     if (ahead_.count(u) > 0) continue;
-    std::vector<torch::Tensor> reads;   // the shards the all-gathers send
-    for (int gi : units_[u].groups) reads.push_back(offload_ ? groups_[gi].compute : groups_[gi].master);
-    ahead_[u] = side_->launch([this, u] { return gather_groups(u); }, reads);
+    std::vector<torch::Tensor> reads, into;   // the shards the all-gathers send; the buffers [W*n] they fill
+    for (int gi : units_[u].groups) {
+      const Group& g = groups_[gi];
+      reads.push_back(offload_ ? g.compute : g.master);
+      into.push_back(torch::empty({g.shard_numel * world()}, torch::dtype(g.gather_dtype).device(device_)));
+    }
+    ahead_[u] = side_->launch([this, u, &into] { return gather_groups(u, into); }, reads);
   }
 }
 
@@ -218,7 +233,7 @@ void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group
     for (int gi : u.groups) {
       const Group& g = groups_[gi];
       const torch::Tensor shard = shard_of(g).detach().to(device_, torch::kFloat).contiguous();   // [n] on the device
-      const torch::Tensor all = world() > 1 ? shard_group_->all_gather(shard) : shard;    // [W*n]
+      const torch::Tensor all = world() > 1 ? gather_group_->all_gather(shard) : shard;   // [W*n]
       for (int i : g.slots)
         fn(params_[i].name, all.narrow(0, places_[i].offset, numel_of(params_[i].shape)).view(params_[i].shape));
     }

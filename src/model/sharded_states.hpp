@@ -28,7 +28,9 @@
 //
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
 // issues the all-gathers of the units that run next on a side stream (side_stream.hpp), where they overlap the
-// compute of the unit running now; gather() takes them. The recomputed units (recompute.hpp) name the next ones:
+// compute of the unit running now; gather() takes them. Their buffers are made on the compute stream before the
+// side stream fills them, so the caching allocator frees and reuses them in the compute stream's order, as
+// without prefetch: one more unit, never more, however far the host runs ahead. The recomputed units (recompute.hpp) name the next ones:
 // forward i+1, backward i-1. Every rank issues the same collectives in the same order, as without prefetch. A
 // prefetch not taken by the time the gradients are finished (or the device copies refreshed) is dropped, its
 // collectives complete, so no optimizer step changes a shard a side stream still reads. On a CPU device the
@@ -60,6 +62,9 @@ struct Sharding {
   comm::Communicator* replica_group = nullptr;   // ranks that hold the same shard (hybrid: the DP group)
   c10::Device device = c10::kCPU;                // where the gathered units (and the shards, unless offloaded) live
   bool offload_optimizer = false;                // masters, gradients and AdamW state in host memory
+  // The units' all-gathers (null: shard_group). Its own communicator where the shard group's also carries other
+  // work on the compute stream — hybrid's SP group, whose all-to-alls would queue behind a prefetched gather.
+  comm::Communicator* gather_group = nullptr;
   bool enabled() const { return shard_group != nullptr; }
 };
 
@@ -136,7 +141,8 @@ class ShardedStates {
   // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds
   std::pair<std::int64_t, std::int64_t> overlap(const Place& at, std::int64_t begin, std::int64_t count) const;
   void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
-  std::vector<torch::Tensor> gather_groups(int unit);   // per group of the unit: its whole flat vector [numel]
+  // Per group of the unit: its whole flat vector [numel]; `into`: buffers [W*n] made beforehand (or none).
+  std::vector<torch::Tensor> gather_groups(int unit, const std::vector<torch::Tensor>& into = {});
   void drop_prefetched();                               // waits for (on the device) and frees what was not taken
 
   std::vector<Parameter> params_;
@@ -146,6 +152,7 @@ class ShardedStates {
   std::vector<Unit> units_;
   comm::Communicator* shard_group_ = nullptr;
   comm::Communicator* replica_group_ = nullptr;
+  comm::Communicator* gather_group_ = nullptr;
   c10::Device device_ = c10::kCPU;
   bool offload_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh

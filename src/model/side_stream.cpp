@@ -13,7 +13,9 @@ c10::Stream current_stream(const c10::Device& d) { return c10::impl::VirtualGuar
 }  // namespace
 
 SideStream::SideStream(c10::Device device) : device_(device) {
-  if (device_.is_cuda()) stream_ = c10::impl::VirtualGuardImpl(device_.type()).getStreamFromGlobalPool(device_);
+  if (!device_.is_cuda()) return;
+  stream_ = c10::impl::VirtualGuardImpl(device_.type()).getStreamFromGlobalPool(device_);
+  device_ = stream_->device();   // indexed: tensors are compared with it
 }
 
 Ahead SideStream::launch(const std::function<std::vector<torch::Tensor>()>& fn,
@@ -46,8 +48,11 @@ std::vector<torch::Tensor> Ahead::take() {
     done_->block(now);
     for (const auto& t : tensors_)
       if (t.defined() && t.device() == done_->device()) t.record_stream(now);
+    done_.reset();
   }
-  return std::move(tensors_);
+  std::vector<torch::Tensor> out;
+  out.swap(tensors_);
+  return out;
 }
 
 }  // namespace ulysses::model

@@ -2,6 +2,11 @@
 // next unit's all-gather (sharded_states.hpp), a layer input's copy to or from host memory (recompute.hpp).
 // FSDP's forward/backward prefetch and DeepSpeed's overlap_comm, in one small type.
 //
+// Memory: what fn returns should be made by the caller on the current stream before launch (and only filled by
+// fn), so the caching allocator frees and reuses it in the compute stream's order; memory fn allocates on the
+// side stream is reused only once the compute stream has caught up with its free, which a host running ahead
+// turns into one more buffer per step it is ahead.
+//
 //   launch(fn, reads)  CUDA: a pool stream waits for the work queued so far on the current (compute) stream;
 //                      fn runs with that side stream current (its kernels, NCCL calls and allocations go there);
 //                      `reads` (compute-stream tensors fn reads) are marked as used on the side stream, so the
@@ -26,10 +31,15 @@
 
 namespace ulysses::model {
 
-class Ahead {
+class Ahead {   // move-only: one issue, taken once
  public:
+  Ahead() = default;
+  Ahead(Ahead&&) = default;
+  Ahead& operator=(Ahead&&) = default;
+  Ahead(const Ahead&) = delete;
+  Ahead& operator=(const Ahead&) = delete;
   bool pending() const { return pending_; }
-  std::vector<torch::Tensor> take();   // the tensors fn returned, usable on the current stream
+  std::vector<torch::Tensor> take();   // the tensors fn returned, usable on the current stream; leaves nothing
 
  private:
   friend class SideStream;

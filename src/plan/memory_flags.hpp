@@ -37,6 +37,9 @@ void add_memory_flags(CLI::App& app, MemoryFlags& flags);
 enum class Sharding { kNone, kFull, kHybrid };
 const char* sharding_name(Sharding s);
 
+// --prefetch's value resolved: on, or auto on a GPU.
+inline bool prefetches(const std::string& prefetch, bool cuda) { return prefetch == "on" || (prefetch == "auto" && cuda); }
+
 struct Features {   // resolved
   bool bf16 = false;
   Sharding sharding = Sharding::kNone;
@@ -48,7 +51,7 @@ struct Features {   // resolved
   std::string prefetch = "auto";           // as given; prefetches() resolves auto with the device
   int compute_bytes() const { return bf16 ? 2 : 4; }
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
-  bool prefetches(bool cuda) const { return prefetch == "on" || (prefetch == "auto" && cuda); }
+  bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
 };
 // BadInput for --sharding no_shard with --offload-optimizer.
 Sharding resolve_sharding(const MemoryFlags& flags, int world);

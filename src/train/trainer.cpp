@@ -167,6 +167,7 @@ struct Run {
   comm::Backend backend;
   std::unique_ptr<comm::Communicator> sp_group, grad_group;   // on the device's backend
   std::unique_ptr<comm::Communicator> dp_group;               // hybrid_shard only: replicas of a shard
+  std::unique_ptr<comm::Communicator> gather_group;           // hybrid_shard + prefetch over NCCL: the SP group again
   plan::Sharding sharding = plan::Sharding::kNone;
   int shards = 0;                                             // ranks a shard group has (0: replicated)
   plan::Features features;                                    // the memory flags, resolved
@@ -185,7 +186,8 @@ struct Run {
 model::Sharding sharding_of(const Run& r) {
   switch (r.sharding) {
     case plan::Sharding::kFull: return {r.grad_group.get(), nullptr, r.device, r.features.offload_optimizer};
-    case plan::Sharding::kHybrid: return {r.sp_group.get(), r.dp_group.get(), r.device, r.features.offload_optimizer};
+    case plan::Sharding::kHybrid:
+      return {r.sp_group.get(), r.dp_group.get(), r.device, r.features.offload_optimizer, r.gather_group.get()};
     case plan::Sharding::kNone: break;
   }
   return {};
@@ -399,6 +401,9 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     return kExitBadInput;
   if (r.sharding == plan::Sharding::kHybrid)
     r.dp_group = comm::make_communicator(made, groups.dp(), r.device, timeout);
+  if (r.sharding == plan::Sharding::kHybrid && made == comm::Backend::kNccl &&
+      plan::prefetches(o.memory.prefetch, r.device.is_cuda()))
+    r.gather_group = comm::make_communicator(made, groups.sp(), r.device, timeout);
   r.shards = plan::shard_ranks(r.sharding, layout.world(), layout.sp());
   std::optional<data::DataLoader> dataset, valid;   // valid: --eval-every's split
   std::optional<fs::path> from;   // the checkpoint --resume names (nullopt: a fresh start)

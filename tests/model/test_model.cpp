@@ -421,7 +421,8 @@ TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
 
 // Checkpoint offload (forced on CPU: the same code path into a separate host buffer) changes nothing — the
 // loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes. With
-// prefetch, the backward of each layer after an offloaded one issues that input's copy back ahead.
+// prefetch, the backward of each layer after an offloaded one issues that input's copy back ahead. An evaluation
+// (no grad) copies nothing and leaves the counts of the last training forward and backward.
 TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
   const auto config = tiny_config(2, std::nullopt);
   Reference ref = plain_reference(config, 5);
@@ -435,6 +436,12 @@ TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
       EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4) << what;   // fp32
       EXPECT_EQ(offloaded->model->fetched_ahead(), prefetch ? std::min<std::int64_t>(layers, config.num_layers - 1) : 0)
           << what;
+      const std::int64_t bytes = offloaded->model->offloaded_bytes();
+      {
+        torch::NoGradGuard no_grad;
+        offloaded->forward(ref.batch.ids, ref.batch.positions, ref.batch.docs, ref.batch.labels);
+      }
+      EXPECT_EQ(offloaded->model->offloaded_bytes(), bytes) << what << ": an evaluation copied layer inputs";
     }
 }
 

@@ -10,11 +10,24 @@ memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints ev
   RATIO predicted/measured peak, median over the grid = 0.99  (target 0.9-1.1)
   RATIO predicted/measured peak, worst point = 0.92  (target 0.85-1.15)
 
-The GPU half (peak GPU memory of a Llama-3.2-1B-shaped model in bf16 at three lengths, the predicted longest length
-against the longest that runs) is not written yet: no session so far had a GPU. The output says so.
+--gpu, the GPU half (one GPU): a Llama-3.2-1B-shaped model (gpu_bench's, random init) in bf16 with the memory
+features of slurm/train_1m.sbatch (optimizer and every layer input offloaded, TiledMLP, tiled logits; --prefetch
+as given, default auto = on). A profile is calibrated on the GPU first (--calibrate lengths; written to
+--save-profile when given, for src/plan/profile.cpp's h100/h200 entries), then each of --gpu-lengths trains 2
+steps and its peak GPU memory (the caching allocator's high-water mark, from metrics.jsonl) is compared with the
+plan's device bytes; then the planner's longest length is compared with the longest that really runs (doubling
+from the last length, then one bisection step; --time-limit bounds it). It also times the middle length with
+--prefetch on and off (the side streams' overlap; the losses must agree). Prints
+
+  RATIO predicted/measured peak GPU memory, median over the lengths = ...  (target 0.9-1.1)
+  RATIO predicted longest / longest that runs = ...  (target 0.85-1.15)
+  RATIO step time prefetch off/on = ...  (target >= 1.0)
+
+--gpu --smoke runs the same code on the CPU (tiny Llama, fp32, short lengths) so CI can keep it working.
 
 usage: tools/bench/plan_bench.py [--build build] [--lengths 2048,8192,32768] [--calibrate 1024,4096]
                                  [--check TOL]   (exit 1 when a point is off by more than TOL: tests use 0.15)
+       tools/bench/plan_bench.py --gpu [--build build] [--gpu-lengths 16384,65536,262144] [--save-profile F]
 """
 import argparse
 import json
@@ -24,10 +37,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from memory_bench import CONFIG, MALLOC, pack  # noqa: E402   # the same model, malloc settings and data
+from gpu_bench import llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
 
 ALL_FEATURES = ["--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens", "256"]
 
@@ -59,10 +74,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--lengths", default="2048,8192,32768")
-    ap.add_argument("--calibrate", default="1024,4096")
+    ap.add_argument("--calibrate", help="calibration lengths (default 1024,4096; --gpu: 2048,8192)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", type=float, default=0, help="exit 1 when |ratio - 1| > this at any point")
+    ap.add_argument("--gpu", action="store_true", help="the GPU half (see above)")
+    ap.add_argument("--gpu-lengths", default="16384,65536,262144")
+    ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--save-profile", help="--gpu: keep the calibrated profile here")
+    ap.add_argument("--time-limit", type=float, default=480, help="--gpu: seconds for the longest-length search")
+    ap.add_argument("--smoke", action="store_true", help="--gpu's code on the CPU, tiny and short")
     a = ap.parse_args()
+    if a.gpu:
+        return gpu_main(a)
+    a.calibrate = a.calibrate or "1024,4096"
     lengths = [int(x) for x in a.lengths.split(",")]
     print(f"model: memory_bench's ({CONFIG['hidden_size']} hidden, {CONFIG['num_hidden_layers']} layers, vocab "
           f"{CONFIG['vocab_size']}); CPU fp32, {a.threads} threads; malloc {MALLOC}")
@@ -88,10 +112,153 @@ def main():
     print(f"RATIO predicted/measured peak, median over the grid = {statistics.median(ratios):.3f}  (target 0.9-1.1)")
     worst = max(ratios, key=lambda r: abs(r - 1))
     print(f"RATIO predicted/measured peak, worst point = {worst:.3f}  (target 0.85-1.15)")
-    print("GPU part (peak GPU memory of a 1B-shaped model in bf16, the predicted longest length against the longest "
-          "that runs): not run — not written yet; it needs a session with a GPU")
+    print("GPU part: run with --gpu on a machine with a GPU (tools/bench/plan_bench.py --gpu)")
     if a.check and abs(worst - 1) > a.check:
         sys.exit(f"check: the worst point is off by {abs(worst - 1):.1%} (> {a.check:.0%})")
+
+
+# --- the GPU half ---
+
+GPU_FEATURES = ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-mlp", "--tiled-logits"]
+
+
+def gpu_setup(a):
+    """(device, precision, config, peak key, feature flags) of --gpu, or of its CPU smoke run."""
+    if a.smoke:
+        return "cpu", "fp32", smoke_config(8192), "peak_rss_mib", GPU_FEATURES
+    return "cuda", "bf16", llama_1b_config(1 << 22), "peak_gpu_mib", GPU_FEATURES
+
+
+def pack_random(a, work, cfg, S):
+    """One document of S random tokens, packed for SP 1."""
+    out = work / f"data-{S}"
+    if out.exists():
+        return out
+    src = work / f"docs-{S}.jsonl"
+    import random
+    rng = random.Random(S)
+    src.write_text(json.dumps({"input_ids": [rng.randrange(cfg["vocab_size"]) for _ in range(S)]}) + "\n")
+    subprocess.run([f"{a.build}/src/pack/ulysses-pack", "pack", str(src), "-o", str(out), "--seq-len", str(S),
+                    "--sp", "1", "--align", "1", "--vocab-size", str(cfg["vocab_size"])], check=True,
+                   capture_output=True)
+    return out
+
+
+def train_once(a, work, setup, S, prefetch, timeout=None):
+    """2 steps at S: (peak MiB, median step seconds, losses), or None when the run fails (out of memory)."""
+    device, precision, cfg, key, features = setup
+    out = work / f"run-{S}-{prefetch}"
+    cmd = [f"{a.build}/src/train/ulysses-train", "--data", pack_random(a, work, cfg, S), "--model-config",
+           work / "config.json", "--output", out, "--overwrite", "--steps", 3, "--device", device, "--precision",
+           precision, "--prefetch", prefetch, "--threads", a.threads, *features]
+    try:
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=dict(os.environ, **MALLOC),
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if p.returncode != 0:
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+        print(f"    S={S}: exit {p.returncode}: {last[:200]}", flush=True)
+        return None
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "loss" in m]
+    return (max(m[key] for m in steps), statistics.median(m["seconds"] for m in steps[1:]),
+            [m["loss"] for m in steps])
+
+
+def plan_device_bytes(a, work, setup, profile, S=None):
+    """The plan's bytes per rank at S (device, or on the CPU the rank's), or its longest length when S is None."""
+    device, precision, _, _, features = setup
+    cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", work / "config.json", "--device", device, "--nodes", 1,
+           "--gpus-per-node", 1, "--sp", 1, "--precision", precision, "--profile", profile, "--prefetch", a.prefetch,
+           *features, "--json"]
+    if device == "cuda":
+        cmd += ["--gpu-memory", gpu_memory()]
+    if S is not None:
+        cmd += ["--seq-len", S]
+    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
+    plan = json.loads(p.stdout)
+    return plan["longest"] if S is None else plan["memory_per_rank"]
+
+
+def gpu_memory():
+    p = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+                       capture_output=True, text=True, check=True)
+    return f"{int(p.stdout.split()[0])}MiB"
+
+
+def longest_that_runs(a, work, setup, start, deadline, cap):
+    """Doubling from `start` (which ran) while it runs, then one bisection step: (longest that ran, first that did
+    not, or None when the time or the cap ended the search first)."""
+    ok, bad = start, None
+    while bad is None:
+        left = deadline - time.monotonic()
+        if left < 30 or ok * 2 > cap:
+            return ok, None
+        S = ok * 2
+        if train_once(a, work, setup, S, a.prefetch, timeout=left) is None:
+            bad = S
+        else:
+            ok = S
+    mid = (ok + bad) // 2 // 64 * 64
+    left = deadline - time.monotonic()
+    if left > 30 and mid > ok and train_once(a, work, setup, mid, a.prefetch, timeout=left) is not None:
+        ok = mid
+    return ok, bad
+
+
+def gpu_main(a):
+    setup = gpu_setup(a)
+    device, precision, cfg, key, features = setup
+    lengths = [256, 512, 1024] if a.smoke else [int(x) for x in a.gpu_lengths.split(",")]
+    calibrate = a.calibrate or ("256,512" if a.smoke else "2048,8192")
+    print(f"model: {cfg['hidden_size']} hidden, {cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']}; "
+          f"{device} {precision}; features {' '.join(features)} --prefetch {a.prefetch}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        (work / "config.json").write_text(json.dumps(cfg))
+        profile = pathlib.Path(a.save_profile) if a.save_profile else work / "profile.json"
+        run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
+             work / "config.json", "--calibrate-lengths", calibrate, "--device", device, "--precision", precision,
+             "--threads", a.threads])
+        p = json.loads(profile.read_text())
+        print(f"calibrated at {calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
+              f"mlp {p['mlp_factor']:.3f}, loss {p['loss_factor']:.3f}, fixed {p['device_fixed'] / 2**20:.0f} MiB "
+              f"device, {p['host_fixed'] / 2**20:.0f} MiB host", flush=True)
+        ratios, timed = [], {}
+        for S in lengths:
+            got = train_once(a, work, setup, S, a.prefetch)
+            if got is None:
+                print(f"  S={S}: did not run (see above); left out")
+                continue
+            peak, seconds, losses = got
+            timed[S] = (seconds, losses)
+            r = plan_device_bytes(a, work, setup, profile, S) / (peak * 2**20)
+            ratios.append(r)
+            print(f"  S={S:8d}: peak {peak:9.0f} MiB, {seconds:7.2f} s a step, predicted/measured {r:.3f}", flush=True)
+        if ratios:
+            print(f"RATIO predicted/measured peak GPU memory, median over the lengths = {statistics.median(ratios):.3f}"
+                  "  (target 0.9-1.1)")
+        mid = lengths[len(lengths) // 2]
+        if mid in timed:
+            other = "off" if a.prefetch != "off" else "on"
+            got = train_once(a, work, setup, mid, other)
+            if got is not None:
+                same = all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(got[2], timed[mid][1]))
+                on, off = (timed[mid][0], got[1]) if other == "off" else (got[1], timed[mid][0])
+                print(f"RATIO step time prefetch off/on = {off / on:.3f}  (target >= 1.0; S={mid}; losses "
+                      f"{'agree' if same else 'DIFFER'})")
+        predicted = plan_device_bytes(a, work, setup, profile)
+        if timed:
+            deadline = time.monotonic() + a.time_limit
+            cap = 4096 if a.smoke else 1 << 23
+            ran, failed = longest_that_runs(a, work, setup, max(timed), deadline, cap)
+            if failed is None:
+                print(f"longest that runs: >= {ran} (the time limit or {cap} tokens ended the search); the plan says "
+                      f"{predicted}")
+            else:
+                print(f"RATIO predicted longest / longest that runs = {predicted / ran:.3f}  (target 0.85-1.15; "
+                      f"{ran} ran, {failed} did not; the plan says {predicted})")
 
 
 if __name__ == "__main__":
