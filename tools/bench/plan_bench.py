@@ -23,7 +23,9 @@ from the last length, then one bisection step; --time-limit bounds it). It also 
   RATIO predicted longest / longest that runs = ...  (target 0.85-1.15)
   RATIO step time prefetch off/on = ...  (target >= 1.0)
 
---gpu --smoke runs the same code on the CPU (tiny Llama, fp32, short lengths) so CI can keep it working.
+--gpu --smoke runs the same code on the CPU (tiny Llama, fp32, short lengths, the built-in cpu profile, prefetch on)
+so CI keeps it working; it exits 1 when the losses with prefetch on and off differ (they must agree, on any
+device).
 
 usage: tools/bench/plan_bench.py [--build build] [--lengths 2048,8192,32768] [--calibrate 1024,4096]
                                  [--check TOL]   (exit 1 when a point is off by more than TOL: tests use 0.15)
@@ -81,6 +83,8 @@ def main():
     ap.add_argument("--gpu-lengths", default="16384,65536,262144")
     ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--save-profile", help="--gpu: keep the calibrated profile here")
+    ap.add_argument("--profile", help="--gpu: use this profile (a file or a built-in name) instead of calibrating "
+                    "(--smoke: cpu, as the tiny model's peaks are all fixed cost)")
     ap.add_argument("--time-limit", type=float, default=480, help="--gpu: seconds for the longest-length search")
     ap.add_argument("--smoke", action="store_true", help="--gpu's code on the CPU, tiny and short")
     a = ap.parse_args()
@@ -210,21 +214,30 @@ def longest_that_runs(a, work, setup, start, deadline, cap):
 def gpu_main(a):
     setup = gpu_setup(a)
     device, precision, cfg, key, features = setup
+    if a.prefetch == "auto":   # as the trainer resolves it; the smoke run prefetches, to keep that path working
+        a.prefetch = "on" if device == "cuda" or a.smoke else "off"
+    if a.smoke:
+        print("smoke run on the CPU: the code path only; its numbers measure nothing")
     lengths = [256, 512, 1024] if a.smoke else [int(x) for x in a.gpu_lengths.split(",")]
-    calibrate = a.calibrate or ("256,512" if a.smoke else "2048,8192")
+    calibrate = a.calibrate or "2048,8192"
+    named = a.profile or ("cpu" if a.smoke else None)
     print(f"model: {cfg['hidden_size']} hidden, {cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']}; "
           f"{device} {precision}; features {' '.join(features)} --prefetch {a.prefetch}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         (work / "config.json").write_text(json.dumps(cfg))
-        profile = pathlib.Path(a.save_profile) if a.save_profile else work / "profile.json"
-        run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
-             work / "config.json", "--calibrate-lengths", calibrate, "--device", device, "--precision", precision,
-             "--threads", a.threads])
-        p = json.loads(profile.read_text())
-        print(f"calibrated at {calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
-              f"mlp {p['mlp_factor']:.3f}, loss {p['loss_factor']:.3f}, fixed {p['device_fixed'] / 2**20:.0f} MiB "
-              f"device, {p['host_fixed'] / 2**20:.0f} MiB host", flush=True)
+        if named:
+            profile = named
+            print(f"profile: {named} (not calibrated here)")
+        else:
+            profile = pathlib.Path(a.save_profile) if a.save_profile else work / "profile.json"
+            run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
+                 work / "config.json", "--calibrate-lengths", calibrate, "--device", device, "--precision", precision,
+                 "--threads", a.threads])
+            p = json.loads(profile.read_text())
+            print(f"calibrated at {calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
+                  f"mlp {p['mlp_factor']:.3f}, loss {p['loss_factor']:.3f}, fixed {p['device_fixed'] / 2**20:.0f} "
+                  f"MiB device, {p['host_fixed'] / 2**20:.0f} MiB host", flush=True)
         ratios, timed = [], {}
         for S in lengths:
             got = train_once(a, work, setup, S, a.prefetch)
@@ -241,13 +254,15 @@ def gpu_main(a):
                   "  (target 0.9-1.1)")
         mid = lengths[len(lengths) // 2]
         if mid in timed:
-            other = "off" if a.prefetch != "off" else "on"
+            other = "off" if a.prefetch == "on" else "on"
             got = train_once(a, work, setup, mid, other)
             if got is not None:
                 same = all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(got[2], timed[mid][1]))
                 on, off = (timed[mid][0], got[1]) if other == "off" else (got[1], timed[mid][0])
                 print(f"RATIO step time prefetch off/on = {off / on:.3f}  (target >= 1.0; S={mid}; losses "
                       f"{'agree' if same else 'DIFFER'})")
+                if not same:
+                    sys.exit(f"prefetch on and off gave different losses at S={mid}: {got[2]} vs {timed[mid][1]}")
         predicted = plan_device_bytes(a, work, setup, profile)
         if timed:
             deadline = time.monotonic() + a.time_limit
