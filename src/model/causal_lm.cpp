@@ -129,8 +129,9 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
           w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w))};
     };
     const auto n = static_cast<std::int64_t>(i);
-    Recompute recompute{options_.precision(), n < options_.offload_checkpoints() ? std::make_shared<KeptInput>() : nullptr,
-                        options_.prefetch() ? previous : nullptr, copies_, offloaded_, states_};
+    auto kept = n < options_.offload_checkpoints() ? std::make_shared<KeptInput>() : nullptr;
+    Recompute recompute{options_.precision(), kept, options_.prefetch() ? previous : nullptr, copies_, offloaded_,
+                        states_};
     if (states_) {
       recompute.units = layer_units(n);
       if (options_.prefetch()) {
@@ -213,7 +214,8 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
     out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
     Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
-    if (options_.prefetch()) recompute.prefetch_backward = {states_->unit(fmt::format("model.layers.{}", config_.num_layers - 1))};
+    if (options_.prefetch())   // backward: the last layer comes next
+      recompute.prefetch_backward = {states_->unit(fmt::format("model.layers.{}", config_.num_layers - 1))};
     out = recomputed(head, h, recompute);
   }
   return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};

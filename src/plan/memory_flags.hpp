@@ -38,7 +38,9 @@ enum class Sharding { kNone, kFull, kHybrid };
 const char* sharding_name(Sharding s);
 
 // --prefetch's value resolved: on, or auto on a GPU.
-inline bool prefetches(const std::string& prefetch, bool cuda) { return prefetch == "on" || (prefetch == "auto" && cuda); }
+inline bool prefetches(const std::string& prefetch, bool cuda) {
+  return prefetch == "on" || (prefetch == "auto" && cuda);
+}
 
 struct Features {   // resolved
   bool bf16 = false;

@@ -215,8 +215,8 @@ TEST(Prefetch, SideStreamsEqualNoPrefetch) {
   auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
   const arch::ModelConfig c = small_llama();
   auto run = [&](bool prefetch) {
-    const auto options =
-        model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2).logits_chunk_tokens(64).prefetch(prefetch);
+    const auto options = model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2)
+                             .logits_chunk_tokens(64).prefetch(prefetch);
     model::CausalLm m(c, SequenceParallel(), options, model::Sharding{nccl.get(), nullptr, kGpu, false});
     model::init_weights(m, 5);
     const Batch b = packed_batch(c.vocab_size, 256);

@@ -60,8 +60,8 @@ TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
   const Breakdown no_prefetch = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
   EXPECT_EQ(no_prefetch.saved, 0);
   const std::int64_t h = kLlama8B.hidden_size, kv = 8 * 128;
-  const std::int64_t layer_bf16 = 2 * (2 * h * h + 2 * h * kv + 3 * h * kLlama8B.intermediate_size) +   // q, o, k, v, MLP
-                                  4 * 2 * h;   // the two norms, in fp32
+  // q, o, k, v and the MLP in bf16, the two norms in fp32
+  const std::int64_t layer_bf16 = 2 * (2 * h * h + 2 * h * kv + 3 * h * kLlama8B.intermediate_size) + 4 * 2 * h;
   EXPECT_EQ(off.gathered - no_prefetch.gathered, layer_bf16);   // the next layer, gathered ahead
   flags.prefetch = "auto";
   flags.tiled_logits = true;

@@ -125,8 +125,8 @@ TEST(Prefetch, EqualsNoPrefetchBitForBitAndTakesEveryUnitButTheEmbeddingsAhead) 
   if (P == 3) GTEST_SKIP() << "4 heads do not split over 3 SP ranks";
   const fs::path dir = shared_dir(fmt::format("shard-prefetch-{}", P));
   write_dataset(dir, 16 * P, P);
-  const auto features =
-      model::ModelOptions().activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(5).logits_chunk_tokens(3);
+  const auto features = model::ModelOptions().activation_checkpointing(true).offload_checkpoints(1)
+                            .mlp_tile_tokens(5).logits_chunk_tokens(3);
   struct Variant {
     std::string name;
     bool tied;
@@ -138,7 +138,8 @@ TEST(Prefetch, EqualsNoPrefetchBitForBitAndTakesEveryUnitButTheEmbeddingsAhead) 
   std::vector<Variant> variants{{"plain", false, {}, false, P, false},
                                 {"tied, every memory feature", true, features, false, P, false},
                                 {"optimizer offloaded", false, {}, true, P, false}};
-  if (P == 4) variants.push_back({"hybrid SP=2 x DP=2, gathers on a communicator of their own", false, {}, false, 2, true});
+  if (P == 4)
+    variants.push_back({"hybrid SP=2 x DP=2, gathers on a communicator of their own", false, {}, false, 2, true});
   for (const Variant& v : variants) {
     const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 1, v.tied));
     Layout l(v.sp);
@@ -222,7 +223,8 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   for (const auto& [offload, prefetch] : {std::pair{false, false}, {true, false}, {true, true}}) {
     const auto [got_losses, got] = run(l.world, l.loader(5), l.full(offload), prefetch);
     for (int i = 0; i < 20; ++i)
-      EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i])) << "offload " << offload << " prefetch " << prefetch << " step " << i + 1;
+      EXPECT_NEAR(got_losses[i], want_losses[i], 1e-5 * std::abs(want_losses[i]))
+          << "offload " << offload << " prefetch " << prefetch << " step " << i + 1;
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [name, w] : want) {
       const double rel = (got.at(name) - w).norm().item<double>() / w.norm().item<double>();
