@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU checks of issues 13, 14 and 19 in one prepared command for the `device` tool's GPU machine, inside its
+# 10-minute limit: the staged build (tools/device/stage.sh) against that machine's torch wheel, then
+#   1. tests/gpu/test_gpu: GPU step = CPU step, packed attention, NCCL = MPI, prefetch on side streams = off
+#   2. tests/gpu/test_gpu_cli.py: SP=4 sharing the GPU = SP=1, NCCL = MPI through the CLI, bf16 logs
+#   3. tools/bench/plan_bench.py --gpu: a profile calibrated on this GPU (kept as $OUT/profile.json), predicted /
+#      measured peak GPU memory, prefetch off/on step time, the longest length against the plan's
+#   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search (time permitting)
+# Each step's log lands in $OUT; each is bounded so that the rest still runs. Exit 0 when steps 1-2 passed.
+#
+#   run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
+#   GPU_CHECKS="1 3" bash tools/device/gpu_checks.sh      (a subset)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out/gpu-checks}
+mkdir -p "$OUT"
+[[ -f .device/bundle.tar.xz ]] || { echo "gpu_checks.sh: stage first: bash tools/device/stage.sh" >&2; exit 2; }
+root=$(mktemp -d)
+tar -C "$root" -xJf .device/bundle.tar.xz || exit 2
+B=$root/build
+torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
+site=$(dirname "$(dirname "$torch_lib")")
+nvidia_libs=$(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
+export UCX_MODULE_DIR=$root/lib/ucx PATH=$root/bin:$PATH PYTHONUNBUFFERED=1
+echo "staged from commit $(cat "$root/commit"), checked out at $(git rev-parse HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+missing=$(ldd $B/src/train/ulysses-train $B/tests/gpu/test_gpu | grep "not found" | sort -u)
+[[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
+steps=${GPU_CHECKS:-1 2 3 4}
+status=0
+step() {   # NAME SECONDS COMMAND...: runs it with a time limit, its output in $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  echo "== $name (at most ${limit} s): $*"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/$name.log"
+  echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  return $rc
+}
+for s in $steps; do
+  case $s in
+    1) step gpu_unit 120 $B/tests/gpu/test_gpu || status=1 ;;
+    2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py $B/src/train/ulysses-train $B/src/pack/ulysses-pack \
+         "$root/bin/mpiexec" || status=1 ;;
+    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build $B --gpu-lengths 16384,65536,131072 \
+         --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" ;;
+    4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train $B/src/train/ulysses-train \
+         --pack $B/src/pack/ulysses-pack --lengths 16384 --no-search --time-limit 100 ;;
+  esac
+done
+exit $status
