@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Stages this machine's build for the GPU machine of the `device` tool (tests/README.md, GPU checks): the binaries, in a
-# Meson build's layout, and every shared library they need that is neither LibTorch's (the GPU machine has the
-# same torch 2.11+cu130 wheel) nor the C runtime's, with MPICH's launcher and UCX's transports. The GPU machine
-# has no MPICH, HDF5 or other -dev packages and cannot fetch any, so building there is not an option; building
-# here and carrying the result is.
+# Stages this machine's build for the GPU machine of the `device` tool (tests/README.md, GPU checks): the
+# binaries, in a Meson build's layout, and every shared library they need that is neither LibTorch's (the GPU
+# machine has the same torch 2.11+cu130 wheel) nor the C runtime's, with MPICH's launcher and UCX's transports.
+# The GPU machine has no MPICH, HDF5 or other -dev packages and cannot fetch any, so building there is not an
+# option; building here and carrying the result is.
 #
 #   bash tools/device/stage.sh [BUILD]   (default: build-dev, else build) → .device/bundle.tar.xz (git-ignored,
 #                                        ~18 MiB: MPICH alone is 40 MiB unpacked; the tree that travels is ≤ 64 MiB)
@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-$( [[ -d build-dev ]] && echo build-dev || echo build )}
 [[ -x $build/src/train/ulysses-train ]] || { echo "stage.sh: no ulysses-train in $build (build it first)" >&2; exit 2; }
-[[ -x $build/tests/gpu/test_gpu ]] || { echo "stage.sh: $build is not a CUDA build (no tests/gpu/test_gpu)" >&2; exit 2; }
+[[ -x $build/tests/gpu/test_gpu ]] ||
+  { echo "stage.sh: $build is not a CUDA build (no tests/gpu/test_gpu)" >&2; exit 2; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cd "$stage"
@@ -25,7 +26,8 @@ cp "$repo/$build/tests/gpu/test_gpu" .device/build/tests/gpu/
 cp /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy .device/bin/
 ln -s mpiexec.hydra .device/bin/mpiexec
 # what the binaries need, less torch's wheel (found there), the C runtime and the CUDA driver (the machine's own)
-runtime='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv|libstdc\+\+|libgcc_s|libcuda\.so)'
+runtime='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv'
+runtime+='|libstdc\+\+|libgcc_s|libcuda\.so)'
 find .device/build .device/bin -type f -executable -print0 | xargs -0 ldd 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
     [[ $name =~ $runtime ]] && continue
@@ -33,7 +35,8 @@ find .device/build .device/bin -type f -executable -print0 | xargs -0 ldd 2>/dev
     cp -L "$path" .device/lib/
   done
 cp -rL /usr/lib/x86_64-linux-gnu/ucx .device/lib/ucx   # UCX loads its transports from here (UCX_MODULE_DIR)
-find .device -type f \( -name "*.so*" -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true   # 64 MiB travel
+# debug sections out (the tree that travels is limited to 64 MiB)
+find .device -type f \( -name "*.so*" -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
 git -C "$repo" rev-parse HEAD > .device/commit
 rm -rf "$repo/.device"
 mkdir -p "$repo/.device"
