@@ -11,7 +11,7 @@
 #   run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 #   GPU_CHECKS="1 3" bash tools/device/gpu_checks.sh      (a subset)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-out/gpu-checks}
 mkdir -p "$OUT"
 [[ -f .device/bundle.tar.xz ]] || { echo "gpu_checks.sh: stage first: bash tools/device/stage.sh" >&2; exit 2; }
@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$root/lib/ucx PATH=$root/bin:$PATH PYTHONUNBUFFERED=1
 echo "staged from commit $(cat "$root/commit"), checked out at $(git rev-parse HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-missing=$(ldd $B/src/train/ulysses-train $B/tests/gpu/test_gpu | grep "not found" | sort -u)
+missing=$(ldd "$B"/src/train/ulysses-train "$B"/tests/gpu/test_gpu | grep "not found" | sort -u)
 [[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
 steps=${GPU_CHECKS:-1 2 3 4}
 status=0
@@ -41,13 +41,13 @@ step() {   # NAME SECONDS COMMAND...: runs it with a time limit, its output in $
 }
 for s in $steps; do
   case $s in
-    1) step gpu_unit 120 $B/tests/gpu/test_gpu || status=1 ;;
-    2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py $B/src/train/ulysses-train $B/src/pack/ulysses-pack \
+    1) step gpu_unit 120 "$B"/tests/gpu/test_gpu || status=1 ;;
+    2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train "$B"/src/pack/ulysses-pack \
          "$root/bin/mpiexec" || status=1 ;;
     3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build $B --gpu-lengths 16384,65536,131072 \
          --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" ;;
-    4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train $B/src/train/ulysses-train \
-         --pack $B/src/pack/ulysses-pack --lengths 16384 --no-search --time-limit 100 ;;
+    4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
+         --pack "$B"/src/pack/ulysses-pack --lengths 16384 --no-search --time-limit 100 ;;
   esac
 done
 exit $status
