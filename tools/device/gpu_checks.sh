@@ -44,7 +44,7 @@ for s in $steps; do
     1) step gpu_unit 120 "$B"/tests/gpu/test_gpu || status=1 ;;
     2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train "$B"/src/pack/ulysses-pack \
          "$root/bin/mpiexec" || status=1 ;;
-    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build $B --gpu-lengths 16384,65536,131072 \
+    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build "$B" --gpu-lengths 16384,65536,131072 \
          --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" ;;
     4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
          --pack "$B"/src/pack/ulysses-pack --lengths 16384 --no-search --time-limit 100 ;;
