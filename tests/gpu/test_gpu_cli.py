@@ -1,7 +1,8 @@
 """ulysses-train on an NVIDIA GPU through its command line (exit 77 = skipped where there is none):
 SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP=1 on the GPU; one rank
-over NCCL equals one rank over MPI bit for bit; a bf16 run logs the varlen flash kernel, MFU and peak GPU
-memory.
+over NCCL equals one rank over MPI bit for bit; sharded states with every layer input offloaded train the same
+with --prefetch (side streams) as without, and at SP=4 through MPI; a bf16 run logs the varlen flash kernel, MFU
+and peak GPU memory.
 
 usage: test_gpu_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
@@ -54,6 +55,22 @@ class GpuTrain(PackedSample):
         mpi, _ = self.train(1, "mpi", "--comm", "mpi")
         self.assertEqual(len(losses(nccl)), 6)
         self.assertEqual(losses(nccl), losses(mpi))
+
+    def test_sharded_prefetch_on_the_gpu_equals_off_and_sp4_through_mpi(self):
+        # sharded states (full_shard: the optimizer offloaded) and every layer input offloaded, with --prefetch
+        # (auto: on for a GPU): the gathers and the copies back on side streams. Against the same run with it off,
+        # and against SP=4 on four ranks sharing the GPU, whose gathers are staged through MPI on the side stream
+        features = ["--offload-optimizer", "--offload-checkpoints", -1, "--tiled-mlp", "--tiled-logits"]
+        on, log = self.train(1, "prefetch-on", "--comm", "nccl", *features)
+        self.assertIn("prefetch: the next unit's all-gather is issued ahead", log)
+        self.assertIn("copied on a side stream", log)
+        off, _ = self.train(1, "prefetch-off", "--comm", "nccl", "--prefetch", "off", *features)
+        sp4, _ = self.train(4, "prefetch-sp4", "--sp", 4, "--comm", "mpi", *features)
+        a, b, c = losses(on), losses(off), losses(sp4)
+        self.assertEqual((len(a), len(b), len(c)), (6, 6, 6), "every run logs every step")
+        for step, (x, y, z) in enumerate(zip(a, b, c), 1):
+            self.assertLessEqual(abs(x - y), 1e-6 * abs(y), f"step {step}: prefetch on {x} vs off {y}")
+            self.assertLessEqual(abs(z - y), 1e-5 * abs(y), f"step {step}: SP=4 through MPI {z} vs SP=1 {y}")
 
     def test_bf16_logs_kernel_mfu_and_peak_memory(self):
         out, log = self.train(1, "bf16", "--precision", "bf16")
