@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Stages this machine's build for the GPU machine of the `device` tool (tests/README.md, GPU checks): the
 # binaries, in a Meson build's layout, and every shared library they need that is neither LibTorch's (the GPU
-# machine has the same torch 2.11+cu130 wheel) nor the C runtime's, with MPICH's launcher and UCX's transports.
+# machine has the same torch 2.11+cu130 wheel) nor the C runtime's — pyarrow's libarrow/libparquet included, as
+# the machine's pyarrow may be another version — with MPICH's launcher and UCX's transports.
 # The GPU machine has no MPICH, HDF5 or other -dev packages and cannot fetch any, so building there is not an
 # option; building here and carrying the result is.
 #
 #   bash tools/device/stage.sh [BUILD]   (default: build-dev, else build) → .device/bundle.tar.xz (git-ignored,
-#                                        ~18 MiB: MPICH alone is 40 MiB unpacked; the tree that travels is ≤ 64 MiB)
+#                                        ~33 MiB: MPICH and Arrow are 100 MiB unpacked; the tree that travels is ≤ 64 MiB)
 # then on the device: run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +32,7 @@ runtime+='|libstdc\+\+|libgcc_s|libcuda\.so)'
 find .device/build .device/bin -type f -executable -print0 | xargs -0 ldd 2>/dev/null |
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
     [[ $name =~ $runtime ]] && continue
-    [[ $path == */site-packages/* ]] && continue   # torch, nvidia-*: the GPU machine's wheel
+    [[ $path == */site-packages/torch/* || $path == */site-packages/nvidia/* ]] && continue   # the machine's wheels
     cp -L "$path" .device/lib/
   done
 cp -rL /usr/lib/x86_64-linux-gnu/ucx .device/lib/ucx   # UCX loads its transports from here (UCX_MODULE_DIR)
