@@ -7,7 +7,7 @@
 # option; building here and carrying the result is.
 #
 #   bash tools/device/stage.sh [BUILD]   (default: build-dev, else build) → .device/bundle.tar.xz (git-ignored,
-#                                        ~33 MiB: MPICH and Arrow are 100 MiB unpacked; the tree that travels is ≤ 64 MiB)
+#                                        ~32 MiB: MPICH and Arrow are 100 MiB unpacked; what travels is ≤ 64 MiB)
 # then on the device: run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
