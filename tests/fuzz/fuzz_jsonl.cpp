@@ -6,10 +6,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   static const char* const kNames[] = {"in.jsonl", "in.jsonl.gz", "in.jsonl.zst", "in.jsonl"};
   const auto path = ulysses::fuzz::write_file(kNames[data[0] & 3], ulysses::fuzz::as_text(data + 1, size - 1));
-  ulysses::pack::ReaderOptions o;
-  o.format = ulysses::pack::Format::kJsonl;
-  o.mask_key = data[0] & 4 ? "loss_mask" : "";
-  o.on_error = data[0] & 8 ? ulysses::pack::OnError::kSkip : ulysses::pack::OnError::kStop;
-  ulysses::fuzz::scan_and_read(path, o);
+  ulysses::fuzz::scan_and_read(path, ulysses::fuzz::token_input(ulysses::pack::Format::kJsonl, (data[0] & 4) != 0,
+                                                                (data[0] & 8) != 0));
   return 0;
 }

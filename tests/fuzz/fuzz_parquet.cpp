@@ -15,10 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     });
     return 0;
   }
-  ulysses::pack::ReaderOptions o;
-  o.format = ulysses::pack::Format::kParquet;
-  o.mask_key = data[0] & 1 ? "loss_mask" : "";
-  o.on_error = data[0] & 2 ? ulysses::pack::OnError::kSkip : ulysses::pack::OnError::kStop;
-  ulysses::fuzz::scan_and_read(path, o);
+  ulysses::fuzz::scan_and_read(path, ulysses::fuzz::token_input(ulysses::pack::Format::kParquet, (data[0] & 1) != 0,
+                                                                (data[0] & 2) != 0));
   return 0;
 }

@@ -11,6 +11,15 @@
 
 namespace ulysses::fuzz {
 
+// The options of a token input with an optional loss-mask column ("loss_mask") and --on-error skip or stop.
+inline pack::ReaderOptions token_input(pack::Format format, bool mask, bool skip) {
+  pack::ReaderOptions o;
+  o.format = format;
+  o.mask_key = mask ? "loss_mask" : "";
+  o.on_error = skip ? pack::OnError::kSkip : pack::OnError::kStop;
+  return o;
+}
+
 inline void scan_and_read(const std::filesystem::path& path, pack::ReaderOptions options) {
   options.scratch_dir = scratch() / "spill";
   std::filesystem::create_directories(options.scratch_dir);
