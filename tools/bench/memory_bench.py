@@ -45,15 +45,16 @@ SIDES = ["A", "B", "off", "C", "D"]
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def pack(a, work, S):
+def pack(a, work, S, vocab=CONFIG["vocab_size"]):
+    """Three documents of S random ids below `vocab`, packed for SP 4 (any SP dividing it runs them)."""
     rng = random.Random(S)
     src = work / f"docs-{S}.jsonl"
     with open(src, "w") as f:
         for _ in range(3):
-            f.write(json.dumps({"input_ids": [rng.randrange(CONFIG["vocab_size"]) for _ in range(S)]}) + "\n")
+            f.write(json.dumps({"input_ids": [rng.randrange(vocab) for _ in range(S)]}) + "\n")
     out = work / f"data-{S}"
     subprocess.run([f"{a.build}/src/pack/ulysses-pack", "pack", str(src), "-o", str(out), "--seq-len", str(S),
-                    "--sp", "4", "--align", "1", "--vocab-size", str(CONFIG["vocab_size"])], check=True,
+                    "--sp", "4", "--align", "1", "--vocab-size", str(vocab)], check=True,
                    capture_output=True)
     return out
 

@@ -133,26 +133,17 @@ def gpu_setup(a):
     return "cuda", "bf16", llama_1b_config(1 << 22), "peak_gpu_mib", GPU_FEATURES
 
 
-def pack_random(a, work, cfg, S):
-    """One document of S random tokens, packed for SP 1."""
+def packed(a, work, cfg, S):
+    """memory_bench's documents of S tokens for this model's vocabulary, packed once per length."""
     out = work / f"data-{S}"
-    if out.exists():
-        return out
-    src = work / f"docs-{S}.jsonl"
-    import random
-    rng = random.Random(S)
-    src.write_text(json.dumps({"input_ids": [rng.randrange(cfg["vocab_size"]) for _ in range(S)]}) + "\n")
-    subprocess.run([f"{a.build}/src/pack/ulysses-pack", "pack", str(src), "-o", str(out), "--seq-len", str(S),
-                    "--sp", "1", "--align", "1", "--vocab-size", str(cfg["vocab_size"])], check=True,
-                   capture_output=True)
-    return out
+    return out if out.exists() else pack(a, work, S, vocab=cfg["vocab_size"])
 
 
 def train_once(a, work, setup, S, prefetch, timeout=None):
     """2 steps at S: (peak MiB, median step seconds, losses), or None when the run fails (out of memory)."""
     device, precision, cfg, key, features = setup
     out = work / f"run-{S}-{prefetch}"
-    cmd = [f"{a.build}/src/train/ulysses-train", "--data", pack_random(a, work, cfg, S), "--model-config",
+    cmd = [f"{a.build}/src/train/ulysses-train", "--data", packed(a, work, cfg, S), "--model-config",
            work / "config.json", "--output", out, "--overwrite", "--steps", 3, "--device", device, "--precision",
            precision, "--prefetch", prefetch, "--threads", a.threads, *features]
     try:
