@@ -100,9 +100,17 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
   return recomputed(lookup, input_ids, recompute)[0];
 }
 
+void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
+  states_ = std::move(states);
+  head_units_ = std::move(head_units);
+  layer_unit_ids_.clear();
+  for (std::size_t i = 0; i < layers->size(); ++i)
+    layer_unit_ids_.push_back(states_->unit(fmt::format("model.layers.{}", i)));
+}
+
 std::vector<int> DecoderImpl::layer_units(std::int64_t i) const {
-  if (i >= static_cast<std::int64_t>(layers->size())) return head_units_;
-  return {states_->unit(fmt::format("model.layers.{}", i))};
+  if (i >= static_cast<std::int64_t>(layer_unit_ids_.size())) return head_units_;
+  return {layer_unit_ids_[static_cast<std::size_t>(i)]};
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -214,8 +222,7 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
     out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
     Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
-    if (options_.prefetch())   // backward: the last layer comes next
-      recompute.prefetch_backward = {states_->unit(fmt::format("model.layers.{}", config_.num_layers - 1))};
+    if (options_.prefetch()) recompute.prefetch_backward = model->layer_units(config_.num_layers - 1);   // next
     out = recomputed(head, h, recompute);
   }
   return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};

@@ -81,10 +81,9 @@ struct DecoderImpl : torch::nn::Module {
   // The same before the final norm.
   torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids);
   // head_units: the units the head runs with after the last layer (what that layer prefetches)
-  void use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
-    states_ = std::move(states);
-    head_units_ = std::move(head_units);
-  }
+  void use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units);
+  // Sharded: layer i's unit; past the last layer, the head's units.
+  std::vector<int> layer_units(std::int64_t i) const;
   // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
   std::int64_t offloaded_bytes() const { return offloaded_->bytes; }
   // Layer inputs whose copy back the last backward issued ahead (checkpoint offload with prefetch).
@@ -98,11 +97,11 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
-  std::vector<int> layer_units(std::int64_t i) const;    // layer i's unit; the head's units past the last layer
 
   ModelOptions options_;
   std::shared_ptr<OffloadCounts> offloaded_;                     // of the last forward and backward
   std::shared_ptr<ShardedStates> states_;                        // null: the modules' own parameters
+  std::vector<int> layer_unit_ids_;   // per layer: its unit in states_
   std::vector<int> head_units_;
   std::shared_ptr<SideStream> copies_;                           // checkpoint offload's copies, on the input's device
 };
