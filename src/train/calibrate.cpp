@@ -23,7 +23,6 @@
 #include "plan/calibration.hpp"
 #include "plan/memory_model.hpp"
 #include "train/device.hpp"
-#include "train/trainer.hpp"
 
 namespace ulysses::train {
 namespace {

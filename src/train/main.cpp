@@ -1,5 +1,9 @@
-// ulysses-train: one process per device (here: per CPU rank), launched by mpiexec or srun --mpi=pmi2.
-// Flags or a TOML config file (--config; flags override it); --print-config shows the resolved TOML.
+// ulysses-train-core: the trainer itself, one process per device (here: per CPU rank). Users start ulysses-train
+// (train/front.cpp), which parses the same command line (train/cli.hpp) without LibTorch, refuses a plan that
+// certainly cannot fit, and otherwise becomes this program (exec: the same process, argv and launcher variables).
+// Started directly it does everything itself; the refusal is checked again here either way (trainer.cpp).
+#include <sys/prctl.h>
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,135 +11,24 @@
 #include "comm/mpi_communicator.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
-#include "core/strict_config.hpp"
 #include "core/log.hpp"
 #include "dist/mpi_world.hpp"
 #include "dist/process_groups.hpp"
-#include "plan/memory_flags.hpp"
 #include "train/calibrate.hpp"
+#include "train/cli.hpp"
 #include "train/signals.hpp"
 #include "train/trainer.hpp"
 
 namespace ut = ulysses::train;
 
-namespace {
-
-const char* kExamples = R"(
-Examples:
-  # SP=4 on 4 CPU ranks, a tiny model from scratch on the sample corpus
-  mpiexec -n 4 ulysses-train --data out/packed --model-config datasets/sample/tiny-llama/config.json \
-      --sp 4 --steps 40 --lr 3e-3 --output out/run
-  # continue a run after preemption (Slurm requeue), from its latest checkpoint
-  srun --mpi=pmi2 ulysses-train --config run.toml --resume auto
-  # fine-tune a Hugging Face model, SP=8 inside each node, DP across nodes
-  srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
-  # one node of 8 GPUs, bf16 mixed precision, SP=8 over NCCL; MFU against the GPU's bf16 peak
-  srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
-  # long sequences: recompute each layer in backward, the MLP over tiles, the loss over 1 GiB chunks of logits
-  srun --mpi=pmi2 ulysses-train --config run.toml --activation-checkpointing --tiled-mlp --tiled-logits
-  # debugging: 4 ranks share one GPU, collectives through MPI host staging
-  mpiexec -n 4 ulysses-train --config run.toml --sp 4 --device cuda --comm mpi
-  # validate config, data and layout; print the rank map and the memory plan (builds no model)
-  mpiexec -n 4 ulysses-train --config run.toml --dry-run
-  # measure this device's memory profile for ulysses-plan (one rank, a small model of the family)
-  ulysses-train --calibrate-memory h100-bf16.json --model-config small/config.json --device cuda --precision bf16
-  # GB200 NVL72 (4 GPUs per node, sbatch --segment=18): SP 8 spans 2 nodes of one 72-GPU NVLink domain
-  srun --mpi=pmi2 ulysses-train --config run.toml --sp 8 --island-size 72
-
-Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
-
-void set_up(CLI::App& app, ut::TrainOptions& o, bool& print_config) {
-  app.set_config("--config", "", "TOML config file: keys are the flags without -- (save-every or save_every); an "
-                 "unknown key or a [section] is an error; flags given on the command line override it");
-  app.footer(kExamples);
-  app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
-  app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
-  app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
-  app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl, tensorboard/; required to train");
-  app.add_option("--tensorboard", o.tensorboard,
-                 "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "
-                 "view with: tensorboard --logdir OUTPUT");
-  app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
-  app.add_option("--steps", o.steps, "Optimizer steps in total")->capture_default_str();
-  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "Final lr as a fraction of --lr")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
-  app.add_option("--lr-decay", o.lr_decay, "cosine, linear or constant")
-      ->check(CLI::IsMember({"cosine", "linear", "constant"}))->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and biases)")->capture_default_str();
-  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
-  app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
-  app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
-  app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every,
-                 "Evaluate on the validation split (ulysses-pack --valid-fraction) every N steps and at the end: "
-                 "eval loss and perplexity in the log and metrics.jsonl (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation (0: all of them)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--resume", o.resume,
-                 "'auto' (latest under --output, if any), a run directory, its checkpoints/ or latest, or a step "
-                 "directory; the model comes from the checkpoint");
-  app.add_flag("--allow-changes", o.allow_changes,
-               "Resume although the dataset, the seed or the sequences per step differ from the checkpoint's run");
-  app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  ulysses::plan::add_memory_flags(app, o.memory);
-  app.add_option("--memory-profile", o.memory_profile,
-                 "Constants of the memory plan that refuses runs which cannot fit: a file from --calibrate-memory, or "
-                 "built-in cpu, h100, h200 (default: by device)");
-  app.add_option("--calibrate-memory", o.calibrate_memory,
-                 "Measure this device's memory profile (4 feature sets × --calibrate-lengths, one rank, "
-                 "the --model-config model) and write it here for ulysses-plan --profile; no --data/--output needed")
-      ->configurable(false);
-  app.add_option("--calibrate-lengths", o.calibrate_lengths, "Two or more sequence lengths for --calibrate-memory")
-      ->capture_default_str();
-  app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")
-      ->check(CLI::IsMember({"auto", "nccl", "mpi"}))->capture_default_str();
-  app.add_option("--end-time", o.end_time,
-                 "The job's end in seconds since the epoch (0: SLURM_JOB_END_TIME when set): the run saves and exits 3 "
-                 "before it")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--stop-margin", o.stop_margin,
-                 "Seconds before --end-time by which a step and a save must be done: later, the run saves and exits 3")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--save-timeout", o.save_timeout,
-                 "Seconds a checkpoint save (every rank's writes and the barrier after them) may take before the job "
-                 "ends (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per device for MFU (0: the detected GPU's bf16 peak)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();
-  app.add_option("--world", o.world, "Expected number of ranks (0: SLURM_NTASKS when set)")->capture_default_str();
-  app.add_option("--island-size", o.island_size,
-                 "Ranks per NVLink island, whole nodes (0: one node; 72 on GB200 NVL72 with sbatch --segment)")
-      ->capture_default_str();
-  app.add_flag("--allow-sp-across-islands", o.allow_sp_across_islands,
-               "Run even when an SP group spans NVLink islands (its all-to-alls then cross InfiniBand)");
-  app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan")
-      ->configurable(false);
-  app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");
-  app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit")
-      ->configurable(false);
-  app.config_formatter(std::make_shared<ulysses::StrictConfig>(app));   // unknown keys and sections: exit 2
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  prctl(PR_SET_NAME, "ulysses-train");   // what ps, top and killall show: the name users started
   ulysses::dist::MpiWorld world(argc, argv);
   ulysses::set_log_tag(world.size() > 1 ? "train r" + std::to_string(world.rank()) : "train");
-  CLI::App app{"ulysses-train: Llama-family training with Ulysses sequence parallelism"};
+  CLI::App app{ut::kTrainTitle};
   ut::TrainOptions o;
   bool print_config = false;
-  set_up(app, o, print_config);
+  ut::set_up(app, o, print_config);
   if (auto code = ulysses::parse_command_line(app, argc, argv, /*speak=*/world.rank() == 0)) return *code;
   if (print_config) {
     if (world.rank() == 0) fmt::print("{}", app.config_to_str(true, false));

@@ -1,5 +1,11 @@
 #include "train/options.hpp"
 
+#include <fmt/format.h>
+
+#include "arch/model_config.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint_format.hpp"
+
 namespace ulysses::train {
 
 nlohmann::json to_json(const TrainOptions& o) {
@@ -28,6 +34,23 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},
           {"allow_sp_across_islands", o.allow_sp_across_islands}};
+}
+
+std::filesystem::path model_config_path(const TrainOptions& o, const std::optional<std::filesystem::path>& from) {
+  namespace fs = std::filesystem;
+  if (!o.init_from.empty()) return o.init_from / checkpoint::kConfig;
+  const std::optional<fs::path> stored =
+      from && fs::exists(*from / checkpoint::kConfig) ? std::optional(*from / checkpoint::kConfig) : std::nullopt;
+  if (o.model_config.empty()) {
+    if (stored) return *stored;
+    throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
+  }
+  auto content = [](const fs::path& f) { return nlohmann::json::parse(arch::read_model_config_file(f).json.dump()); };
+  if (stored && content(*stored) != content(o.model_config))   // key order aside
+    throw BadInput(fmt::format("--model-config {} differs from the config.json of the checkpoint it resumes ({})",
+                               o.model_config.string(), stored->string()),
+                   "drop --model-config: a resumed run takes its model from the checkpoint");
+  return o.model_config;
 }
 
 std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o) {

@@ -55,6 +55,11 @@ struct TrainOptions {
 
 nlohmann::json to_json(const TrainOptions& o);
 
+// --init-from's config.json, else --model-config, else the config.json of the checkpoint resumed from (`from`);
+// BadInput when there is none, or when --model-config differs from the checkpoint's.
+std::filesystem::path model_config_path(const TrainOptions& options,
+                                        const std::optional<std::filesystem::path>& from = std::nullopt);
+
 // Where the TensorBoard events go: --tensorboard, by default OUTPUT/tensorboard; nothing for "none".
 std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o);
 

@@ -35,12 +35,12 @@
 #include "model/options.hpp"
 #include "model/precision.hpp"
 #include "model/weights.hpp"
+#include "plan/fit_check.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/plan_report.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/device.hpp"
-#include "train/memory_check.hpp"
 #include "train/model_states.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
@@ -176,7 +176,7 @@ struct Run {
   arch::ModelConfig config;
   fs::path config_path;
   model::ModelOptions options;
-  MemoryPlan memory;                                          // this rank's memory plan (nothing built)
+  plan::MemoryPlan memory;                                    // this rank's memory plan (nothing built)
   std::int64_t valid_sequences = 0;                           // the validation split's (--eval-every)
   model::CausalLm model{nullptr};                             // not built by --dry-run
   std::unique_ptr<ModelStates> states;
@@ -333,22 +333,6 @@ void check_output(const TrainOptions& o, int rank) {
 
 }  // namespace
 
-fs::path model_config_path(const TrainOptions& o, const std::optional<fs::path>& from) {
-  if (!o.init_from.empty()) return o.init_from / checkpoint::kConfig;
-  const std::optional<fs::path> stored =
-      from && fs::exists(*from / checkpoint::kConfig) ? std::optional(*from / checkpoint::kConfig) : std::nullopt;
-  if (o.model_config.empty()) {
-    if (stored) return *stored;
-    throw BadInput("no model given", "pass --model-config config.json (from scratch) or --init-from HF_DIR");
-  }
-  auto content = [](const fs::path& f) { return nlohmann::json::parse(arch::read_model_config_file(f).json.dump()); };
-  if (stored && content(*stored) != content(o.model_config))   // key order aside
-    throw BadInput(fmt::format("--model-config {} differs from the config.json of the checkpoint it resumes ({})",
-                               o.model_config.string(), stored->string()),
-                   "drop --model-config: a resumed run takes its model from the checkpoint");
-  return o.model_config;
-}
-
 int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& world) {
   if (o.data.empty() || o.output.empty())
     throw BadInput(fmt::format("--{} is required to train", o.data.empty() ? "data" : "output"),
@@ -429,7 +413,10 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         const int world = layout.world();
         const plan::Layout where{world % ranks_here == 0 ? world / ranks_here : topo.num_nodes(), ranks_here,
                                  layout.sp(), o.micro_batch};
-        r.memory = check_memory_fits(r.config, o.memory, where, r.device, o.memory_profile, dataset->seq_len());
+        const bool cuda = r.device.is_cuda();
+        r.memory = plan::check_memory_fits(r.config, o.memory, where,
+                                           {cuda, device_name(r.device), cuda ? device_memory_bytes(r.device) : 0},
+                                           o.memory_profile, dataset->seq_len());
         if (o.dry_run) return;
         r.model = model::CausalLm(r.config, r.sp, r.options, sharding_of(r));
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);

@@ -2,9 +2,6 @@
 // resume, metrics and stop signals. Every rank runs the same loop in lockstep; rank 0 logs and writes.
 #pragma once
 
-#include <filesystem>
-#include <optional>
-
 #include "comm/communicator.hpp"
 #include "dist/process_groups.hpp"
 #include "train/options.hpp"
@@ -15,10 +12,5 @@ namespace ulysses::train {
 // communicators on it over groups' MPI sub-communicators; `world` (MPI, CPU tensors) carries control messages.
 // Returns the exit code: 0 when the run reached options.steps, kExitPreempted after a signal-triggered save.
 int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& world);
-
-// --init-from's config.json, else --model-config, else the config.json of the checkpoint resumed from (`from`);
-// BadInput when there is none, or when --model-config differs from the checkpoint's.
-std::filesystem::path model_config_path(const TrainOptions& options,
-                                        const std::optional<std::filesystem::path>& from = std::nullopt);
 
 }  // namespace ulysses::train

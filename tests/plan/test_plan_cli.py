@@ -2,7 +2,8 @@
 
 - An 8B config at 4 × 8 H100 and 1M tokens with slurm/train_1m.sbatch's flags fits; without sharding it does not:
   exit 2, one line naming the flag; both in ≤ 2 s and ≤ 200 MiB (the planner is torch-free).
-- ulysses-train refuses an 8B config at 8 CPU ranks before building anything (the same arithmetic), ≤ 5 s.
+- ulysses-train refuses an 8B config at 8 CPU ranks before building anything (the same arithmetic): its torch-free
+  front in ≤ 2 s and ≤ 200 MiB per rank, with the line the trainer itself (ulysses-train-core) prints.
 
 The prediction against measured runs is the test plan_prediction (tools/bench/plan_bench.py --check 0.15).
 
@@ -104,15 +105,42 @@ class PlanCli(TempDirCase):
         src.write_text("".join(json.dumps({"input_ids": list(range(1, 600))}) + "\n" for _ in range(4)))
         subprocess.run([PACK, "pack", src, "-o", data, "--seq-len", "512", "--sp", "8", "--vocab-size", "128256"],
                        check=True, capture_output=True)
-        p, seconds, _ = timed([MPIEXEC, "-n", 8, TRAIN, "--data", data, "--model-config", self.llama, "--output",
-                               self.root / "run", "--sp", 8, "--threads", 1, "--dry-run"])
+        args = ["--data", data, "--model-config", self.llama, "--output", self.root / "run", "--sp", 8, "--threads", 1]
+        for dry in ([], ["--dry-run"]):
+            p, seconds, mib = timed([MPIEXEC, "-n", 8, TRAIN, *args, *dry])
+            self.assertEqual(p.returncode, 2, p.stderr)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            for needle in ["[rank 0] error: the memory plan at S = 512 needs", "on this node (8 ranks", "HINT"]:
+                self.assertIn(needle, lines[0])
+            self.assertLess(seconds, 2)
+            self.assertLess(mib, 200)   # the largest process: mpiexec's or one rank's
+            self.assertFalse((self.root / "run").exists())
+        core = pathlib.Path(TRAIN).with_name("ulysses-train-core")   # the trainer, refusing on its own
+        p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, core, *args])), capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stderr), (2, lines[0] + "\n"))
+
+    def test_what_fits_or_is_not_certain_is_the_trainers_to_run(self):
+        """The front passes to the trainer what fits, and what it cannot be sure of (here: a --resume, whose model
+        comes from a checkpoint): the trainer's own lines and checks follow."""
+        data = self.root / "data"
+        src = self.root / "docs.jsonl"
+        src.write_text("".join(json.dumps({"input_ids": list(range(1, 130))}) + "\n" for _ in range(4)))
+        subprocess.run([PACK, "pack", src, "-o", data, "--seq-len", "128", "--vocab-size", "256"], check=True,
+                       capture_output=True)
+        tiny = self.root / "tiny.json"
+        tiny.write_text(json.dumps(dict(LLAMA_8B, vocab_size=256, hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)))
+        p = subprocess.run(list(map(str, [MPIEXEC, "-n", 2, TRAIN, "--data", data, "--model-config", tiny, "--output",
+                                          self.root / "run", "--threads", 1, "--dry-run"])),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("memory plan at S = 128", p.stdout + p.stderr)
+        p = subprocess.run(list(map(str, [TRAIN, "--data", data, "--model-config", tiny, "--output", self.root / "run",
+                                          "--resume", self.root / "nowhere", "--dry-run"])),
+                           capture_output=True, text=True)
         self.assertEqual(p.returncode, 2, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        self.assertEqual(len(lines), 1, p.stderr)
-        for needle in ["error: the memory plan at S = 512 needs", "on this node (8 ranks", "HINT"]:
-            self.assertIn(needle, lines[0])
-        self.assertLess(seconds, 5)
-        self.assertFalse((self.root / "run").exists())
+        self.assertRegex(p.stderr, r"^\[rank 0\] error: --resume \S+nowhere is not a checkpoint: .* — HINT: [^\n]+\n$")
 
 
 if __name__ == "__main__":

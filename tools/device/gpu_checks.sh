@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$root/lib/ucx PATH=$root/bin:$PATH PYTHONUNBUFFERED=1
 echo "staged from commit $(cat "$root/commit"), checked out at $(git rev-parse HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-missing=$(ldd "$B"/src/train/ulysses-train "$B"/tests/gpu/test_gpu | grep "not found" | sort -u)
+missing=$(ldd "$B"/src/train/ulysses-train-core "$B"/tests/gpu/test_gpu | grep "not found" | sort -u)
 [[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
 steps=${GPU_CHECKS:-1 2 3 4}
 status=0

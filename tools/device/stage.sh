@@ -20,7 +20,7 @@ trap 'rm -rf "$stage"' EXIT
 cd "$stage"
 repo=$OLDPWD
 mkdir -p .device/build/src/{train,pack,plan,ckpt} .device/build/tests/gpu .device/lib .device/bin
-for tool in train/ulysses-train pack/ulysses-pack plan/ulysses-plan ckpt/ulysses-ckpt; do
+for tool in train/ulysses-train train/ulysses-train-core pack/ulysses-pack plan/ulysses-plan ckpt/ulysses-ckpt; do
   cp "$repo/$build/src/$tool" ".device/build/src/$tool"
 done
 cp "$repo/$build/tests/gpu/test_gpu" .device/build/tests/gpu/

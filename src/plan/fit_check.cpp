@@ -1,4 +1,4 @@
-#include "train/memory_check.hpp"
+#include "plan/fit_check.hpp"
 
 #include <fmt/format.h>
 
@@ -6,34 +6,31 @@
 #include "core/log.hpp"
 #include "plan/advice.hpp"
 #include "plan/host_memory.hpp"
-#include "train/device.hpp"
 
-namespace ulysses::train {
+namespace ulysses::plan {
 
-MemoryPlan check_memory_fits(const arch::ModelConfig& c, const plan::MemoryFlags& flags, const plan::Layout& layout,
-                             const c10::Device& device, const std::string& profile, std::int64_t seq_len) {
-  const bool cuda = device.is_cuda();
-  const std::string name = device_name(device);
-  const plan::HostMemory host = plan::host_memory();
+MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flags, const Layout& layout,
+                             const RankDevice& device, const std::string& profile, std::int64_t seq_len) {
+  const HostMemory host = host_memory();
   MemoryPlan m{layout,
-               {cuda, cuda ? device_memory_bytes(device) : 0, host.bytes},
-               plan::load_profile(profile.empty() ? plan::default_profile_name(cuda, name) : profile),
+               {device.cuda, device.cuda ? device.memory_bytes : 0, host.bytes},
+               load_profile(profile.empty() ? default_profile_name(device.cuda, device.name) : profile),
                {}};
-  m.breakdown = plan::predict(c, layout, plan::resolve(flags, c, layout.world()), m.profile, seq_len);
-  const plan::Fit fit = plan::check_fit(m.breakdown, layout, m.machine);
+  m.breakdown = predict(c, layout, resolve(flags, c, layout.world()), m.profile, seq_len);
+  const Fit fit = check_fit(m.breakdown, layout, m.machine);
   if (fit.fits) return m;
-  const auto fix = plan::suggest_fix(c, layout, flags, m.profile, m.machine, seq_len);
+  const auto fix = suggest_fix(c, layout, flags, m.profile, m.machine, seq_len);
   auto size = [](std::int64_t b) { return human_bytes(static_cast<std::uint64_t>(b)); };
   const std::string where =
-      fit.limit == "device" ? fmt::format("per GPU ({})", name)
+      fit.limit == "device" ? fmt::format("per GPU ({})", device.name)
                             : fmt::format("on this node ({} rank{} × {}; node memory from {})", layout.ranks_per_node,
                                           layout.ranks_per_node == 1 ? "" : "s",
                                           size(fit.need / layout.ranks_per_node), host.source);
   throw BadInput(
       fmt::format("the memory plan at S = {} needs {} {}, more than the {} usable ({:.0f}% of {}; model states {}, "
                   "activations and loss {}; profile {})",
-                  seq_len, size(fit.need), where, size(fit.have), 100 * plan::kUsableFraction,
-                  size(static_cast<std::int64_t>(static_cast<double>(fit.have) / plan::kUsableFraction)),
+                  seq_len, size(fit.need), where, size(fit.have), 100 * kUsableFraction,
+                  size(static_cast<std::int64_t>(static_cast<double>(fit.have) / kUsableFraction)),
                   size(m.breakdown.weights + m.breakdown.gradients + m.breakdown.optimizer + m.breakdown.host_states),
                   size(m.breakdown.saved + m.breakdown.working + m.breakdown.loss + m.breakdown.host_checkpoints),
                   m.profile.name),
@@ -41,4 +38,4 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const plan::MemoryFlags
           : "use more ranks or nodes, a shorter sequence or a smaller model (ulysses-plan shows the whole plan)");
 }
 
-}  // namespace ulysses::train
+}  // namespace ulysses::plan
