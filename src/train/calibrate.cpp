@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/checksum.hpp"
+#include "core/launch_env.hpp"
 #include "io/manifest.hpp"
 #include "io/shard.hpp"
 #include "model/precision.hpp"
@@ -73,9 +74,7 @@ std::vector<std::string> child_environment() {
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view v(*e);
     bool launcher = false;
-    for (const char* prefix : {"PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPI_LOCALNRANKS", "MPI_LOCALRANKID", "OMPI_",
-                               "SLURM_"})
-      launcher = launcher || v.starts_with(prefix);
+    for (const char* prefix : kLauncherPrefixes) launcher = launcher || v.starts_with(prefix);
     if (!launcher) env.emplace_back(v);
   }
   return env;

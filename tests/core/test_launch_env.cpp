@@ -2,7 +2,6 @@
 // that disagree, and no launcher at all.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <optional>
 #include <string>
 
@@ -12,12 +11,7 @@ using ulysses::LaunchEnv;
 
 namespace {
 
-std::optional<LaunchEnv> from(const std::map<std::string, std::string>& vars) {
-  return ulysses::launch_env([&](const char* name) -> const char* {
-    const auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  });
-}
+std::optional<LaunchEnv> from(const ulysses::Environment& vars) { return ulysses::launch_env(vars); }
 
 void expect(const std::optional<LaunchEnv>& e, int rank, int world, int on_node) {
   ASSERT_TRUE(e.has_value());
@@ -33,7 +27,9 @@ TEST(LaunchEnv, HydraOpenMpiAndSrunAreRead) {
   expect(from({{"SLURM_PROCID", "31"}, {"SLURM_STEP_NUM_TASKS", "32"}, {"SLURM_STEP_TASKS_PER_NODE", "8(x4)"},
                {"SLURM_STEP_ID", "0"}, {"PMI_RANK", "31"}, {"PMI_SIZE", "32"}}),
          31, 32, 8);
-  expect(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "4,4"}}), 0, 8, 4);
+  expect(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "4,4"},
+               {"PMIX_RANK", "0"}}),
+         0, 8, 4);
 }
 
 TEST(LaunchEnv, HydraInsideASlurmStepIsHydras) {   // mpiexec's ranks inherit the step's variables
@@ -48,9 +44,17 @@ TEST(LaunchEnv, NoLauncherIsOneProcess) {
 }
 
 TEST(LaunchEnv, WhatCannotBeTrustedIsUnknown) {
-  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_TASKS_PER_NODE", "4,3"}}));
-  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}}));
-  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}}));
+  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_TASKS_PER_NODE", "4,3"},
+                     {"PMI_FD", "5"}}));
+  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+                     {"PMI_FD", "5"}}));
+  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"PMI_FD", "5"}}));
+  // srun --mpi=none: each task an MPI singleton, whatever the step's numbers say
+  EXPECT_FALSE(from({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "8"},
+                     {"SLURM_STEP_ID", "0"}}));
+  EXPECT_FALSE(from({{"MV2_COMM_WORLD_RANK", "0"}, {"MV2_COMM_WORLD_SIZE", "8"}}));   // launchers not listed
+  EXPECT_FALSE(from({{"PALS_RANKID", "0"}}));
+  EXPECT_FALSE(from({{"FLUX_TASK_RANK", "0"}}));
   EXPECT_FALSE(from({{"PMI_RANK", "0"}, {"PMI_SIZE", "4"}}));   // srun --mpi=pmi2 outside a step's variables
   EXPECT_FALSE(from({{"PMIX_RANK", "0"}}));
   EXPECT_FALSE(from({{"SLURM_STEP_ID", "0"}}));
@@ -58,6 +62,15 @@ TEST(LaunchEnv, WhatCannotBeTrustedIsUnknown) {
   EXPECT_FALSE(from({{"PMI_RANK", "0"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "8"}}));    // more on a node than all
   EXPECT_FALSE(from({{"PMI_RANK", "x"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "4"}}));
   EXPECT_FALSE(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "-2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}}));
+}
+
+TEST(LaunchEnv, TheRankIsAnyLaunchersOrZero) {
+  EXPECT_EQ(ulysses::launch_rank({}), 0);
+  EXPECT_EQ(ulysses::launch_rank({{"PMI_RANK", "3"}}), 3);
+  EXPECT_EQ(ulysses::launch_rank({{"PMIX_RANK", "4"}}), 4);
+  EXPECT_EQ(ulysses::launch_rank({{"OMPI_COMM_WORLD_RANK", "5"}}), 5);
+  EXPECT_EQ(ulysses::launch_rank({{"SLURM_PROCID", "6"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}}), 6);
+  EXPECT_EQ(ulysses::launch_rank({{"PMI_RANK", "x"}, {"SLURM_PROCID", "2"}}), 2);
 }
 
 }  // namespace

@@ -121,26 +121,37 @@ class PlanCli(TempDirCase):
         self.assertEqual((p.returncode, p.stderr), (2, lines[0] + "\n"))
 
     def test_what_fits_or_is_not_certain_is_the_trainers_to_run(self):
-        """The front passes to the trainer what fits, and what it cannot be sure of (here: a --resume, whose model
-        comes from a checkpoint): the trainer's own lines and checks follow."""
-        data = self.root / "data"
-        src = self.root / "docs.jsonl"
-        src.write_text("".join(json.dumps({"input_ids": list(range(1, 130))}) + "\n" for _ in range(4)))
-        subprocess.run([PACK, "pack", src, "-o", data, "--seq-len", "128", "--vocab-size", "256"], check=True,
-                       capture_output=True)
+        """The front passes to the trainer what fits, and every 8B run it cannot be sure of or whose earlier checks
+        fail: the trainer's own line follows (from ulysses-train-core: LibTorch loaded, ~480 MiB)."""
         tiny = self.root / "tiny.json"
         tiny.write_text(json.dumps(dict(LLAMA_8B, vocab_size=256, hidden_size=64, intermediate_size=128,
                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)))
-        p = subprocess.run(list(map(str, [MPIEXEC, "-n", 2, TRAIN, "--data", data, "--model-config", tiny, "--output",
-                                          self.root / "run", "--threads", 1, "--dry-run"])),
-                           capture_output=True, text=True)
+        data = self.pack("data", "256", range(1, 130))
+        run = ["--output", self.root / "run", "--threads", 1, "--dry-run"]
+        p = self.train([MPIEXEC, "-n", 2, TRAIN, "--data", data, "--model-config", tiny, *run])
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("memory plan at S = 128", p.stdout + p.stderr)
-        p = subprocess.run(list(map(str, [TRAIN, "--data", data, "--model-config", tiny, "--output", self.root / "run",
-                                          "--resume", self.root / "nowhere", "--dry-run"])),
-                           capture_output=True, text=True)
-        self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertRegex(p.stderr, r"^\[rank 0\] error: --resume \S+nowhere is not a checkpoint: .* — HINT: [^\n]+\n$")
+        big = self.pack("big-vocab", "200000", range(150000, 150129))   # ids past the 8B model's 128256
+        for env, cmd, needle in (
+                ({}, [TRAIN, "--data", data, "--resume", self.root / "nowhere"], "is not a checkpoint"),
+                ({"SLURM_NTASKS": "4"}, [TRAIN, "--data", data], "Slurm"),   # a singleton where 4 tasks were asked
+                ({}, [TRAIN, "--data", big], "outside the model's vocabulary")):
+            p, _, mib = timed(["env", *[f"{k}={v}" for k, v in env.items()], *cmd, "--model-config", self.llama, *run])
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertRegex(p.stderr, r"^\[rank 0\] error: [^\n]+ — HINT: [^\n]+\n$")
+            self.assertIn(needle, p.stderr)
+            self.assertGreater(mib, 200)   # the trainer said it, not the front
+
+    def pack(self, name, vocab, ids):
+        src = self.root / f"{name}.jsonl"
+        src.write_text("".join(json.dumps({"input_ids": list(ids)}) + "\n" for _ in range(4)))
+        subprocess.run([PACK, "pack", src, "-o", self.root / name, "--seq-len", "128", "--vocab-size", vocab],
+                       check=True, capture_output=True)
+        return self.root / name
+
+    @staticmethod
+    def train(cmd):
+        return subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ RECOMPUTE_HF = {False: "no gradient checkpointing (every layer's activations kep
                 True: "gradient_checkpointing_enable(use_reentrant=False) (each decoder layer recomputed in backward)"}
 SIDES = (("ours", "ours"), ("hf", "transformers"))
 OOM_PATTERNS = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|std::bad_alloc", re.I)
-# ulysses-train refuses a run its memory plan predicts not to fit (src/train/memory_check.cpp): an OOM predicted,
+# ulysses-train refuses a run its memory plan predicts not to fit (src/plan/fit_check.cpp): an OOM predicted,
 # not measured, and said so in the table
 PLAN_REFUSAL = re.compile(r"the memory plan at S = \d+ needs .*")
 
