@@ -1,14 +1,17 @@
 // ulysses-train: what users start (mpiexec, srun --mpi=pmi2, launch/local.sh, the sbatch files). A front without
 // LibTorch or MPI: it parses the command line (train/cli.hpp; --help, --print-config and bad flags end here) and,
 // where the run's device is certainly this host's CPU and the launcher says that every rank runs on this node
-// (core/launch_env.hpp), checks the memory plan exactly as the trainer would (plan/fit_check.hpp). On one node
-// every rank computes the same plan from the same memory, so all refuse or none does, and rank 0's line is the one
-// line (the others wait a moment before they exit, so that a launcher which ends the job at the first failed rank
-// does not kill rank 0 before it has written). Before it refuses, the front makes the checks the trainer makes
-// before its plan (the job's end, the heads, the data against --sp and the vocabulary): where one fails, the
-// trainer names it. A run that cannot fit ends here, exit 2, in a few MiB and milliseconds per rank instead of the ~480 MiB and
-// seconds LibTorch costs each rank before main: 8 ranks of an 8B config on a 24 GiB node are refused without
-// pushing the node into swap.
+// (core/launch_env.hpp), checks the memory plan exactly as the trainer would (plan/fit_check.hpp). A run that
+// cannot fit ends here, exit 2, in a few MiB and milliseconds per rank instead of the ~480 MiB and seconds LibTorch
+// costs each rank before main: 8 ranks of an 8B config on a 24 GiB node are refused without pushing it into swap.
+// Before it refuses, the front makes the checks the trainer makes ahead of its plan (the job's end, the heads, the
+// data against --sp and the vocabulary): where one fails, the trainer names it.
+//
+// One line for the job: rank 0 writes it; the others wait a moment before they exit, so that a launcher which
+// ends the job at the first failed rank does not kill rank 0 first. The ranks do not talk: they agree because they
+// read the same files and the same memory figures moments apart. Should a file change or fail to read between
+// them (some ranks refuse, others start the trainer), the trainer's ranks wait in MPI_Init for the missing ones
+// until the launcher or the job's time limit ends them.
 //
 // Everything else (the plan fits, or the front cannot be sure: a GPU, --resume, --calibrate-memory, an unknown
 // launcher, ranks on other nodes, an input the trainer checks and names first) becomes ulysses-train-core, found
