@@ -6,8 +6,9 @@
 //   a Slurm step with PMI     SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE ("8(x4)", "4,4": the
 //   (srun --mpi=pmi2/pmix)    same count on every node, else unknown), and PMI_FD, PMI_RANK or PMIX_RANK (without
 //                             them each task would be an MPI singleton of its own)
-// No variable of any launcher (kLauncherPrefixes) at all: a process of its own, world 1. Anything else (a launcher
-// not listed, one named in part, numbers that disagree) is unknown: the caller asks MPI instead.
+// No launcher variable at all (kLauncherPrefixes; Slurm's job variables aside, which a batch script has too, but
+// not SLURM_STEP_ID): a process of its own, world 1. Anything else (a launcher not listed, one named in part,
+// numbers that disagree) is unknown: the caller asks MPI instead.
 #pragma once
 
 #include <map>

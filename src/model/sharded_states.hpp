@@ -31,10 +31,10 @@
 // compute of the unit running now; gather() takes them. Their buffers are made on the compute stream before the
 // side stream fills them, so the caching allocator frees and reuses them in the compute stream's order, as
 // without prefetch: one more unit, never more, however far the host runs ahead. The recomputed units
-// (recompute.hpp) name the next ones: forward i+1, backward i-1. Every rank issues the same collectives in the same order, as without prefetch. A
-// prefetch not taken by the time the gradients are finished (or the device copies refreshed) is dropped, its
-// collectives complete, so no optimizer step changes a shard a side stream still reads. On a CPU device the
-// gathers run at once, so CPU runs exercise the same path.
+// (recompute.hpp) name the next ones: forward i+1, backward i-1. Every rank issues the same collectives in the
+// same order, as without prefetch. A prefetch not taken by the time the gradients are finished (or the device
+// copies refreshed) is dropped, its collectives complete, so no optimizer step changes a shard a side stream still
+// reads. On a CPU device the gathers run at once, so CPU runs exercise the same path.
 //
 // A rank holds at most one unit's parameters whole, or two while the next one is prefetched.
 #pragma once

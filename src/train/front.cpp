@@ -101,9 +101,9 @@ void check_as_the_trainer_would(const ut::TrainOptions& o, const PlanInputs& in,
 
 // The trainer's refusal line (its ranks print "[rank R] error: …"), or nullopt when the plan fits or the front
 // cannot be sure.
-std::optional<std::string> refusal(const ut::TrainOptions& o, int rank) {
+std::optional<std::string> refusal(const ut::TrainOptions& o, const ulysses::Environment& vars, int rank) {
   try {
-    const std::optional<PlanInputs> in = plan_inputs(o, ulysses::this_environment());
+    const std::optional<PlanInputs> in = plan_inputs(o, vars);
     if (!in) return std::nullopt;
     try {
       ulysses::plan::check_memory_fits(in->config, o.memory, in->layout(), {false, "cpu", 0}, o.memory_profile,
@@ -143,7 +143,8 @@ int end_with(int code, int rank, const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rank = ulysses::launch_rank(ulysses::this_environment());
+  const ulysses::Environment vars = ulysses::this_environment();
+  const int rank = ulysses::launch_rank(vars);
   CLI::App app{ut::kTrainTitle};
   ut::TrainOptions o;
   bool print_config = false;
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
     if (rank == 0) fmt::print("{}", app.config_to_str(true, false));
     return 0;
   }
-  if (const std::optional<std::string> why = refusal(o, rank))
+  if (const std::optional<std::string> why = refusal(o, vars, rank))
     return end_with(ulysses::kExitBadInput, rank, fmt::format("[rank {}] error: {}\n", rank, *why));
   become_core(argv, rank);
 }

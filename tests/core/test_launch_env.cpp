@@ -61,7 +61,8 @@ TEST(LaunchEnv, WhatCannotBeTrustedIsUnknown) {
   EXPECT_FALSE(from({{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "4"}}));    // rank past the world
   EXPECT_FALSE(from({{"PMI_RANK", "0"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "8"}}));    // more on a node than all
   EXPECT_FALSE(from({{"PMI_RANK", "x"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "4"}}));
-  EXPECT_FALSE(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "-2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}}));
+  EXPECT_FALSE(
+      from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "-2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}}));
 }
 
 TEST(LaunchEnv, TheRankIsAnyLaunchersOrZero) {
