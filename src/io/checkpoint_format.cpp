@@ -1,15 +1,13 @@
 #include "io/checkpoint_format.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 
 #include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/regular_file.hpp"
+#include "core/replace_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -30,14 +28,8 @@ T field(const nlohmann::json& j, const char* key, const fs::path& file) {
 }
 
 void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + fmt::format(".tmp-{}", getpid());
-  {
-    std::ofstream out(tmp);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
+  if (const std::string why = replace_file(path, text); !why.empty())
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), why));
 }
 
 }  // namespace

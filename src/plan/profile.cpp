@@ -1,12 +1,12 @@
 #include "plan/profile.hpp"
 
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/json_input.hpp"
+#include "core/replace_file.hpp"
 
 namespace ulysses::plan {
 namespace {
@@ -100,13 +100,8 @@ void write_profile(const std::filesystem::path& path, const Profile& p) {
                             {"device_fixed", p.device_fixed}, {"host_fixed", p.host_fixed},
                             {"checkpoint_bytes", p.checkpoint_bytes}, {"offload_bytes", p.offload_bytes},
                             {"measurements", p.measurements}};
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw BadInput(fmt::format("cannot write {}", tmp.string()), "check the directory exists and is writable");
-  }
-  std::filesystem::rename(tmp, path);
+  if (const std::string why = replace_file(path, j.dump(2) + "\n"); !why.empty())
+    throw BadInput(fmt::format("cannot write {}: {}", path.string(), why), "check the directory exists and is writable");
 }
 
 std::string default_profile_name(bool cuda, const std::string& device_name) {

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/replace_file.hpp"
 
 namespace ulysses::train {
 
@@ -57,18 +58,14 @@ namespace {
 void truncate_after(const std::filesystem::path& jsonl, std::int64_t last) {
   std::ifstream in(jsonl);
   if (!in) return;
-  const auto tmp = std::filesystem::path(jsonl.string() + ".tmp");
-  {
-    std::ofstream out(tmp);
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<std::int64_t>() <= last)
-        out << line << "\n";
-    }
-    if (!out) throw BadInput(fmt::format("cannot rewrite metrics file {}", tmp.string()),
-                             kRunDirHint);
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<std::int64_t>() <= last)
+      kept += line + "\n";
   }
-  std::filesystem::rename(tmp, jsonl);
+  if (const std::string why = replace_file(jsonl, kept); !why.empty())
+    throw BadInput(fmt::format("cannot rewrite metrics file {}: {}", jsonl.string(), why), kRunDirHint);
 }
 
 std::string duration(double seconds) {   // "3h02m", "4m10s", "12s"
