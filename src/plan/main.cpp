@@ -106,20 +106,6 @@ nlohmann::json plan_json(const up::Breakdown& b, const up::Layout& l, const up::
           {"device", device}, {"host", host}};
 }
 
-std::string flags_text(const up::MemoryFlags& f) {   // the sbatch's MEMORY_ARGS (PRECISION is a variable)
-  std::string s;
-  if (f.sharding != "auto") s += " --sharding " + f.sharding;
-  if (f.offload_optimizer) s += " --offload-optimizer";
-  if (f.activation_checkpointing) s += " --activation-checkpointing";
-  if (f.offload_checkpoints != 0) s += fmt::format(" --offload-checkpoints {}", f.offload_checkpoints);
-  if (f.mlp_tile_tokens > 0) s += fmt::format(" --mlp-tile-tokens {}", f.mlp_tile_tokens);
-  else if (f.tiled_mlp) s += " --tiled-mlp";
-  if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
-  else if (f.tiled_logits) s += " --tiled-logits";
-  if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
-  return s.empty() ? s : s.substr(1);
-}
-
 up::Machine machine_of(const Cli& o, std::string& host_source) {   // one node, from the flags (cpu: this one)
   const bool cuda = o.device == "cuda";
   up::Machine m{cuda, cuda ? static_cast<std::int64_t>(ulysses::parse_size(o.gpu_memory, "--gpu-memory")) : 0, 0};
@@ -208,7 +194,7 @@ int run(Cli& o) {
     fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}\n", o.corpus, o.data, S, l.sp);
     fmt::print("  NODES={} GPUS_PER_NODE={} SP={} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\" bash "
                "slurm/train_1m.sbatch\n",
-               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, flags_text(o.flags));
+               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, up::memory_args(o.flags));
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace ulysses::plan {
@@ -37,6 +39,20 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "offloaded input ahead, on side streams, to overlap compute (FSDP's forward/backward prefetch); "
                  "costs one more gathered unit and layer input. auto: on for a GPU, off for a CPU. Exact either way")
       ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+}
+
+std::string memory_args(const MemoryFlags& f) {
+  std::string s;
+  if (f.sharding != "auto") s += " --sharding " + f.sharding;
+  if (f.offload_optimizer) s += " --offload-optimizer";
+  if (f.activation_checkpointing) s += " --activation-checkpointing";
+  if (f.offload_checkpoints != 0) s += fmt::format(" --offload-checkpoints {}", f.offload_checkpoints);
+  if (f.mlp_tile_tokens > 0) s += fmt::format(" --mlp-tile-tokens {}", f.mlp_tile_tokens);
+  else if (f.tiled_mlp) s += " --tiled-mlp";
+  if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
+  else if (f.tiled_logits) s += " --tiled-logits";
+  if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
+  return s.empty() ? s : s.substr(1);
 }
 
 const char* sharding_name(Sharding s) {

@@ -33,6 +33,9 @@ struct MemoryFlags {
   std::string prefetch = "auto";           // on, off; auto: on for a GPU (side streams), off for a CPU
 };
 void add_memory_flags(CLI::App& app, MemoryFlags& flags);
+// The command-line flags that give `flags` back through add_memory_flags, --precision left out (the sbatch's
+// PRECISION variable carries it): the sbatch's MEMORY_ARGS. Defaults are not written; "" when all are defaults.
+std::string memory_args(const MemoryFlags& flags);
 
 enum class Sharding { kNone, kFull, kHybrid };
 const char* sharding_name(Sharding s);

@@ -1,12 +1,16 @@
 // The planner's arithmetic (torch-free): the state layout and its bytes, the memory model's structure (what each
 // feature moves and removes), the calibration fit (it recovers known constants), the longest-sequence search and
 // the advice. The prediction against measured peaks is tests/plan/test_plan_cli.py; ALST's figures are below.
+#include <tuple>
+
+#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
 #include "arch/model_config.hpp"
 #include "core/error.hpp"
 #include "plan/advice.hpp"
 #include "plan/calibration.hpp"
+#include "plan/memory_flags.hpp"
 #include "plan/memory_model.hpp"
 
 namespace ulysses::plan {
@@ -110,6 +114,40 @@ TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   flags.sharding = "no_shard";
   flags.offload_optimizer = true;
   EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
+}
+
+// memory_args writes the flags add_memory_flags reads: what the planner prints as MEMORY_ARGS gives the trainer
+// the very features it planned.
+TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
+  auto parse = [](const std::string& args) {
+    CLI::App app;
+    MemoryFlags f;
+    add_memory_flags(app, f);
+    app.parse("ulysses-plan " + args, true);
+    return f;
+  };
+  auto same = [](const Features& a, const Features& b) {
+    return std::tie(a.bf16, a.sharding, a.offload_optimizer, a.activation_checkpointing, a.offload_checkpoints,
+                    a.mlp_tile_tokens, a.logits_chunk_tokens, a.prefetch) ==
+           std::tie(b.bf16, b.sharding, b.offload_optimizer, b.activation_checkpointing, b.offload_checkpoints,
+                    b.mlp_tile_tokens, b.logits_chunk_tokens, b.prefetch);
+  };
+  MemoryFlags all;
+  all.sharding = "hybrid_shard", all.offload_optimizer = true, all.offload_checkpoints = -1;
+  all.tiled_mlp = all.tiled_logits = true, all.prefetch = "off";
+  MemoryFlags sized;
+  sized.activation_checkpointing = true, sized.offload_checkpoints = 3, sized.mlp_tile_tokens = 96;
+  sized.logits_chunk_tokens = 7, sized.prefetch = "on";
+  MemoryFlags replicated;
+  replicated.sharding = "no_shard", replicated.tiled_logits = true;
+  EXPECT_EQ(memory_args(MemoryFlags{}), "");
+  EXPECT_EQ(memory_args(all), "--sharding hybrid_shard --offload-optimizer --offload-checkpoints -1 --tiled-mlp "
+                              "--tiled-logits --prefetch off");
+  for (const MemoryFlags& f : {MemoryFlags{}, all, sized, replicated}) {
+    const MemoryFlags back = parse(memory_args(f));
+    EXPECT_TRUE(same(resolve(back, kSmall, 4), resolve(f, kSmall, 4))) << memory_args(f);
+    EXPECT_EQ(memory_args(back), memory_args(f));
+  }
 }
 
 TEST(LongestSequence, FitsAndOneUnitMoreDoesNot) {
