@@ -8,6 +8,7 @@
 #
 #   bash tools/device/stage.sh [BUILD]   (default: build-dev, else build) → .device/bundle.tar.xz (git-ignored,
 #                                        ~32 MiB: MPICH and Arrow are 100 MiB unpacked; what travels is ≤ 64 MiB)
+# then here: bash tools/device/rehearse.sh (the bundle alone, without this machine's copies of its libraries)
 # then on the device: run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,14 +28,9 @@ cp "$repo/$build/tests/gpu/test_gpu" .device/build/tests/gpu/
 cp /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy .device/bin/
 ln -s mpiexec.hydra .device/bin/mpiexec
 # what the binaries need, less torch's wheel (found there), the C runtime and the CUDA driver (the machine's own)
-runtime='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv'
-runtime+='|libstdc\+\+|libgcc_s|libcuda\.so)'
-find .device/build .device/bin -type f -executable -print0 | xargs -0 ldd 2>/dev/null |
-  awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
-    [[ $name =~ $runtime ]] && continue
-    [[ $path == */site-packages/torch/* || $path == */site-packages/nvidia/* ]] && continue   # the machine's wheels
-    cp -L "$path" .device/lib/
-  done
+source "$repo/tools/device/carried_libs.sh"
+mapfile -d '' binaries < <(find .device/build .device/bin -type f -executable -print0)
+carried_libs "${binaries[@]}" | while read -r _ path; do cp -L "$path" .device/lib/; done
 cp -rL /usr/lib/x86_64-linux-gnu/ucx .device/lib/ucx   # UCX loads its transports from here (UCX_MODULE_DIR)
 # debug sections out (the tree that travels is limited to 64 MiB)
 find .device -type f \( -name "*.so*" -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true

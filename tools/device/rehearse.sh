@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Rehearses the GPU machine's side of tools/device/stage.sh here, before any device time is spent: the bundle must
+# run with none of this machine's copies of the libraries it carries. In a private mount namespace (root, `unshare`)
+# those system copies, UCX's modules folder and MPICH's launcher are hidden (bind-mounted over by /dev/null or an
+# empty folder, with mount(2) alone: mount(8) itself loads some of them), and the bundled binaries then pack the
+# sample, train SP=2 on 2 CPU ranks through the bundle's mpiexec (plain, then every memory feature), plan, export,
+# and run the GPU unit test (exit 77 here: no GPU). What it cannot rehearse: CUDA itself, and the machine's torch
+# (taken here from the venv: the same 2.11+cu130 wheel).
+#
+#   bash tools/device/stage.sh && bash tools/device/rehearse.sh      → "rehearse.sh: the bundle runs alone", exit 0
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ -f .device/bundle.tar.xz ]] || { echo "rehearse.sh: stage first: bash tools/device/stage.sh" >&2; exit 2; }
+if [[ ${1:-} != --inside ]]; then
+  [[ $(id -u) == 0 ]] || { echo "rehearse.sh: needs root (a private mount namespace)" >&2; exit 2; }
+  exec unshare --mount --propagation private bash "$0" --inside
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf .device/bundle.tar.xz
+python=${ULYSSES_DEPS:-/opt/ulysses-deps}/venv/bin/python3
+torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+cat > "$work/bind.c" <<'C'
+#include <stdio.h>
+#include <sys/mount.h>
+int main(int argc, char** argv) {   /* bind argv[1] over argv[2..] */
+  int bad = 0;
+  for (int i = 2; i < argc; ++i)
+    if (mount(argv[1], argv[i], NULL, MS_BIND, NULL) != 0) { perror(argv[i]); bad = 1; }
+  return bad;
+}
+C
+cc -static -O1 -o "$work/bind" "$work/bind.c"
+
+source tools/device/carried_libs.sh
+binaries=("$work"/build/src/*/ulysses-* "$work"/build/tests/gpu/test_gpu)
+# with the bundle first, before anything is hidden: a library the bundle lacks resolves to this machine's copy
+outside=$(LD_LIBRARY_PATH=$work/lib:$torch_lib carried_libs "${binaries[@]}" | grep -v " $work/lib/" || true)
+[[ -z $outside ]] || { echo "rehearse.sh: libraries not in the bundle:"; echo "$outside"; exit 1; }
+# what the bundle must carry (UCX's modules' needs included), resolved on this machine: hidden, whatever it holds
+mapfile -t hidden < <(LD_LIBRARY_PATH=$torch_lib carried_libs "${binaries[@]}" "$work"/bin/* "$work"/lib/ucx/*.so* |
+  while read -r _ path; do readlink -f "$path"; done | grep -v "^/usr/lib/x86_64-linux-gnu/ucx/")
+hidden+=(/usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy)
+mkdir "$work/empty"
+"$work/bind" "$work/empty" /usr/lib/x86_64-linux-gnu/ucx
+"$work/bind" /dev/null "${hidden[@]}"
+echo "rehearse.sh: hid ${#hidden[@]} files here (the libraries the bundle must carry, MPICH's launcher), UCX's modules"
+
+export LD_LIBRARY_PATH=$work/lib:$torch_lib UCX_MODULE_DIR=$work/lib/ucx PATH=$work/bin:$PATH
+B=$work/build C=datasets/sample/tiny-llama/config.json d=$work/run
+mkdir "$d"
+trap 'tail -n 20 "$d.log"; echo "rehearse.sh: failed (the log above)"' ERR
+"$B/src/pack/ulysses-pack" pack datasets/sample/licenses.jsonl.gz -o "$d/packed" --seq-len 1024 --sp 2 --pad-id 258 \
+  --valid-fraction 0.05 --model-config "$C" > "$d.log" 2>&1
+train() { mpiexec -n 2 "$B/src/train/ulysses-train" --data "$d/packed" --model-config "$C" --sp 2 --steps 4 \
+            --micro-batch 1 --threads 1 --device cpu "$@" >> "$d.log" 2>&1; }
+train --output "$d/plain"
+train --output "$d/memory" --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits --prefetch on
+"$B/src/plan/ulysses-plan" --model "$C" --nodes 1 --gpus-per-node 4 --sp 4 --device cuda --precision bf16 >> "$d.log"
+"$B/src/ckpt/ulysses-ckpt" export-hf "$d/memory" -o "$d/hf" >> "$d.log" 2>&1
+rc=0
+"$B/tests/gpu/test_gpu" >> "$d.log" 2>&1 || rc=$?
+[[ $rc == 0 || $rc == 77 ]] || false
+[[ $(grep -c "done: 4 steps" "$d.log") == 2 ]] || false
+echo "rehearse.sh: the bundle runs alone (pack, train ×2 through its mpiexec, plan, export, test_gpu exit $rc)"
