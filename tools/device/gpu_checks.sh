@@ -6,10 +6,13 @@
 #   3. tools/bench/plan_bench.py --gpu: a profile calibrated on this GPU (kept as $OUT/profile.json), predicted /
 #      measured peak GPU memory, prefetch off/on step time, the longest length against the plan's
 #   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search (time permitting)
-# Each step's log lands in $OUT; each is bounded so that the rest still runs. Exit 0 when steps 1-2 passed.
+# Each step's log lands in $OUT; each is bounded so that the rest still runs. Exit 0 when steps 1-2 passed (and,
+# with GPU_CHECKS_SMOKE, 3-4 too).
 #
 #   run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 #   GPU_CHECKS="1 3" bash tools/device/gpu_checks.sh      (a subset)
+#   GPU_CHECKS_SMOKE=1 bash tools/device/gpu_checks.sh    (no GPU: the benchmarks' --smoke runs on the CPU, and the
+#                                                          GPU tests may skip; tools/device/rehearse.sh runs this)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-out/gpu-checks}
@@ -24,7 +27,8 @@ nvidia_libs=$(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | tr
 export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
 export UCX_MODULE_DIR=$root/lib/ucx PATH=$root/bin:$PATH PYTHONUNBUFFERED=1
 echo "staged from commit $(cat "$root/commit"), checked out at $(git rev-parse HEAD 2>/dev/null || echo '?')"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+smoke=${GPU_CHECKS_SMOKE:-}
+[[ -n $smoke ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 missing=$(ldd "$B"/src/train/ulysses-train-core "$B"/tests/gpu/test_gpu | grep "not found" | sort -u)
 [[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
 steps=${GPU_CHECKS:-1 2 3 4}
@@ -37,17 +41,20 @@ step() {   # NAME SECONDS COMMAND...: runs it with a time limit, its output in $
   local rc=$?
   tail -n 25 "$OUT/$name.log"
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  [[ $rc == 77 && -n $smoke ]] && return 0   # a GPU test skipping where there is no GPU
   return $rc
 }
+bench_args=(--gpu-lengths 16384,65536,131072) gpu_bench_args=(--lengths 16384)
+[[ -z $smoke ]] || bench_args=(--smoke) gpu_bench_args=(--smoke)
 for s in $steps; do
   case $s in
     1) step gpu_unit 120 "$B"/tests/gpu/test_gpu || status=1 ;;
     2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train "$B"/src/pack/ulysses-pack \
          "$root/bin/mpiexec" || status=1 ;;
-    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build "$B" --gpu-lengths 16384,65536,131072 \
-         --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" ;;
+    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build "$B" "${bench_args[@]}" \
+         --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" || [[ -z $smoke ]] || status=1 ;;
     4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
-         --pack "$B"/src/pack/ulysses-pack --lengths 16384 --no-search --time-limit 100 ;;
+         --pack "$B"/src/pack/ulysses-pack "${gpu_bench_args[@]}" --no-search --time-limit 100 || [[ -z $smoke ]] || status=1 ;;
   esac
 done
 exit $status

@@ -4,7 +4,8 @@
 # those system copies, UCX's modules folder and MPICH's launcher are hidden (bind-mounted over by /dev/null or an
 # empty folder, with mount(2) alone: mount(8) itself loads some of them), and the bundled binaries then pack the
 # sample, train SP=2 on 2 CPU ranks through the bundle's mpiexec (plain, then every memory feature), plan, export,
-# and run the GPU unit test (exit 77 here: no GPU). What it cannot rehearse: CUDA itself, and the machine's torch
+# and run the GPU unit test (exit 77 here: no GPU), then tools/device/gpu_checks.sh with its benchmarks' CPU smoke
+# runs. What it cannot rehearse: CUDA itself, and the machine's torch
 # (taken here from the venv: the same 2.11+cu130 wheel).
 #
 #   bash tools/device/stage.sh && bash tools/device/rehearse.sh      → "rehearse.sh: the bundle runs alone", exit 0
@@ -64,3 +65,6 @@ rc=0
 [[ $rc == 0 || $rc == 77 ]] || false
 [[ $(grep -c "done: 4 steps" "$d.log") == 2 ]] || false
 echo "rehearse.sh: the bundle runs alone (pack, train ×2 through its mpiexec, plan, export, test_gpu exit $rc)"
+# gpu_checks.sh itself, its benchmarks as their CPU smoke runs (its GPU tests skip here)
+PATH=$(dirname "$python"):$PATH OUT=$work/gpu-checks GPU_CHECKS_SMOKE=1 bash tools/device/gpu_checks.sh > "$d.log" 2>&1
+echo "rehearse.sh: gpu_checks.sh runs (GPU_CHECKS_SMOKE: $(grep -c '^== .*: exit' "$d.log") steps, logs in \$OUT)"
