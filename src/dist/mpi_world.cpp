@@ -1,9 +1,11 @@
 #include "dist/mpi_world.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -14,13 +16,71 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/launch_env.hpp"
 #include "dist/check_mpi.hpp"
 
 namespace ulysses::dist {
+namespace {
+
+// Joining the job may not hang: under Hydra, a rank that ended before MPI_Init (the front's refusal on that rank
+// alone, a crash at start) leaves the others waiting in it for ever. After `limit` this process says so and ends.
+class InitDeadline {
+ public:
+  explicit InitDeadline(std::chrono::seconds limit) {
+    if (limit.count() > 0) thread_ = std::thread([this, limit] { watch(limit); });
+  }
+  ~InitDeadline() {   // MPI_Init returned
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      joined_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  InitDeadline(const InitDeadline&) = delete;
+  InitDeadline& operator=(const InitDeadline&) = delete;
+
+ private:
+  void watch(std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lock(m_);
+    if (cv_.wait_for(lock, limit, [this] { return joined_; })) return;
+    const BadInput e(fmt::format("MPI_Init did not finish within {} s: a rank of this launch ended before joining "
+                                 "the job, or never started", limit.count()),
+                     "the first error line of the other ranks says why; " + std::string(kInitTimeoutVariable) +
+                         "=SECONDS sets this limit (0: none)");
+    fmt::print(stderr, "[rank {}] error: {}\n", launch_rank(this_environment()), one_line(e));
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
+  }
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool joined_ = false;
+  std::thread thread_;
+};
+
+std::chrono::seconds init_timeout() {
+  const char* text = std::getenv(kInitTimeoutVariable);
+  if (text == nullptr) return kDefaultInitTimeout;
+  char* end = nullptr;
+  const long long s = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || s < 0 || s > 1'000'000) {
+    fmt::print(stderr, "[rank {}] error: {}='{}' is not a number of seconds — HINT: 0 (no limit) to 1000000; "
+                       "unset, {} s\n", launch_rank(this_environment()), kInitTimeoutVariable, printable(text),
+               kDefaultInitTimeout.count());
+    std::exit(kExitBadInput);
+  }
+  return std::chrono::seconds(s);
+}
+
+}  // namespace
 
 MpiWorld::MpiWorld(int& argc, char**& argv) {
   int granted = MPI_THREAD_SINGLE;
-  CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &granted));
+  {
+    const InitDeadline deadline(init_timeout());
+    CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &granted));
+  }
   if (granted < MPI_THREAD_FUNNELED)
     abort_all(kExitFailure, fmt::format("error: MPI grants {}, every run needs at least MPI_THREAD_FUNNELED",
                                         thread_level_name(granted)));

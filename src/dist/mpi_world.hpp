@@ -13,15 +13,23 @@
 // Deliberately absent: sub-communicators (process_groups.hpp), anything about tensors (comm/).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string_view>
 
 namespace ulysses::dist {
 
+// How long MPI_Init may take before this process ends with one line saying so (exit 1): ULYSSES_INIT_TIMEOUT
+// seconds, 600 when unset, 0 for no limit. A rank that ends before joining (its own line says why) otherwise
+// leaves its peers waiting in MPI_Init for ever (MPICH's Hydra does not end them).
+inline constexpr const char* kInitTimeoutVariable = "ULYSSES_INIT_TIMEOUT";
+inline constexpr std::chrono::seconds kDefaultInitTimeout{600};
+
 class MpiWorld {
  public:
-  MpiWorld(int& argc, char**& argv);   // MPI_Init_thread(MULTIPLE); aborts if MPI offers less than FUNNELED
+  // MPI_Init_thread(MULTIPLE) within kInitTimeoutVariable's limit; aborts if MPI offers less than FUNNELED
+  MpiWorld(int& argc, char**& argv);
   ~MpiWorld();                         // MPI_Finalize
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;

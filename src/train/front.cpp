@@ -11,7 +11,7 @@
 // ends the job at the first failed rank does not kill rank 0 first. The ranks do not talk: they agree because they
 // read the same files and the same memory figures moments apart. Should a file change or fail to read between
 // them (some ranks refuse, others start the trainer), the trainer's ranks wait in MPI_Init for the missing ones
-// until the launcher or the job's time limit ends them.
+// until ULYSSES_INIT_TIMEOUT (600 s by default; dist/mpi_world.hpp) ends each with a line saying so.
 //
 // Everything else (the plan fits, or the front cannot be sure: a GPU, --resume, --calibrate-memory, an unknown
 // launcher, ranks on other nodes, an input the trainer checks and names first) becomes ulysses-train-core, found

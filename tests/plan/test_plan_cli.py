@@ -14,6 +14,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
@@ -141,6 +142,25 @@ class PlanCli(TempDirCase):
             self.assertRegex(p.stderr, r"^\[rank 0\] error: [^\n]+ — HINT: [^\n]+\n$")
             self.assertIn(needle, p.stderr)
             self.assertGreater(mib, 200)   # the trainer said it, not the front
+
+    def test_ranks_that_disagree_end_instead_of_hanging(self):
+        """The front's ranks decide alone: should they disagree (here made to, by giving rank 0 the 8B config and
+        rank 1 a tiny one), rank 0 refuses before joining MPI and rank 1's trainer would wait for it in MPI_Init for
+        ever under Hydra. ULYSSES_INIT_TIMEOUT bounds that wait: rank 1 ends with one line saying so."""
+        tiny = self.root / "tiny2.json"
+        tiny.write_text(json.dumps(dict(LLAMA_8B, vocab_size=256, hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)))
+        data = self.pack("agree", "256", range(1, 130))
+        run = ["--data", data, "--output", self.root / "run", "--threads", 1, "--dry-run"]
+        cmd = [MPIEXEC, "-n", 1, TRAIN, "--model-config", self.llama, *run, ":", "-n", 1, TRAIN, "--model-config", tiny,
+               *run]
+        started = time.monotonic()
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, ULYSSES_INIT_TIMEOUT="4"))
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertLess(time.monotonic() - started, 60)
+        self.assertIn("[rank 0] error: the memory plan at S = 128 needs", p.stderr)
+        self.assertIn("[rank 1] error: MPI_Init did not finish within 4 s", p.stderr)
 
     def pack(self, name, vocab, ids):
         src = self.root / f"{name}.jsonl"
