@@ -6,8 +6,8 @@
 #   3. tools/bench/plan_bench.py --gpu: a profile calibrated on this GPU (kept as $OUT/profile.json), predicted /
 #      measured peak GPU memory, prefetch off/on step time, the longest length against the plan's
 #   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search (time permitting)
-# Each step's log lands in $OUT; each is bounded so that the rest still runs. Exit 0 when steps 1-2 passed (and,
-# with GPU_CHECKS_SMOKE, 3-4 too).
+# Each step's log lands in $OUT; each is bounded (90 + 120 + 210 + 100 s: the call's 600 s hold them all) so that
+# the rest still runs. Exit 0 when steps 1-2 passed (and, with GPU_CHECKS_SMOKE, 3-4 too).
 #
 #   run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 #   GPU_CHECKS="1 3" bash tools/device/gpu_checks.sh      (a subset)
@@ -21,7 +21,10 @@ mkdir -p "$OUT"
 root=$(mktemp -d)
 tar -C "$root" -xJf .device/bundle.tar.xz || exit 2
 B=$root/build
-torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
+# the machine's Python with torch: python3 on PATH, else the image's venv (KINDS.md: /opt/torch/.venv)
+for python in python3 /opt/torch/.venv/bin/python3; do "$python" -c 'import torch' 2>/dev/null && break; done
+torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
+PATH=$(dirname "$(command -v "$python")"):$PATH   # the steps' python3 is that one
 site=$(dirname "$(dirname "$torch_lib")")
 nvidia_libs=$(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | tr '\n' ':')
 export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
@@ -48,13 +51,14 @@ bench_args=(--gpu-lengths 16384,65536,131072) gpu_bench_args=(--lengths 16384)
 [[ -z $smoke ]] || bench_args=(--smoke) gpu_bench_args=(--smoke)
 for s in $steps; do
   case $s in
-    1) step gpu_unit 120 "$B"/tests/gpu/test_gpu || status=1 ;;
-    2) step gpu_cli 150 python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train "$B"/src/pack/ulysses-pack \
+    1) step gpu_unit 90 "$B"/tests/gpu/test_gpu || status=1 ;;
+    2) step gpu_cli 120 python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train "$B"/src/pack/ulysses-pack \
          "$root/bin/mpiexec" || status=1 ;;
-    3) step plan_bench_gpu 240 python3 tools/bench/plan_bench.py --gpu --build "$B" "${bench_args[@]}" \
-         --time-limit 90 --threads 8 --save-profile "$OUT/profile.json" || [[ -z $smoke ]] || status=1 ;;
-    4) step gpu_bench 120 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
-         --pack "$B"/src/pack/ulysses-pack "${gpu_bench_args[@]}" --no-search --time-limit 100 || [[ -z $smoke ]] || status=1 ;;
+    3) step plan_bench_gpu 210 python3 tools/bench/plan_bench.py --gpu --build "$B" "${bench_args[@]}" \
+         --time-limit 70 --threads 8 --save-profile "$OUT/profile.json" || [[ -z $smoke ]] || status=1 ;;
+    4) step gpu_bench 100 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
+         --pack "$B"/src/pack/ulysses-pack "${gpu_bench_args[@]}" --no-search --time-limit 85 ||
+         [[ -z $smoke ]] || status=1 ;;
   esac
 done
 exit $status
