@@ -6,7 +6,6 @@ peak RSS (VmHWM) and the step times.
 usage: memory_bench_worker.py CONFIG.json SEQ_LEN A|B LOSS_CHUNK_TOKENS THREADS
 """
 import json
-import math
 import sys
 import time
 
@@ -19,19 +18,10 @@ transformers.logging.set_verbosity_error()
 cfg = transformers.LlamaConfig(**json.load(open(cfg_path)))
 cfg._attn_implementation = "sdpa"
 
-if side == "B":   # ALST's memory stack, as its docstrings show how to patch transformers' Llama
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledFusedLogitsLoss, TiledMLP
-    from transformers.models.llama import modeling_llama
+if side == "B":   # ALST's memory stack (alst_stack.py)
+    from alst_stack import patch_tiled_mlp, tiled_loss_sum
 
-    def mlp_forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-    def tiled_mlp_forward(self, x):
-        shards = math.ceil(x.shape[-2] / x.shape[-1])
-        return TiledMLP.apply(mlp_forward, self, x, shards,
-                              [self.down_proj.weight, self.gate_proj.weight, self.up_proj.weight])
-
-    modeling_llama.LlamaMLP.forward = tiled_mlp_forward
+    patch_tiled_mlp()
 
 torch.manual_seed(0)
 model = transformers.LlamaForCausalLM(cfg)
@@ -48,13 +38,7 @@ def loss_of(ids):
         return torch.nn.functional.cross_entropy(logits.float().view(-1, cfg.vocab_size), labels.view(-1),
                                                  reduction="sum")
     hidden = model.model(input_ids=ids).last_hidden_state
-
-    def loss_fn(self, x, y):
-        logits = self.lm_head(x).float()
-        return torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab_size), y.view(-1), reduction="sum")
-
-    shards = math.ceil(S / loss_chunk)
-    return TiledFusedLogitsLoss.apply(loss_fn, model, hidden, labels, None, shards, [model.lm_head.weight], "sum")
+    return tiled_loss_sum(model, hidden, labels, loss_chunk)
 
 
 times = []
