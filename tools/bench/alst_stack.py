@@ -12,9 +12,6 @@ import math
 
 import torch
 
-IMPORT = "deepspeed.runtime.sequence_parallel.ulysses_sp"
-INSTALL_HINT = "pip install --no-build-isolation deepspeed (DS_BUILD_OPS=0; DS_ACCELERATOR=cpu on a CPU machine)"
-
 
 def patch_tiled_mlp():
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP

@@ -318,23 +318,26 @@ class Runner:
             raise BenchError(f"ulysses-pack failed for S={S}: {last}", f"run it by hand: {' '.join(cmd)}")
         return out, cmd
 
-    def run_ours(self, S, ceiling, recompute):
+    def run_ours(self, S, ceiling, recompute, extra=(), name="ours"):
+        """One trainer run of S tokens; `extra` flags (memory_bench --gpu: the memory features) make another side,
+        `name`, timed apart. ceiling None: no --peak-tflops."""
         a = self.a
         total = a.warmup + a.steps
         data, pack_cmd = self.pack(S)
         tag = f"{S}-recompute-{RECOMPUTE[recompute]}"
-        out = self.work / f"ours-{tag}"
+        out = self.work / f"{name}-{tag}"
         cmd = [str(a.train), "--data", str(data), "--model-config", str(self.cfg_path), "--output", str(out),
                "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
                "--save-every", "0"]
         # one rank: nothing to shard, but said so; recomputation exactly as transformers' side of this length
-        cmd += ["--device", a.device, "--precision", a.precision, "--peak-tflops", f"{ceiling:.3f}", "--sharding",
-                "no_shard"]
+        cmd += ["--device", a.device, "--precision", a.precision, "--sharding", "no_shard"]
+        cmd += [] if ceiling is None else ["--peak-tflops", f"{ceiling:.3f}"]
         if recompute:
             cmd += ["--activation-checkpointing"]
+        cmd += list(extra)
         if a.device == "cpu":
             cmd += ["--threads", str(a.threads)]
-        log = self.work / f"ours-{tag}.log"
+        log = self.work / f"{name}-{tag}.log"
         metrics = out / "metrics.jsonl"
 
         def rows():
@@ -372,20 +375,22 @@ class Runner:
             if all("mfu" in m for m in timed):
                 res["trainer_mfu"] = statistics.median(m["mfu"] for m in timed)
             med = statistics.median(res["step_seconds"][a.warmup:])
-            self.history[("ours", recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+            self.history[(name, recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(data, ignore_errors=True)
         return res
 
-    def run_hf(self, S, recompute):
+    def run_hf(self, S, recompute, alst_chunk=0, name="hf"):
+        """One transformers run of S tokens; alst_chunk > 0 adds ALST's TiledMLP and tiled loss over chunks of that
+        many tokens (alst_stack.py: memory_bench --gpu's side B), a side `name` timed apart."""
         a = self.a
-        tag = f"{S}-recompute-{RECOMPUTE[recompute]}"
-        spec_path, result_path = self.work / f"hf-{tag}.spec.json", self.work / f"hf-{tag}.result.json"
+        tag = f"{name}-{S}-recompute-{RECOMPUTE[recompute]}"
+        spec_path, result_path = self.work / f"{tag}.spec.json", self.work / f"{tag}.result.json"
         spec = {"config": str(self.cfg_path), "length": S, "warmup": a.warmup, "steps": a.steps, "device": a.device,
                 "precision": a.precision, "threads": a.threads if a.device == "cpu" else 0,
-                "gradient_checkpointing": recompute, "result": str(result_path)}
+                "gradient_checkpointing": recompute, "alst_loss_chunk": alst_chunk, "result": str(result_path)}
         spec_path.write_text(json.dumps(spec))
-        log = self.work / f"hf-{tag}.log"
+        log = self.work / f"{tag}.log"
         start = time.monotonic()
         with open(log, "w") as f:
             p = subprocess.Popen([a.python, str(WORKERS), "hf", str(spec_path)], stdout=f, stderr=subprocess.STDOUT,
@@ -404,7 +409,7 @@ class Runner:
         res["recompute"] = recompute
         if res["status"] == "ok":
             med = statistics.median(res["step_seconds"][a.warmup:])
-            self.history[("hf", recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
+            self.history[(name, recompute)] = (S, med, max(0.0, wall - sum(res["step_seconds"])))
         return res
 
 

@@ -3,7 +3,8 @@
 
   gpu_bench_workers.py matmul SPEC.json   the bf16 (GPU) / fp32 (CPU) matmul ceiling
   gpu_bench_workers.py hf SPEC.json       one transformers run of a length: warmup + timed steps, with or
-                                          without gradient checkpointing, and the SDPA backend it used
+                                          without gradient checkpointing (and, for memory_bench --gpu, with
+                                          ALST's memory stack: alst_stack.py), and the SDPA backend it used
 
 SPEC.json holds the parameters and the path to write the result (JSON) to; a BenchError prints one
 "error: … — HINT: …" line and exits 2.
@@ -180,6 +181,10 @@ def worker_hf(spec):
     cuda = device == "cuda"
     bf16 = spec["precision"] == "bf16"
     recompute = bool(spec.get("gradient_checkpointing"))
+    alst_chunk = spec.get("alst_loss_chunk", 0)
+    if alst_chunk:   # ALST's memory stack (memory_bench --gpu, side B), patched in before the model is built
+        from alst_stack import patch_tiled_mlp, tiled_loss_sum
+        patch_tiled_mlp()
     cfg = json.loads(pathlib.Path(spec["config"]).read_text())
     result = {"transformers": transformers.__version__, "torch": torch.__version__}
     probe = SdpaProbe(torch)
@@ -235,7 +240,12 @@ def worker_hf(spec):
             probe.active = k == 0   # the first step only (backward's recomputation included); a cheap host check
             t0 = time.perf_counter()
             with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
-                loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss
+                if alst_chunk:   # the model's mean loss, its head and cross-entropy over token chunks
+                    hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                    shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+                    loss = tiled_loss_sum(model, hidden, shifted, alst_chunk) / (S - 1)
+                else:
+                    loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -253,6 +263,7 @@ def worker_hf(spec):
             result["sdpa"] = probe.result()
         return result
     probe.active = False
+    result["alst_loss_chunk"] = alst_chunk
     result.update(status="ok", step_seconds=times, losses=losses, sdpa=probe.result(),
                   attention_mask="all ones [1, S] (no padding)")
     if cuda:

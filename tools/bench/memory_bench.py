@@ -24,6 +24,15 @@ usage: tools/bench/memory_bench.py [--build build] [--lengths 2048,4096,8192] [-
 B needs `pip install --no-build-isolation deepspeed` (DS_BUILD_OPS=0 DS_ACCELERATOR=cpu) in the Python used;
 without it B is reported as not run, with the reason. --smoke (CI) runs S = 512, 1024 with 128-token loss
 chunks and exits 1 when a side that can run here did not.
+
+--gpu: the same sides on one GPU (gpu_bench.py's runner: each run in its own process, an OOM a result), a
+Llama-3.2-1B shape (random init), bf16 compute over fp32 weights and AdamW, peak = the caching allocator's
+high-water mark (max_memory_allocated; the trainer's peak_gpu_mib is the same counter). From --gpu-start, S doubles
+for every side until it runs out of memory (ours: or its memory plan refuses it: --memory-profile picks the
+constants), reaches --max-length or would not finish within --time-limit. Sides A, B, C as above, and C+ = C with
+every layer input offloaded to host memory (--offload-checkpoints -1). Prints per side the longest S that ran, its
+tokens/s and peak, the fit peak = a + b·S over the lengths that ran, and RATIO lines for b_A/b_C, b_B/b_C and the
+longest lengths. --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
 """
 import argparse
 import json
@@ -35,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000, "hidden_size": 256,
           "intermediate_size": 896, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1,
@@ -43,6 +53,13 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_s
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 SIDES = ["A", "B", "off", "C", "D"]
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+def alst_unavailable(python):
+    """Why side B cannot run in `python` (alst_stack.py imports ALST's code from deepspeed), or ""."""
+    ds = subprocess.run([python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True)
+    return "" if ds.returncode == 0 else (f"deepspeed is not importable in {python} (pip install "
+                                          "--no-build-isolation deepspeed with DS_BUILD_OPS=0 DS_ACCELERATOR=cpu)")
 
 
 def pack(a, work, S, vocab=CONFIG["vocab_size"]):
@@ -122,14 +139,19 @@ def main():
     ap.add_argument("--confirm-cap", action="store_true")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--smoke", action="store_true", help="tiny lengths; exit 1 if a side fails (CI)")
+    ap.add_argument("--gpu", action="store_true", help="the sides on one GPU, doubling S until each no longer fits")
+    ap.add_argument("--gpu-start", type=int, default=16384, help="--gpu: the first length")
+    ap.add_argument("--max-length", type=int, default=1 << 23, help="--gpu: the doubling stops here")
+    ap.add_argument("--time-limit", type=float, default=480, help="--gpu: seconds for the whole search")
+    ap.add_argument("--memory-profile", help="--gpu: ours' planner constants (a --calibrate-memory file)")
     a = ap.parse_args()
+    if a.gpu:
+        a.loss_chunk = None if "--loss-chunk" not in sys.argv else a.loss_chunk
+        return gpu_main(a)
     if a.smoke:
         a.lengths, a.loss_chunk = "512,1024", 128
     lengths = [int(x) for x in a.lengths.split(",")]
-    ds = subprocess.run([a.python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True,
-                        text=True)
-    b_reason = "" if ds.returncode == 0 else "deepspeed is not importable in " + a.python + \
-        " (pip install --no-build-isolation deepspeed with DS_BUILD_OPS=0 DS_ACCELERATOR=cpu)"
+    b_reason = alst_unavailable(a.python)
     print(f"model: {json.dumps({k: CONFIG[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size')})}")
     print(f"S = {lengths}; 2 steps, fp32, CPU, {a.threads} threads; loss chunk {a.loss_chunk} tokens (B, C, D); "
           f"malloc {MALLOC}")
@@ -182,6 +204,106 @@ def main():
                   if "error" in r and not (side == "B" and b_reason)]
         if a.smoke and failed:
             sys.exit("smoke: these runs failed: " + ", ".join(failed))
+
+
+GPU_SIDES = ("A", "B", "C", "C+")
+
+
+def gpu_main(a):
+    """--gpu: doubling S per side on one GPU until it no longer fits (see the module's docstring)."""
+    sys.path.insert(0, str(HERE))
+    from gpu_bench import BenchError, find_python, find_tool
+
+    a.start = time.monotonic()
+    a.device, a.precision = ("cpu", "fp32") if a.smoke else ("cuda", "bf16")
+    a.warmup, a.steps = 1, 1
+    start, top = (256, 1024) if a.smoke else (a.gpu_start, a.max_length)
+    chunk = a.loss_chunk if a.loss_chunk else (128 if a.smoke else 2048)
+    ours = ["--tiled-mlp", "--logits-chunk-tokens", str(chunk)]
+    ours += ["--memory-profile", a.memory_profile] if a.memory_profile else []
+    sides = {"A": ("transformers + gradient checkpointing", lambda r, S: r.run_hf(S, True, name="A")),
+             "B": ("A + ALST's TiledMLP and tiled loss", lambda r, S: r.run_hf(S, True, chunk, name="B")),
+             "C": ("ours: checkpointing, TiledMLP, tiled logits", lambda r, S: r.run_ours(S, None, True, ours, "C")),
+             "C+": ("C + every layer input in host memory",
+                    lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+"))}
+    try:
+        a.train = find_tool(f"{a.build}/src/train/ulysses-train", "ulysses-train", "pass --build BUILD")
+        a.pack = find_tool(f"{a.build}/src/pack/ulysses-pack", "ulysses-pack", "pass --build BUILD")
+        a.python = find_python(None if a.python == sys.executable else a.python)
+        b_reason = alst_unavailable(a.python)
+        with tempfile.TemporaryDirectory() as tmp:
+            res = gpu_search(a, pathlib.Path(tmp), sides, b_reason, start, top, chunk)
+    except BenchError as e:   # no GPU, a tool that fails on its own: one line
+        sys.exit(f"error: {e}")
+    gpu_report(res, b_reason, a)
+
+
+def gpu_search(a, work, sides, b_reason, start, top, chunk):
+    """Doubling S from `start` to `top`, every side still running at each length: {side: {S: result}}."""
+    from gpu_bench import Runner, llama_1b_config, smoke_config, status_cell
+
+    cfg = smoke_config(top) if a.smoke else llama_1b_config(top)
+    (work / "config.json").write_text(json.dumps(cfg))
+    print(f"device {a.device}, {a.precision}; model {'tiny Llama' if a.smoke else 'Llama-3.2-1B shape'}; "
+          f"S from {start}, doubling to {top}; {a.warmup} + {a.steps} steps per run; loss chunk {chunk} (B, C); "
+          f"--time-limit {a.time_limit:g} s{'; smoke: the code path only' if a.smoke else ''}")
+    for side in GPU_SIDES:
+        print(f"  {side:>2}: {sides[side][0]}")
+    if b_reason:
+        print(f"   B: not run: {b_reason}")
+    runner = Runner(a, work, cfg, work / "config.json", dict(os.environ))
+    res = {side: {} for side in GPU_SIDES}
+    alive = [s for s in GPU_SIDES if not (s == "B" and b_reason)]
+    S = start
+    while alive and S <= top:
+        for side in list(alive):
+            ok, why = runner.fits_in_time(side, S, True)
+            r = sides[side][1](runner, S) if ok else {"status": "skipped", "message": why}
+            res[side][S] = r
+            if r.get("status") == "ok":
+                r["tokens_per_s"] = S / r["step_seconds"][-1]
+                print(f"  S={S:8d} {side:>2}: peak {r['peak_mib']:10.1f} MiB, {r['tokens_per_s']:10,.0f} tok/s",
+                      flush=True)
+            else:
+                print(f"  S={S:8d} {side:>2}: {status_cell(r)}: {r.get('message', '')[:160]}", flush=True)
+                alive.remove(side)
+        S *= 2
+    return res
+
+
+def gpu_report(res, b_reason, a):
+    fits, longest, where = {}, {}, "CPU smoke" if a.smoke else "GPU"
+    print(f"\n{'side':>4} {'longest S':>10} {'tok/s there':>12} {'peak there MiB':>15} {'a (MiB)':>9} "
+          f"{'b (KiB/token)':>14}")
+    for side in GPU_SIDES:
+        ran = {S: r for S, r in res[side].items() if r.get("status") == "ok"}
+        if not ran:
+            print(f"{side:>4}  nothing ran" + (f" ({b_reason})" if side == "B" and b_reason else ""))
+            continue
+        top = max(ran)
+        longest[side] = top
+        fa, fb, _ = fit([(S, r["peak_mib"]) for S, r in ran.items()]) if len(ran) >= 2 else (float("nan"),) * 3
+        if len(ran) >= 2:
+            fits[side] = fb
+        print(f"{side:>4} {top:10d} {ran[top]['tokens_per_s']:12,.0f} {ran[top]['peak_mib']:15.1f} {fa:9.1f} "
+              f"{fb:14.1f}")
+    print()
+    for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2")):
+        if num in fits and den in fits and min(fits[num], fits[den]) > 0:
+            print(f"RATIO bytes per token {num}/{den} ({where}) = {fits[num] / fits[den]:.2f}  (target {target})")
+        else:
+            print(f"RATIO bytes per token {num}/{den} ({where}): not measured (fewer than two lengths ran, or a peak "
+                  f"that does not grow)")
+    for num, den in (("C", "A"), ("C", "B"), ("C+", "B")):
+        if num in longest and den in longest:
+            capped = " (ours reached --max-length)" if longest[num] * 2 > (1024 if a.smoke else a.max_length) else ""
+            print(f"RATIO longest sequence {num}/{den} ({where}) = {longest[num] / longest[den]:.2f}  (target > 1: more "
+                  f"tokens than {den}){capped}")
+    if a.smoke:
+        failed = [f"{side} at S={S}" for side in GPU_SIDES for S, r in res[side].items()
+                  if r.get("status") not in ("ok", "skipped") and S == 256]
+        if failed:
+            sys.exit("smoke: these runs failed at the first length: " + ", ".join(failed))
 
 
 def confirm(a, work, fits):

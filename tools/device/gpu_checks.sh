@@ -6,6 +6,9 @@
 #   3. tools/bench/plan_bench.py --gpu: a profile calibrated on this GPU (kept as $OUT/profile.json), predicted /
 #      measured peak GPU memory, prefetch off/on step time, the longest length against the plan's
 #   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search (time permitting)
+#   5. (not by default: a second call, GPU_CHECKS=5) tools/bench/memory_bench.py --gpu: the longest sequence and
+#      bytes per token of transformers, ALST's stack (the bundle's wheels) and ours, doubling S until each no longer
+#      fits; ours with the calibrated profile of step 3 (MEMORY_PROFILE, else $OUT or .device/profile.json)
 # Each step's log lands in $OUT; each is bounded (90 + 120 + 210 + 100 s: the call's 600 s hold them all) so that
 # the rest still runs. Exit 0 when steps 1-2 passed (and, with GPU_CHECKS_SMOKE, 3-4 too).
 #
@@ -49,6 +52,16 @@ step() {   # NAME SECONDS COMMAND...: runs it with a time limit, its output in $
 }
 bench_args=(--gpu-lengths 16384,65536,131072) gpu_bench_args=(--lengths 16384)
 [[ -z $smoke ]] || bench_args=(--smoke) gpu_bench_args=(--smoke)
+memory_bench_gpu() {   # step 5: ALST's wheels installed for side B, the profile of step 3 for ours
+  local profile=${MEMORY_PROFILE:-} args=(--smoke)
+  [[ -n $profile ]] || for f in "$OUT/profile.json" .device/profile.json; do [[ -f $f ]] && profile=$f && break; done
+  if [[ -z $smoke ]]; then
+    args=(--time-limit 230 ${profile:+--memory-profile "$profile"})
+    [[ -d $root/wheels ]] && python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/site" \
+      "$root"/wheels/*.whl && export PYTHONPATH=$root/site${PYTHONPATH:+:$PYTHONPATH} DS_ACCELERATOR=cuda
+  fi
+  step memory_bench_gpu 270 python3 tools/bench/memory_bench.py --gpu --build "$B" "${args[@]}"
+}
 for s in $steps; do
   case $s in
     1) step gpu_unit 90 "$B"/tests/gpu/test_gpu || status=1 ;;
@@ -59,6 +72,7 @@ for s in $steps; do
     4) step gpu_bench 100 python3 tools/bench/gpu_bench.py --train "$B"/src/train/ulysses-train \
          --pack "$B"/src/pack/ulysses-pack "${gpu_bench_args[@]}" --no-search --time-limit 85 ||
          [[ -z $smoke ]] || status=1 ;;
+    5) memory_bench_gpu || [[ -z $smoke ]] || status=1 ;;
   esac
 done
 exit $status

@@ -66,5 +66,5 @@ rc=0
 [[ $(grep -c "done: 4 steps" "$d.log") == 2 ]] || false
 echo "rehearse.sh: the bundle runs alone (pack, train ×2 through its mpiexec, plan, export, test_gpu exit $rc)"
 # gpu_checks.sh itself, its benchmarks as their CPU smoke runs (its GPU tests skip here)
-PATH=$(dirname "$python"):$PATH OUT=$work/gpu-checks GPU_CHECKS_SMOKE=1 bash tools/device/gpu_checks.sh > "$d.log" 2>&1
+PATH=$(dirname "$python"):$PATH OUT=$work/gpu-checks GPU_CHECKS_SMOKE=1 GPU_CHECKS="1 2 3 4 5" bash tools/device/gpu_checks.sh > "$d.log" 2>&1
 echo "rehearse.sh: gpu_checks.sh runs (GPU_CHECKS_SMOKE: $(grep -c '^== .*: exit' "$d.log") steps, logs in \$OUT)"

@@ -16,6 +16,23 @@ build=${1:-$( [[ -d build-dev ]] && echo build-dev || echo build )}
 [[ -x $build/src/train/ulysses-train ]] || { echo "stage.sh: no ulysses-train in $build (build it first)" >&2; exit 2; }
 [[ -x $build/tests/gpu/test_gpu ]] ||
   { echo "stage.sh: $build is not a CUDA build (no tests/gpu/test_gpu)" >&2; exit 2; }
+# memory_bench --gpu's side B is ALST's own code: deepspeed (an sdist, built here into a pure-Python wheel) and what
+# it needs beyond the GPU machine's image (its Python 3.12; KINDS.md's package list), as wheels for that Python
+stage_alst_wheels() {
+  local dir=$1 pip="${ULYSSES_DEPS:-/opt/ulysses-deps}/venv/bin/python -m pip" tools
+  tools=$(mktemp -d)
+  mkdir -p "$dir"
+  $pip install -q --target "$tools" wheel &&
+    PYTHONPATH=$tools DS_BUILD_OPS=0 DS_ACCELERATOR=cpu $pip wheel -q --no-build-isolation --no-deps -w "$dir" \
+      deepspeed==0.19.8 &&
+    $pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dir" \
+      hjson==3.1.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+      typing-extensions==4.16.0
+  local rc=$?
+  rm -rf "$tools"
+  return $rc
+}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cd "$stage"
@@ -34,6 +51,9 @@ carried_libs "${binaries[@]}" | while read -r _ path; do cp -L "$path" .device/l
 cp -rL /usr/lib/x86_64-linux-gnu/ucx .device/lib/ucx   # UCX loads its transports from here (UCX_MODULE_DIR)
 # debug sections out (the tree that travels is limited to 64 MiB)
 find .device -type f \( -name "*.so*" -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
+stage_alst_wheels .device/wheels ||
+  { echo "stage.sh: no wheels for memory_bench --gpu's side B (PyPI unreachable?): it will say so" >&2
+    rm -rf .device/wheels; }
 git -C "$repo" rev-parse HEAD > .device/commit
 rm -rf "$repo/.device"
 mkdir -p "$repo/.device"
