@@ -184,7 +184,7 @@ def worker_hf(spec):
     alst_chunk = spec.get("alst_loss_chunk", 0)
     if alst_chunk:   # ALST's memory stack (memory_bench --gpu, side B), patched in before the model is built
         from alst_stack import patch_tiled_mlp, tiled_loss_sum
-        patch_tiled_mlp()
+        patch_tiled_mlp(torch.bfloat16 if bf16 else None)
     cfg = json.loads(pathlib.Path(spec["config"]).read_text())
     result = {"transformers": transformers.__version__, "torch": torch.__version__}
     probe = SdpaProbe(torch)
@@ -243,7 +243,8 @@ def worker_hf(spec):
                 if alst_chunk:   # the model's mean loss, its head and cross-entropy over token chunks
                     hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
                     shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
-                    loss = tiled_loss_sum(model, hidden, shifted, alst_chunk) / (S - 1)
+                    loss = tiled_loss_sum(model, hidden, shifted, alst_chunk, torch.bfloat16 if bf16 else None)
+                    loss = loss / (S - 1)
                 else:
                     loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss
             loss.backward()
