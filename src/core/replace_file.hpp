@@ -1,6 +1,7 @@
 // Small files rewritten whole (a checkpoint's manifest and `latest`, a memory profile, the metrics log cut back on
-// resume): a reader, or a crash, must see the old file or the new one, never part of one. The text goes to a
-// temporary beside the file (PATH.tmp-PID: two processes never share one), which is then renamed over it.
+// resume): a reader, a crash or a power loss must find the old file or the new one, never part of one. The text goes
+// to a temporary beside the file (PATH.tmp-PID: two processes of one host never share one; only one rank writes
+// these), which is fsynced, then renamed over it, then the folder is fsynced.
 #pragma once
 
 #include <filesystem>

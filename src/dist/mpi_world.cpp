@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include <fcntl.h>
@@ -24,10 +25,20 @@ namespace {
 
 // Joining the job may not hang: under Hydra, a rank that ended before MPI_Init (the front's refusal on that rank
 // alone, a crash at start) leaves the others waiting in it for ever. After `limit` this process says so and ends.
+// The line is made here, before MPI_Init (which may change the environment under a thread reading it).
 class InitDeadline {
  public:
   explicit InitDeadline(std::chrono::seconds limit) {
-    if (limit.count() > 0) thread_ = std::thread([this, limit] { watch(limit); });
+    if (limit.count() <= 0) return;
+    const BadInput e(fmt::format("MPI_Init did not finish within {} s: a rank of this launch ended before joining "
+                                 "the job or never started, or MPI could not connect the ranks", limit.count()),
+                     "the first error line of the other ranks says why (none: check the launcher and its PMI); " +
+                         std::string(kInitTimeoutVariable) + "=SECONDS sets this limit (0: none)");
+    line_ = fmt::format("[rank {}] error: {}\n", launch_rank(this_environment()), one_line(e));
+    try {
+      thread_ = std::thread([this, limit] { watch(limit); });
+    } catch (const std::system_error&) {   // no thread to spare: MPI_Init goes unwatched, as before
+    }
   }
   ~InitDeadline() {   // MPI_Init returned
     {
@@ -42,26 +53,25 @@ class InitDeadline {
 
  private:
   void watch(std::chrono::seconds limit) {
-    std::unique_lock<std::mutex> lock(m_);
-    if (cv_.wait_for(lock, limit, [this] { return joined_; })) return;
-    const BadInput e(fmt::format("MPI_Init did not finish within {} s: a rank of this launch ended before joining "
-                                 "the job, or never started", limit.count()),
-                     "the first error line of the other ranks says why; " + std::string(kInitTimeoutVariable) +
-                         "=SECONDS sets this limit (0: none)");
-    fmt::print(stderr, "[rank {}] error: {}\n", launch_rank(this_environment()), one_line(e));
-    std::fflush(nullptr);
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      if (cv_.wait_for(lock, limit, [this] { return joined_; })) return;
+    }
+    std::fputs(line_.c_str(), stderr);
+    std::fflush(stderr);
     std::_Exit(kExitFailure);
   }
 
+  std::string line_;
   std::mutex m_;
   std::condition_variable cv_;
   bool joined_ = false;
   std::thread thread_;
 };
 
-std::chrono::seconds init_timeout() {
+std::chrono::seconds init_timeout() {   // unset or empty: the default
   const char* text = std::getenv(kInitTimeoutVariable);
-  if (text == nullptr) return kDefaultInitTimeout;
+  if (text == nullptr || *text == '\0') return kDefaultInitTimeout;
   char* end = nullptr;
   const long long s = std::strtoll(text, &end, 10);
   if (end == text || *end != '\0' || s < 0 || s > 1'000'000) {

@@ -21,7 +21,7 @@
 namespace ulysses::dist {
 
 // How long MPI_Init may take before this process ends with one line saying so (exit 1): ULYSSES_INIT_TIMEOUT
-// seconds, 600 when unset, 0 for no limit. A rank that ends before joining (its own line says why) otherwise
+// seconds, 600 when unset or empty, 0 for no limit. A rank that ends before joining (its own line says why) otherwise
 // leaves its peers waiting in MPI_Init for ever (MPICH's Hydra does not end them).
 inline constexpr const char* kInitTimeoutVariable = "ULYSSES_INIT_TIMEOUT";
 inline constexpr std::chrono::seconds kDefaultInitTimeout{600};

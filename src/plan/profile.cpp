@@ -1,6 +1,5 @@
 #include "plan/profile.hpp"
 
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

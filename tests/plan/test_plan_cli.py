@@ -77,11 +77,12 @@ class PlanCli(TempDirCase):
         self.assertIn("--seq-len 1048576", p.stdout)
         self.assertIn("fits", p.stdout)
         self.assertNotIn("+ sbatch", p.stdout)
-        p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")], env=dict(env, MEMORY_ARGS="--sharding no_shard"),
-                           capture_output=True, text=True)
-        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
-        self.assertIn("the memory plan does not fit (exit 2): nothing submitted", p.stdout)
-        self.assertIn("does not fit", p.stderr)
+        for args in ("--sharding no_shard", ""):   # empty is a choice (every flag at its default), not "unset"
+            p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")], env=dict(env, MEMORY_ARGS=args),
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn("the memory plan does not fit (exit 2): nothing submitted", p.stdout)
+            self.assertIn("does not fit", p.stderr)
 
     def test_choose_names_a_layout_that_reaches_the_target(self):
         p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--nodes", 8, "--sp", "choose", "--seq-len",
@@ -144,16 +145,18 @@ class PlanCli(TempDirCase):
             self.assertGreater(mib, 200)   # the trainer said it, not the front
 
     def test_ranks_that_disagree_end_instead_of_hanging(self):
-        """The front's ranks decide alone: should they disagree (here made to, by giving rank 0 the 8B config and
-        rank 1 a tiny one), rank 0 refuses before joining MPI and rank 1's trainer would wait for it in MPI_Init for
-        ever under Hydra. ULYSSES_INIT_TIMEOUT bounds that wait: rank 1 ends with one line saying so."""
-        tiny = self.root / "tiny2.json"
+        """The front's ranks decide alone: should they disagree (here made to, by giving rank 0 a 70B config, refused
+        on any host below ~1 TiB, and rank 1 a tiny one), rank 0 refuses before joining MPI and rank 1's trainer
+        would wait for it in MPI_Init for ever under Hydra. ULYSSES_INIT_TIMEOUT bounds that wait: rank 1 ends with
+        one line saying so."""
+        tiny, big = self.root / "tiny2.json", self.root / "llama70b.json"
         tiny.write_text(json.dumps(dict(LLAMA_8B, vocab_size=256, hidden_size=64, intermediate_size=128,
                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)))
+        big.write_text(json.dumps(dict(LLAMA_8B, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                       num_attention_heads=64, num_key_value_heads=8)))
         data = self.pack("agree", "256", range(1, 130))
         run = ["--data", data, "--output", self.root / "run", "--threads", 1, "--dry-run"]
-        cmd = [MPIEXEC, "-n", 1, TRAIN, "--model-config", self.llama, *run, ":", "-n", 1, TRAIN, "--model-config", tiny,
-               *run]
+        cmd = [MPIEXEC, "-n", 1, TRAIN, "--model-config", big, *run, ":", "-n", 1, TRAIN, "--model-config", tiny, *run]
         started = time.monotonic()
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, ULYSSES_INIT_TIMEOUT="4"))
