@@ -627,6 +627,8 @@ def main():
 
 
 def bench(a):
+    # a SIGTERM (timeout, a job's end) unwinds through Runner.wait, which ends the run in flight (its own session)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a.start = time.monotonic()   # --time-limit counts from here: the whole benchmark, ceiling and packing included
     a.device, a.precision = ("cpu", "fp32") if a.smoke else ("cuda", "bf16")
     a.lengths = sorted(set(a.lengths or (SMOKE_LENGTHS if a.smoke else DEFAULT_LENGTHS)))

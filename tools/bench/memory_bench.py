@@ -40,6 +40,7 @@ import os
 import pathlib
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,10 +56,17 @@ SIDES = ["A", "B", "off", "C", "D"]
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+def bad_input(line):
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(2)
+
+
 def alst_unavailable(python):
     """Why side B cannot run in `python` (alst_stack.py imports ALST's code from deepspeed), or ""."""
-    ds = subprocess.run([python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True)
-    return "" if ds.returncode == 0 else (f"deepspeed is not importable in {python} (pip install "
+    ds = subprocess.run([python, "-c", "import deepspeed.runtime.sequence_parallel.ulysses_sp"], capture_output=True,
+                        text=True)
+    said = (ds.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return "" if ds.returncode == 0 else (f"deepspeed is not importable in {python}: {said} (pip install "
                                           "--no-build-isolation deepspeed with DS_BUILD_OPS=0 DS_ACCELERATOR=cpu)")
 
 
@@ -134,7 +142,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--lengths", default="2048,4096,8192")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--loss-chunk", type=int, default=512)   # every rank holds >= one chunk at S=2K, SP=4
+    ap.add_argument("--loss-chunk", type=int,   # default 512: every rank holds >= one chunk at S=2K, SP=4
+                    help="tokens per loss chunk of B and C (default 512; --smoke 128; --gpu 2048)")
     ap.add_argument("--cap-gib", type=float, default=4.0)
     ap.add_argument("--confirm-cap", action="store_true")
     ap.add_argument("--python", default=sys.executable)
@@ -146,10 +155,13 @@ def main():
     ap.add_argument("--memory-profile", help="--gpu: ours' planner constants (a --calibrate-memory file)")
     a = ap.parse_args()
     if a.gpu:
-        a.loss_chunk = None if "--loss-chunk" not in sys.argv else a.loss_chunk
+        if a.gpu_start < 64 or a.gpu_start % 64 or a.max_length < a.gpu_start:
+            return bad_input(f"--gpu-start {a.gpu_start} / --max-length {a.max_length} — HINT: a multiple of 64, "
+                             "at most --max-length")
         return gpu_main(a)
     if a.smoke:
-        a.lengths, a.loss_chunk = "512,1024", 128
+        a.lengths, a.loss_chunk = "512,1024", a.loss_chunk or 128
+    a.loss_chunk = a.loss_chunk or 512
     lengths = [int(x) for x in a.lengths.split(",")]
     b_reason = alst_unavailable(a.python)
     print(f"model: {json.dumps({k: CONFIG[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size')})}")
@@ -211,6 +223,8 @@ GPU_SIDES = ("A", "B", "C", "C+")
 
 def gpu_main(a):
     """--gpu: doubling S per side on one GPU until it no longer fits (see the module's docstring)."""
+    # a SIGTERM (timeout, a job's end) unwinds through Runner.wait, which ends the run in flight (its own session)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.path.insert(0, str(HERE))
     from gpu_bench import BenchError, find_python, find_tool
 
@@ -233,14 +247,14 @@ def gpu_main(a):
         b_reason = alst_unavailable(a.python)
         with tempfile.TemporaryDirectory() as tmp:
             res = gpu_search(a, pathlib.Path(tmp), sides, b_reason, start, top, chunk)
-    except BenchError as e:   # no GPU, a tool that fails on its own: one line
-        sys.exit(f"error: {e}")
+    except BenchError as e:   # no GPU, a missing tool: one line
+        return bad_input(str(e))
     gpu_report(res, b_reason, a)
 
 
 def gpu_search(a, work, sides, b_reason, start, top, chunk):
     """Doubling S from `start` to `top`, every side still running at each length: {side: {S: result}}."""
-    from gpu_bench import Runner, llama_1b_config, smoke_config, status_cell
+    from gpu_bench import BenchError, Runner, llama_1b_config, smoke_config, status_cell
 
     cfg = smoke_config(top) if a.smoke else llama_1b_config(top)
     (work / "config.json").write_text(json.dumps(cfg))
@@ -258,7 +272,12 @@ def gpu_search(a, work, sides, b_reason, start, top, chunk):
     while alive and S <= top:
         for side in list(alive):
             ok, why = runner.fits_in_time(side, S, True)
-            r = sides[side][1](runner, S) if ok else {"status": "skipped", "message": why}
+            try:
+                r = sides[side][1](runner, S) if ok else {"status": "skipped", "message": why}
+            except BenchError as e:   # this run's tool failed on its own: a result, the other sides go on
+                r = {"status": "FAILED", "message": str(e)}
+            if r.get("status") == "ok" and r.get("peak_mib") is None:
+                r = {"status": "FAILED", "message": "no peak memory in the run's metrics"}
             res[side][S] = r
             if r.get("status") == "ok":
                 r["tokens_per_s"] = S / r["step_seconds"][-1]
@@ -296,14 +315,22 @@ def gpu_report(res, b_reason, a):
                   f"that does not grow)")
     for num, den in (("C", "A"), ("C", "B"), ("C+", "B")):
         if num in longest and den in longest:
-            capped = " (ours reached --max-length)" if longest[num] * 2 > (1024 if a.smoke else a.max_length) else ""
             print(f"RATIO longest sequence {num}/{den} ({where}) = {longest[num] / longest[den]:.2f}  (target > 1: more "
-                  f"tokens than {den}){capped}")
-    if a.smoke:
-        failed = [f"{side} at S={S}" for side in GPU_SIDES for S, r in res[side].items()
-                  if r.get("status") not in ("ok", "skipped") and S == 256]
+                  f"tokens than {den}; {num} {stopped(res[num])}, {den} {stopped(res[den])})")
+    if a.smoke:   # nothing runs out of memory at these lengths: every run of a side that can run must finish
+        failed = [f"{side} at S={S}" for side in GPU_SIDES for S, r in res[side].items() if r.get("status") != "ok"]
         if failed:
-            sys.exit("smoke: these runs failed at the first length: " + ", ".join(failed))
+            sys.exit("smoke: these runs did not finish: " + ", ".join(failed))
+
+
+def stopped(runs):
+    """Why a side's doubling ended: a measured limit (out of memory), or only a bound (the plan, time, the cap)."""
+    last = runs[max(runs)]
+    if last.get("status") == "ok":
+        return "reached --max-length: a lower bound"
+    if last.get("status") == "OOM" and "memory plan" not in last.get("message", ""):
+        return "out of memory at twice its longest"
+    return f"stopped by {last.get('status')} ({last.get('message', '')[:60]}): a lower bound"
 
 
 def confirm(a, work, fits):

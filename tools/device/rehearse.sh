@@ -10,11 +10,12 @@
 #
 #   bash tools/device/stage.sh && bash tools/device/rehearse.sh      → "rehearse.sh: the bundle runs alone", exit 0
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/../.."
 [[ -f .device/bundle.tar.xz ]] || { echo "rehearse.sh: stage first: bash tools/device/stage.sh" >&2; exit 2; }
 if [[ ${1:-} != --inside ]]; then
   [[ $(id -u) == 0 ]] || { echo "rehearse.sh: needs root (a private mount namespace)" >&2; exit 2; }
-  exec unshare --mount --propagation private bash "$0" --inside
+  exec unshare --mount --propagation private bash "$self" --inside
 fi
 
 work=$(mktemp -d)
@@ -54,7 +55,7 @@ mkdir "$d"
 trap 'tail -n 20 "$d.log"; echo "rehearse.sh: failed (the log above)"' ERR
 "$B/src/pack/ulysses-pack" pack datasets/sample/licenses.jsonl.gz -o "$d/packed" --seq-len 1024 --sp 2 --pad-id 258 \
   --valid-fraction 0.05 --model-config "$C" > "$d.log" 2>&1
-train() { mpiexec -n 2 "$B/src/train/ulysses-train" --data "$d/packed" --model-config "$C" --sp 2 --steps 4 \
+train() { timeout 300 mpiexec -n 2 "$B/src/train/ulysses-train" --data "$d/packed" --model-config "$C" --sp 2 --steps 4 \
             --micro-batch 1 --threads 1 --device cpu "$@" >> "$d.log" 2>&1; }
 train --output "$d/plain"
 train --output "$d/memory" --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits --prefetch on

@@ -7,7 +7,7 @@
 # option; building here and carrying the result is.
 #
 #   bash tools/device/stage.sh [BUILD]   (default: build-dev, else build) → .device/bundle.tar.xz (git-ignored,
-#                                        ~32 MiB: MPICH and Arrow are 100 MiB unpacked; what travels is ≤ 64 MiB)
+#                                        ~37 MiB: MPICH and Arrow are 100 MiB unpacked; what travels is ≤ 64 MiB)
 # then here: bash tools/device/rehearse.sh (the bundle alone, without this machine's copies of its libraries)
 # then on the device: run(command="bash tools/device/gpu_checks.sh", carry=[".device"], timeout_s=600)
 set -euo pipefail
