@@ -23,6 +23,11 @@
 namespace ulysses::dist {
 namespace {
 
+// "[rank R] error: … — HINT: …\n" before MPI_Init: the rank as the launcher says it.
+std::string rank_line(const BadInput& e) {
+  return fmt::format("[rank {}] error: {}\n", launch_rank(this_environment()), one_line(e));
+}
+
 // Joining the job may not hang: under Hydra, a rank that ended before MPI_Init (the front's refusal on that rank
 // alone, a crash at start) leaves the others waiting in it for ever. After `limit` this process says so and ends.
 // The line is made here, before MPI_Init (which may change the environment under a thread reading it).
@@ -34,7 +39,7 @@ class InitDeadline {
                                  "the job or never started, or MPI could not connect the ranks", limit.count()),
                      "the first error line of the other ranks says why (none: check the launcher and its PMI); " +
                          std::string(kInitTimeoutVariable) + "=SECONDS sets this limit (0: none)");
-    line_ = fmt::format("[rank {}] error: {}\n", launch_rank(this_environment()), one_line(e));
+    line_ = rank_line(e);
     try {
       thread_ = std::thread([this, limit] { watch(limit); });
     } catch (const std::system_error&) {   // no thread to spare: MPI_Init goes unwatched, as before
@@ -75,9 +80,11 @@ std::chrono::seconds init_timeout() {   // unset or empty: the default
   char* end = nullptr;
   const long long s = std::strtoll(text, &end, 10);
   if (end == text || *end != '\0' || s < 0 || s > 1'000'000) {
-    fmt::print(stderr, "[rank {}] error: {}='{}' is not a number of seconds — HINT: 0 (no limit) to 1000000; "
-                       "unset, {} s\n", launch_rank(this_environment()), kInitTimeoutVariable, printable(text),
-               kDefaultInitTimeout.count());
+    std::fputs(rank_line(BadInput(fmt::format("{}='{}' is not a number of seconds", kInitTimeoutVariable,
+                                              printable(text)),
+                                  fmt::format("0 (no limit) to 1000000; unset, {} s", kDefaultInitTimeout.count())))
+                   .c_str(),
+               stderr);
     std::exit(kExitBadInput);
   }
   return std::chrono::seconds(s);
