@@ -27,16 +27,18 @@ tar -C "$root" -xJf .device/bundle.tar.xz || exit 2
 B=$root/build
 # the machine's Python with torch: python3 on PATH, else the image's venv (KINDS.md: /opt/torch/.venv)
 for python in python3 /opt/torch/.venv/bin/python3; do "$python" -c 'import torch' 2>/dev/null && break; done
-torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 2
+source tools/device/carried_libs.sh
+wheel=$(wheel_libs "$python") || exit 2
 PATH=$(dirname "$(command -v "$python")"):$PATH   # the steps' python3 is that one
-site=$(dirname "$(dirname "$torch_lib")")
-nvidia_libs=$(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH=$root/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
+# torch's wheel and NCCL alone: the bundle's binaries find its libraries through their RUNPATH (stage.sh), and
+# nothing of the bundle reaches this machine's Python and what it loads
+export LD_LIBRARY_PATH=$wheel${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export UCX_MODULE_DIR=$root/lib/ucx PATH=$root/bin:$PATH PYTHONUNBUFFERED=1
 echo "staged from commit $(cat "$root/commit"), checked out at $(git rev-parse HEAD 2>/dev/null || echo '?')"
 smoke=${GPU_CHECKS_SMOKE:-}
 [[ -n $smoke ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-missing=$(ldd "$B"/src/train/ulysses-train-core "$B"/tests/gpu/test_gpu | grep "not found" | sort -u)
+missing=$(ldd "$B"/src/*/ulysses-* "$B"/tests/gpu/test_gpu "$root"/bin/*.hydra "$root"/bin/hydra_pmi_proxy |
+  grep "not found" | sort -u)
 [[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
 steps=${GPU_CHECKS:-1 2 3 4}
 status=0

@@ -51,6 +51,18 @@ carried_libs "${binaries[@]}" | while read -r _ path; do cp -L "$path" .device/l
 cp -rL /usr/lib/x86_64-linux-gnu/ucx .device/lib/ucx   # UCX loads its transports from here (UCX_MODULE_DIR)
 # debug sections out (the tree that travels is limited to 64 MiB)
 find .device -type f \( -name "*.so*" -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
+# each executable and library finds the bundle's libraries through its own RUNPATH, so that the GPU machine's
+# LD_LIBRARY_PATH names torch's wheel alone and its Python (the benchmarks, the CLI tests) keeps its own libssl,
+# libz, libffi and pyarrow; torch's wheel and NCCL come from that LD_LIBRARY_PATH, as the build's RUNPATH is replaced
+command -v patchelf > /dev/null || apt-get install -y -q patchelf > /dev/null ||
+  { echo "stage.sh: needs patchelf (apt-get install patchelf)" >&2; exit 2; }
+runpath() { local path=$1; shift; for f; do patchelf --set-rpath "$path" "$f"; done; }
+# shellcheck disable=SC2016 # ld.so's $ORIGIN (the object's own folder), not the shell's
+origin='$ORIGIN'
+runpath "$origin" .device/lib/*.so*
+runpath "$origin/.." .device/lib/ucx/*.so*
+runpath "$origin/../lib" .device/bin/mpiexec.hydra .device/bin/hydra_pmi_proxy
+runpath "$origin/../../../lib" .device/build/src/*/ulysses-* .device/build/tests/gpu/test_gpu
 stage_alst_wheels .device/wheels ||
   { echo "stage.sh: no wheels for memory_bench --gpu's side B (PyPI unreachable?): it will say so" >&2
     rm -rf .device/wheels; }
