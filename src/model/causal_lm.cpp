@@ -94,7 +94,7 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
   // its backward scatters the output gradient into rows: it needs the table's shape, not its values
-  Recompute recompute{options_.precision(), nullptr, nullptr, nullptr, nullptr, states_,
+  Recompute recompute{options_.precision(), nullptr, nullptr, nullptr, nullptr, nullptr, states_,
                       {states_->unit("model.embed_tokens")}, /*weights_in_backward=*/false};
   if (options_.prefetch()) recompute.prefetch_forward = layer_units(0);
   return recomputed(lookup, input_ids, recompute)[0];
@@ -123,8 +123,10 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
     offloaded_->bytes = 0;
     offloaded_->fetched_ahead = 0;
   }
-  if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device()))
+  if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device())) {
     copies_ = std::make_shared<SideStream>(h.device());
+    host_memory_ = std::make_shared<HostBuffers>(HostBuffers::for_device(h.device()));
+  }
   std::shared_ptr<KeptInput> previous;   // the layer before's offloaded input
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
@@ -138,8 +140,8 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
     };
     const auto n = static_cast<std::int64_t>(i);
     auto kept = n < options_.offload_checkpoints() ? std::make_shared<KeptInput>() : nullptr;
-    Recompute recompute{options_.precision(), kept, options_.prefetch() ? previous : nullptr, copies_, offloaded_,
-                        states_};
+    Recompute recompute{options_.precision(), kept, options_.prefetch() ? previous : nullptr, copies_, host_memory_,
+                        offloaded_, states_};
     if (states_) {
       recompute.units = layer_units(n);
       if (options_.prefetch()) {
@@ -221,7 +223,7 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   if (!states_) {
     out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
-    Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
+    Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
     if (options_.prefetch()) recompute.prefetch_backward = model->layer_units(config_.num_layers - 1);   // next
     out = recomputed(head, h, recompute);
   }

@@ -104,6 +104,7 @@ struct DecoderImpl : torch::nn::Module {
   std::vector<int> layer_unit_ids_;   // per layer: its unit in states_
   std::vector<int> head_units_;
   std::shared_ptr<SideStream> copies_;                           // checkpoint offload's copies, on the input's device
+  std::shared_ptr<HostBuffers> host_memory_;                     // and the memory of what they copy out
 };
 TORCH_MODULE(Decoder);
 

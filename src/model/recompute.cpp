@@ -17,12 +17,13 @@ struct UnitCall : torch::CustomClassHolder {
 };
 
 // The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.offload —
-// pinned for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
+// page-locked for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
 torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
   if (!o.offload) return x;
-  torch::Tensor host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(x.is_cuda()));
+  torch::Tensor host = o.host_memory->take(x.sizes(), x.scalar_type());
   // the copy out runs on the side stream; x's memory is held for it. Nothing on the compute stream reads `host`,
-  // and the copy back runs on the same side stream, after it.
+  // and the copy back runs on the same side stream, after it — as every copy into or out of o.host_memory does,
+  // which is what lets it hand a buffer out again at once (host_buffers.hpp).
   static_cast<void>(o.copies->launch([&] { return std::vector<torch::Tensor>{host.copy_(x, /*non_blocking=*/true)}; },
                                      {x}));
   if (o.counts) o.counts->bytes += static_cast<std::int64_t>(host.nbytes());

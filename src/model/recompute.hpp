@@ -16,8 +16,8 @@
 // path's bit for bit (tested on CPU in fp32 and bf16). The rope tables and the attention plan are shared with
 // the graph through f, not copied. A floating x must require grad (the embeddings are trained; checked).
 //
-// Checkpoint offload: the kept input goes to host memory (pinned when it is on a GPU) and comes back for the
-// recomputation. Exact (a copy). Both copies run on a side stream (side_stream.hpp): the copy out overlaps the
+// Checkpoint offload: the kept input goes to host memory (page-locked, of exactly its bytes, when it is on a GPU:
+// host_buffers.hpp) and comes back for the recomputation. Exact (a copy). Both copies run on a side stream (side_stream.hpp): the copy out overlaps the
 // next layers' forward; with prefetch, the backward of layer i issues the copy back of layer i-1's input, which
 // overlaps layer i's recomputation. On a CPU device the copies run at once, through the same code.
 //
@@ -33,6 +33,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include "model/host_buffers.hpp"
 #include "model/precision.hpp"
 #include "model/sharded_states.hpp"
 #include "model/side_stream.hpp"
@@ -47,7 +48,7 @@ using UnitForward =
 // A layer input kept in host memory for backward (checkpoint offload), and its copy back to the device when the
 // backward of the layer after it fetched it ahead. Shared by a layer's unit and the next layer's.
 struct KeptInput {
-  torch::Tensor host;   // the copy in host memory (pinned for a CUDA input); undefined until the forward ran
+  torch::Tensor host;   // the copy in host memory (page-locked for a CUDA input); undefined until the forward ran
   Ahead back;           // pending: the copy back to the device, issued ahead
 };
 
@@ -62,6 +63,7 @@ struct Recompute {
   std::shared_ptr<KeptInput> offload;                 // non-null: keep x in host memory, here
   std::shared_ptr<KeptInput> fetch_ahead;             // the previous layer's kept input: backward fetches it ahead
   std::shared_ptr<SideStream> copies;                 // where the copies run (needed with offload)
+  std::shared_ptr<HostBuffers> host_memory;           // the host copies' memory (needed with offload)
   std::shared_ptr<OffloadCounts> counts;              // what offload copied (may be null)
   std::shared_ptr<ShardedStates> states;              // null: not sharded
   std::vector<int> units;                             // the units f computes with (states only), in order

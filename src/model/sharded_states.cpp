@@ -9,6 +9,7 @@
 #include <ATen/ops/stack.h>
 
 #include "core/error.hpp"
+#include "model/host_buffers.hpp"
 
 namespace ulysses::model {
 namespace {
@@ -41,11 +42,12 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
             gather_group_->size(), shard_group_->rank(), shard_group_->size());
   group_parameters(compute_dtype);
   const std::int64_t W = shard_group_->size();
-  const auto master_options = offload_ ? torch::dtype(torch::kFloat).pinned_memory(device_.is_cuda())
-                                       : torch::dtype(torch::kFloat).device(device_);
+  HostBuffers host = HostBuffers::for_device(device_);   // offload: the masters' memory, of exactly their bytes
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
-    g.master = torch::zeros({g.shard_numel}, master_options).requires_grad_(true);
+    g.master = offload_ ? host.take({g.shard_numel}, torch::kFloat).zero_()
+                        : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
+    g.master.requires_grad_(true);
     if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
   if (prefetch) side_ = std::make_unique<SideStream>(device_);

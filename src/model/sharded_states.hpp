@@ -21,9 +21,10 @@
 //   load / for_each_whole whole named tensors in (this rank keeps its slice) and out (gathered per group)
 //
 // Optimizer offload (DeepSpeed's offload_optimizer): the masters, their gradients and (so) the AdamW moments
-// live in host memory (pinned when the device is a GPU) and AdamW runs there on the CPU; the device keeps one
-// copy of each shard in its gather dtype, refreshed from the masters after every change (refresh()). The
-// reduce-scattered gradient shard is copied to the host and summed there. On a CPU device the host tensors
+// live in host memory (the masters page-locked, of exactly their bytes, when the device is a GPU:
+// host_buffers.hpp) and AdamW runs there on the CPU; the device keeps one copy of each shard in its gather dtype,
+// refreshed from the masters after every change (refresh()). The reduce-scattered gradient shard is copied to
+// the host and summed there. On a CPU device the host tensors
 // are separate buffers all the same, so CPU runs exercise the same path.
 //
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)

@@ -23,6 +23,7 @@
 #include "local_communicators.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
+#include "model/host_buffers.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
 
@@ -443,6 +444,48 @@ TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
       }
       EXPECT_EQ(offloaded->model->offloaded_bytes(), bytes) << what << ": an evaluation copied layer inputs";
     }
+}
+
+// The offloads' host memory (host_buffers.hpp): a buffer of exactly a tensor's bytes; kept for reuse (as for a
+// GPU) it comes back for the same size once the tensor and its views are gone, and stays held; given back (as on
+// a CPU), nothing stays held. Tensors outlive the HostBuffers that made them. (Page-locking needs a GPU: these
+// are the plain buffers, through the same pool.)
+TEST(HostBuffers, ExactBytesReusedWhenKeptGivenBackOtherwise) {
+  HostBuffers kept(/*page_locked=*/false, /*keep=*/true);
+  auto a = kept.take({3, 5}, torch::kFloat);                     // 60 bytes, not a power of two
+  EXPECT_EQ(a.sizes(), (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(a.scalar_type(), torch::kFloat);
+  EXPECT_EQ(kept.held_bytes(), 60);
+  auto b = kept.take({15}, torch::kFloat);                       // a's size, a is in use: a second buffer
+  EXPECT_NE(b.data_ptr(), a.data_ptr());
+  EXPECT_EQ(kept.held_bytes(), 120);
+  void* const a_memory = a.data_ptr();
+  auto view = a.select(0, 1);
+  a = torch::Tensor();                                           // its view still holds the buffer
+  auto c = kept.take({15}, torch::kFloat);
+  EXPECT_NE(c.data_ptr(), a_memory);
+  EXPECT_EQ(kept.held_bytes(), 180);
+  view = torch::Tensor();
+  auto d = kept.take({5, 3}, torch::kFloat);                     // same bytes: a's buffer again
+  EXPECT_EQ(d.data_ptr(), a_memory);
+  EXPECT_EQ(kept.held_bytes(), 180);
+  auto e = kept.take({7}, torch::kDouble);                       // another size: a new one
+  EXPECT_EQ(kept.held_bytes(), 236);
+  EXPECT_EQ(kept.take({0, 4}, torch::kFloat).numel(), 0);        // nothing to hold
+  EXPECT_EQ(kept.held_bytes(), 236);
+
+  HostBuffers given_back(/*page_locked=*/false, /*keep=*/false);
+  torch::Tensor outlives;
+  {
+    HostBuffers scoped(/*page_locked=*/false, /*keep=*/false);
+    outlives = scoped.take({4}, torch::kFloat);
+  }
+  outlives.copy_(torch::arange(4, torch::kFloat));               // its memory is still there
+  EXPECT_TRUE(outlives.equal(torch::arange(4, torch::kFloat)));
+  auto f = given_back.take({1000}, torch::kFloat);
+  EXPECT_EQ(given_back.held_bytes(), 4000);
+  f = torch::Tensor();
+  EXPECT_EQ(given_back.held_bytes(), 0);
 }
 
 // In bf16 the recomputation re-enters the model's autocast for the forward and runs its backward outside it,

@@ -1,0 +1,105 @@
+#include "model/host_buffers.hpp"
+
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#if ULYSSES_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "core/error.hpp"
+
+namespace ulysses::model {
+
+struct HostBuffers::Pool {
+  Pool(bool page_locked_, bool keep_) : page_locked(page_locked_), keep(keep_) {}
+  ~Pool();
+  void* allocate(std::int64_t bytes);   // from the system
+  void release(void* p);                // to the system
+  void returned(void* p, std::int64_t bytes);
+
+  const bool page_locked, keep;
+  mutable std::mutex mutex;
+  std::unordered_map<std::int64_t, std::vector<void*>> kept;   // by size in bytes
+  std::int64_t held = 0;
+};
+
+namespace {
+
+constexpr std::align_val_t kAlignment{64};   // as LibTorch's CPU allocator
+
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30); }
+
+}  // namespace
+
+HostBuffers::Pool::~Pool() {
+#if ULYSSES_CUDA
+  if (page_locked) static_cast<void>(cudaDeviceSynchronize());   // no copy into or out of a buffer still in flight
+#endif
+  for (auto& [bytes, buffers] : kept)
+    for (void* p : buffers) release(p);
+}
+
+void* HostBuffers::Pool::allocate(std::int64_t bytes) {
+  if (!page_locked) return ::operator new(static_cast<std::size_t>(bytes), kAlignment);
+#if ULYSSES_CUDA
+  void* p = nullptr;
+  if (const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(bytes), cudaHostAllocDefault); e != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());   // not sticky: clear it
+    throw BadInput(fmt::format("cannot page-lock {:.2f} GiB more host memory for offloading (cudaHostAlloc: {}; "
+                               "{:.2f} GiB held for it already)", gib(bytes), cudaGetErrorString(e), gib(held)),
+                   "offload fewer layer inputs (--offload-checkpoints N) or give the job more host memory; "
+                   "ulysses-plan prints the host bytes per rank and node");
+  }
+  return p;
+#else
+  ULY_CHECK(false, "page-locked host memory needs a CUDA build");
+#endif
+}
+
+void HostBuffers::Pool::release(void* p) {
+  if (!page_locked) return ::operator delete(p, kAlignment);
+#if ULYSSES_CUDA
+  static_cast<void>(cudaFreeHost(p));
+#endif
+}
+
+void HostBuffers::Pool::returned(void* p, std::int64_t bytes) {
+  const std::lock_guard lock(mutex);
+  if (keep) {
+    kept[bytes].push_back(p);
+    return;
+  }
+  release(p);
+  held -= bytes;
+}
+
+HostBuffers::HostBuffers(bool page_locked, bool keep) : pool_(std::make_shared<Pool>(page_locked, keep)) {}
+
+torch::Tensor HostBuffers::take(at::IntArrayRef sizes, c10::ScalarType dtype) {
+  const auto options = torch::TensorOptions().dtype(dtype).device(torch::kCPU);
+  std::int64_t bytes = c10::elementSize(dtype);
+  for (const std::int64_t n : sizes) bytes *= n;
+  if (bytes == 0) return torch::empty(sizes, options);
+  void* p = nullptr;
+  {
+    const std::lock_guard lock(pool_->mutex);
+    if (auto it = pool_->kept.find(bytes); it != pool_->kept.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+    } else {
+      p = pool_->allocate(bytes);
+      pool_->held += bytes;
+    }
+  }
+  return torch::from_blob(p, sizes, [pool = pool_, bytes](void* q) { pool->returned(q, bytes); }, options);
+}
+
+std::int64_t HostBuffers::held_bytes() const {
+  const std::lock_guard lock(pool_->mutex);
+  return pool_->held;
+}
+
+}  // namespace ulysses::model

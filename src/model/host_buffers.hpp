@@ -1,0 +1,44 @@
+// HostBuffers: host memory of exactly the bytes asked for, for what a run moves off its device — the layer inputs
+// of checkpoint offload (recompute.hpp), the fp32 master shards of optimizer offload (sharded_states.hpp).
+//
+// Why not torch's pinned memory: its caching host allocator rounds every block up to the next power of two and
+// keeps it (ATen/core/CachingHostAllocator.h, PowerOf2Ceil), so a 6.3 GiB layer input holds 8 GiB of page-locked
+// memory, and a size just past a power of two nearly twice its bytes: host memory the planner (plan/memory_model)
+// does not count, in the runs whose limit is host memory.
+//
+//   HostBuffers::for_device(d)  page-locked (cudaHostAlloc) and kept for reuse when d is a GPU — page-locking is
+//                               slow and a step asks for the same sizes again; plain memory given back at once on
+//                               a CPU (as torch::empty: the CPU runs' memory is what the planner's cpu profile
+//                               measured)
+//   take(sizes, dtype)          a contiguous tensor in a buffer of exactly its bytes: a kept one of that size, else
+//                               a new one (a page-locking failure is one line naming the bytes). When the tensor
+//                               and every view of it are gone, the buffer is kept (or given back)
+//   held_bytes()                bytes taken from the system and not given back: in use or kept
+//
+// Reuse is immediate, not guarded by events: a caller keeps every device copy into or out of a buffer on one
+// stream (checkpoint offload: its copies' side stream), which orders a buffer's next copy after its last, and the
+// host touches a buffer only after a blocking copy. Kept buffers go back to the system when the HostBuffers and
+// every tensor from it are gone (on a GPU after a device synchronisation: no copy is still in flight).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <c10/core/Device.h>
+#include <torch/types.h>
+
+namespace ulysses::model {
+
+class HostBuffers {
+ public:
+  HostBuffers(bool page_locked, bool keep);
+  static HostBuffers for_device(const c10::Device& device) { return {device.is_cuda(), device.is_cuda()}; }
+  torch::Tensor take(at::IntArrayRef sizes, c10::ScalarType dtype);
+  std::int64_t held_bytes() const;
+
+ private:
+  struct Pool;
+  std::shared_ptr<Pool> pool_;   // shared with the tensors taken: it lives until the last of them is gone
+};
+
+}  // namespace ulysses::model
