@@ -1,7 +1,12 @@
 #include "model/side_stream.hpp"
 
+#include <atomic>
+
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#if ULYSSES_CUDA
+#include <ATen/cuda/Sleep.h>
+#endif
 
 #include "core/error.hpp"
 
@@ -9,6 +14,8 @@ namespace ulysses::model {
 namespace {
 
 c10::Stream current_stream(const c10::Device& d) { return c10::impl::VirtualGuardImpl(d.type()).getStream(d); }
+
+std::atomic<std::int64_t> test_delay_cycles{0};
 
 }  // namespace
 
@@ -33,12 +40,17 @@ Ahead SideStream::launch(const std::function<std::vector<torch::Tensor>()>& fn,
     if (t.defined() && t.device() == device_) t.record_stream(*stream_);
   {
     const c10::StreamGuard on_side(*stream_);
+#if ULYSSES_CUDA
+    if (const std::int64_t cycles = test_delay_cycles; cycles > 0 && device_.is_cuda()) at::cuda::sleep(cycles);
+#endif
     ahead.tensors_ = fn();
   }
   ahead.done_ = std::make_shared<c10::Event>(device_.type());
   ahead.done_->record(*stream_);
   return ahead;
 }
+
+void SideStream::delay_for_tests(std::int64_t cycles) { test_delay_cycles = cycles; }
 
 std::vector<torch::Tensor> Ahead::take() {
   ULY_CHECK(pending_, "Ahead::take: nothing issued, or taken already");

@@ -18,8 +18,13 @@
 //
 // No host synchronisation anywhere. On a CPU device the callers run the very same code minus the stream and
 // event calls, so the CPU tests cover the order of what is issued ahead and what is taken.
+//
+//   delay_for_tests(cycles)  tests only (tests/gpu): every later launch first spins its side stream for that many
+//                      GPU clock cycles, so that what it issues finishes long after the compute stream would read
+//                      it without take()'s wait: a missing wait gives wrong numbers every time, not once in a while.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,6 +58,7 @@ class SideStream {
   explicit SideStream(c10::Device device);
   Ahead launch(const std::function<std::vector<torch::Tensor>()>& fn, const std::vector<torch::Tensor>& reads = {});
   const c10::Device& device() const { return device_; }
+  static void delay_for_tests(std::int64_t cycles);
 
  private:
   c10::Device device_;

@@ -4,7 +4,8 @@
 //  - packed-document attention on the GPU (fused SDPA per document in fp32, varlen flash in bf16) equals the
 //    CPU reference, forward and backward;
 //  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype;
-//  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it.
+//  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it, with every
+//    side-stream launch delayed so that a missing wait shows.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/types.h>
@@ -23,6 +24,7 @@
 #include "train/grad_sync.hpp"
 #include "core/sequence_parallel.hpp"
 #include "model/precision.hpp"
+#include "model/side_stream.hpp"
 
 namespace ulysses {
 namespace {
@@ -210,8 +212,14 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
 // Prefetch on the GPU: the next unit's all-gather issued ahead over NCCL on a side stream, and the offloaded
 // layer inputs copied out and back on a side stream (the copy back of layer i-1 issued in layer i's backward):
 // the loss and every gradient equal the same run without prefetch (to 1e-5: the fused attention's backward may
-// sum in another order from run to run), and every unit but the embeddings is taken ahead.
+// sum in another order from run to run), and every unit but the embeddings is taken ahead. Every side-stream
+// launch (the offload copies of both runs included) first spins that stream for about 10 ms, so that a compute
+// stream reading what it issues without waiting for it reads a buffer not yet written.
 TEST(Prefetch, SideStreamsEqualNoPrefetch) {
+  struct Delay {
+    Delay() { model::SideStream::delay_for_tests(20'000'000); }   // ~10 ms at 2 GHz; a tiny layer runs in µs
+    ~Delay() { model::SideStream::delay_for_tests(0); }
+  } delay;
   auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
   const arch::ModelConfig c = small_llama();
   auto run = [&](bool prefetch) {
