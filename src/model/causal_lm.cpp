@@ -125,7 +125,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   }
   if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device())) {
     copies_ = std::make_shared<SideStream>(h.device());
-    host_memory_ = std::make_shared<HostBuffers>(HostBuffers::for_device(h.device()));
+    host_memory_ = std::make_shared<HostBuffers>(HostBuffers::for_copies(h.device()));
   }
   std::shared_ptr<KeptInput> previous;   // the layer before's offloaded input
   for (std::size_t i = 0; i < layers->size(); ++i) {

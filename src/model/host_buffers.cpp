@@ -1,11 +1,12 @@
 #include "model/host_buffers.hpp"
 
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <vector>
 
+#include <c10/core/impl/alloc_cpu.h>
 #if ULYSSES_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -14,12 +15,13 @@
 namespace ulysses::model {
 
 struct HostBuffers::Pool {
-  Pool(bool page_locked_, bool keep_) : page_locked(page_locked_), keep(keep_) {}
+  Pool(const c10::Device& device_, bool keep_) : device(device_), page_locked(device_.is_cuda()), keep(keep_) {}
   ~Pool();
   void* allocate(std::int64_t bytes);   // from the system
   void release(void* p);                // to the system
   void returned(void* p, std::int64_t bytes);
 
+  const c10::Device device;             // a GPU's: current for its CUDA calls
   const bool page_locked, keep;
   mutable std::mutex mutex;
   std::unordered_map<std::int64_t, std::vector<void*>> kept;   // by size in bytes
@@ -28,23 +30,25 @@ struct HostBuffers::Pool {
 
 namespace {
 
-constexpr std::align_val_t kAlignment{64};   // as LibTorch's CPU allocator
-
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30); }
 
 }  // namespace
 
 HostBuffers::Pool::~Pool() {
 #if ULYSSES_CUDA
-  if (page_locked) static_cast<void>(cudaDeviceSynchronize());   // no copy into or out of a buffer still in flight
+  if (page_locked && keep && !kept.empty()) {   // no copy into or out of a kept buffer still in flight
+    const c10::cuda::CUDAGuard on(device);
+    static_cast<void>(cudaDeviceSynchronize());
+  }
 #endif
   for (auto& [bytes, buffers] : kept)
     for (void* p : buffers) release(p);
 }
 
 void* HostBuffers::Pool::allocate(std::int64_t bytes) {
-  if (!page_locked) return ::operator new(static_cast<std::size_t>(bytes), kAlignment);
+  if (!page_locked) return c10::alloc_cpu(static_cast<std::size_t>(bytes));   // its "not enough memory" line
 #if ULYSSES_CUDA
+  const c10::cuda::CUDAGuard on(device);
   void* p = nullptr;
   if (const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(bytes), cudaHostAllocDefault); e != cudaSuccess) {
     static_cast<void>(cudaGetLastError());   // not sticky: clear it
@@ -60,8 +64,9 @@ void* HostBuffers::Pool::allocate(std::int64_t bytes) {
 }
 
 void HostBuffers::Pool::release(void* p) {
-  if (!page_locked) return ::operator delete(p, kAlignment);
+  if (!page_locked) return c10::free_cpu(p);
 #if ULYSSES_CUDA
+  const c10::cuda::CUDAGuard on(device);
   static_cast<void>(cudaFreeHost(p));
 #endif
 }
@@ -76,7 +81,7 @@ void HostBuffers::Pool::returned(void* p, std::int64_t bytes) {
   held -= bytes;
 }
 
-HostBuffers::HostBuffers(bool page_locked, bool keep) : pool_(std::make_shared<Pool>(page_locked, keep)) {}
+HostBuffers::HostBuffers(const c10::Device& device, bool keep) : pool_(std::make_shared<Pool>(device, keep)) {}
 
 torch::Tensor HostBuffers::take(at::IntArrayRef sizes, c10::ScalarType dtype) {
   const auto options = torch::TensorOptions().dtype(dtype).device(torch::kCPU);

@@ -6,19 +6,22 @@
 // memory, and a size just past a power of two nearly twice its bytes: host memory the planner (plan/memory_model)
 // does not count, in the runs whose limit is host memory.
 //
-//   HostBuffers::for_device(d)  page-locked (cudaHostAlloc) and kept for reuse when d is a GPU — page-locking is
-//                               slow and a step asks for the same sizes again; plain memory given back at once on
-//                               a CPU (as torch::empty: the CPU runs' memory is what the planner's cpu profile
-//                               measured)
+//   HostBuffers(device, keep)   page-locked (cudaHostAlloc, with d current) when device is a GPU, else plain
+//                               (LibTorch's CPU allocation); keep: kept for reuse once a tensor is gone, else
+//                               given back at once
+//   HostBuffers::for_copies(d)  for checkpoint offload: kept when d is a GPU — page-locking is slow and each step
+//                               asks for the same sizes again; given back at once on a CPU (as torch::empty: the
+//                               CPU runs' memory is what the planner's cpu profile measured)
 //   take(sizes, dtype)          a contiguous tensor in a buffer of exactly its bytes: a kept one of that size, else
 //                               a new one (a page-locking failure is one line naming the bytes). When the tensor
 //                               and every view of it are gone, the buffer is kept (or given back)
 //   held_bytes()                bytes taken from the system and not given back: in use or kept
 //
-// Reuse is immediate, not guarded by events: a caller keeps every device copy into or out of a buffer on one
-// stream (checkpoint offload: its copies' side stream), which orders a buffer's next copy after its last, and the
-// host touches a buffer only after a blocking copy. Kept buffers go back to the system when the HostBuffers and
-// every tensor from it are gone (on a GPU after a device synchronisation: no copy is still in flight).
+// Reuse is immediate, not guarded by events, so a caller makes every device copy into or out of a buffer either
+// on one stream (checkpoint offload: its copies' side stream), which orders a buffer's next copy after its last,
+// or blocking (the optimizer's masters, not kept); the host touches a buffer only after a blocking copy. Kept
+// buffers go back to the system when the HostBuffers and every tensor from it are gone (on a GPU after a device
+// synchronisation: no copy is still in flight).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +34,8 @@ namespace ulysses::model {
 
 class HostBuffers {
  public:
-  HostBuffers(bool page_locked, bool keep);
-  static HostBuffers for_device(const c10::Device& device) { return {device.is_cuda(), device.is_cuda()}; }
+  HostBuffers(const c10::Device& device, bool keep);
+  static HostBuffers for_copies(const c10::Device& device) { return {device, device.is_cuda()}; }
   torch::Tensor take(at::IntArrayRef sizes, c10::ScalarType dtype);
   std::int64_t held_bytes() const;
 

@@ -34,7 +34,7 @@ torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
 // An offloaded input's copy back to `device`, issued on the side stream into a tensor made on the current one
 // (side_stream.hpp: freed and reused in the compute stream's order).
 Ahead copy_back(const KeptInput& kept, SideStream& copies, const c10::Device& device) {
-  torch::Tensor x = torch::empty(kept.host.sizes(), kept.host.options().device(device));
+  torch::Tensor x = SideStream::unfilled(torch::empty(kept.host.sizes(), kept.host.options().device(device)));
   return copies.launch([&] { return std::vector<torch::Tensor>{x.copy_(kept.host, /*non_blocking=*/true)}; });
 }
 
@@ -127,7 +127,8 @@ struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
 torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options) {
   ULY_CHECK(!torch::GradMode::is_enabled() || !x.is_floating_point() || x.requires_grad(),
             "a recomputed unit's input must require grad, or its parameters would get no gradient");
-  ULY_CHECK(!options.offload || options.copies, "checkpoint offload needs a side stream for its copies");
+  ULY_CHECK(!options.offload || (options.copies && options.host_memory),
+            "checkpoint offload needs a side stream for its copies and host memory for them");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   Recompute o = options;
   if (!torch::GradMode::is_enabled()) o.offload = nullptr;   // no backward will want x (evaluation): no copy

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -42,11 +43,13 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
             gather_group_->size(), shard_group_->rank(), shard_group_->size());
   group_parameters(compute_dtype);
   const std::int64_t W = shard_group_->size();
-  HostBuffers host = HostBuffers::for_device(device_);   // offload: the masters' memory, of exactly their bytes
+  // offload: the masters' memory, of exactly their bytes; every copy in or out of it blocks (host_buffers.hpp)
+  std::optional<HostBuffers> host;
+  if (offload_) host.emplace(device_, /*keep=*/false);
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
-    g.master = offload_ ? host.take({g.shard_numel}, torch::kFloat).zero_()
-                        : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
+    g.master = host ? host->take({g.shard_numel}, torch::kFloat).zero_()
+                    : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
     g.master.requires_grad_(true);
     if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
@@ -112,7 +115,8 @@ void ShardedStates::prefetch(const std::vector<int>& units) {
     for (int gi : units_[u].groups) {
       const Group& g = groups_[gi];
       reads.push_back(offload_ ? g.compute : g.master);
-      into.push_back(torch::empty({g.shard_numel * world()}, torch::dtype(g.gather_dtype).device(device_)));
+      into.push_back(
+          SideStream::unfilled(torch::empty({g.shard_numel * world()}, torch::dtype(g.gather_dtype).device(device_))));
     }
     ahead_[u] = side_->launch([this, u, &into] { return gather_groups(u, into); }, reads);
   }

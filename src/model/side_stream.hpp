@@ -19,9 +19,12 @@
 // No host synchronisation anywhere. On a CPU device the callers run the very same code minus the stream and
 // event calls, so the CPU tests cover the order of what is issued ahead and what is taken.
 //
+//   unfilled(buffer)   marks a buffer made on the current stream for a later launch's fn to fill (see Memory):
+//                      returns it, as it is — or, with a test delay set, filled with NaN first
 //   delay_for_tests(cycles)  tests only (tests/gpu): every later launch first spins its side stream for that many
-//                      GPU clock cycles, so that what it issues finishes long after the compute stream would read
-//                      it without take()'s wait: a missing wait gives wrong numbers every time, not once in a while.
+//                      GPU clock cycles, and unfilled() poisons its buffers, so that a compute stream reading what
+//                      a launch fills without take()'s wait reads NaN every time — not once in a while, nor a
+//                      reused block that happens to hold the same values.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +61,7 @@ class SideStream {
   explicit SideStream(c10::Device device);
   Ahead launch(const std::function<std::vector<torch::Tensor>()>& fn, const std::vector<torch::Tensor>& reads = {});
   const c10::Device& device() const { return device_; }
+  static torch::Tensor unfilled(torch::Tensor buffer);
   static void delay_for_tests(std::int64_t cycles);
 
  private:

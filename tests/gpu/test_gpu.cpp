@@ -5,7 +5,7 @@
 //    CPU reference, forward and backward;
 //  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype;
 //  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it, with every
-//    side-stream launch delayed so that a missing wait shows.
+//    side-stream launch delayed and its buffers poisoned, so that a missing wait shows.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/types.h>
@@ -213,8 +213,8 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
 // layer inputs copied out and back on a side stream (the copy back of layer i-1 issued in layer i's backward):
 // the loss and every gradient equal the same run without prefetch (to 1e-5: the fused attention's backward may
 // sum in another order from run to run), and every unit but the embeddings is taken ahead. Every side-stream
-// launch (the offload copies of both runs included) first spins that stream for about 10 ms, so that a compute
-// stream reading what it issues without waiting for it reads a buffer not yet written.
+// launch (the offload copies of both runs included) first spins that stream for about 10 ms, and the buffers it
+// fills start as NaN, so that a compute stream reading them without waiting for the launch reads NaN.
 TEST(Prefetch, SideStreamsEqualNoPrefetch) {
   struct Delay {
     Delay() { model::SideStream::delay_for_tests(20'000'000); }   // ~10 ms at 2 GHz; a tiny layer runs in µs

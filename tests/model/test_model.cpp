@@ -451,7 +451,7 @@ TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
 // a CPU), nothing stays held. Tensors outlive the HostBuffers that made them. (Page-locking needs a GPU: these
 // are the plain buffers, through the same pool.)
 TEST(HostBuffers, ExactBytesReusedWhenKeptGivenBackOtherwise) {
-  HostBuffers kept(/*page_locked=*/false, /*keep=*/true);
+  HostBuffers kept(torch::kCPU, /*keep=*/true);
   auto a = kept.take({3, 5}, torch::kFloat);                     // 60 bytes, not a power of two
   EXPECT_EQ(a.sizes(), (std::vector<std::int64_t>{3, 5}));
   EXPECT_EQ(a.scalar_type(), torch::kFloat);
@@ -474,10 +474,10 @@ TEST(HostBuffers, ExactBytesReusedWhenKeptGivenBackOtherwise) {
   EXPECT_EQ(kept.take({0, 4}, torch::kFloat).numel(), 0);        // nothing to hold
   EXPECT_EQ(kept.held_bytes(), 236);
 
-  HostBuffers given_back(/*page_locked=*/false, /*keep=*/false);
+  HostBuffers given_back(torch::kCPU, /*keep=*/false);
   torch::Tensor outlives;
   {
-    HostBuffers scoped(/*page_locked=*/false, /*keep=*/false);
+    HostBuffers scoped(torch::kCPU, /*keep=*/false);
     outlives = scoped.take({4}, torch::kFloat);
   }
   outlives.copy_(torch::arange(4, torch::kFloat));               // its memory is still there

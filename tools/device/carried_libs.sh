@@ -6,7 +6,7 @@
 carried_libs() { ldd "$@" 2>/dev/null | carried_of_ldd; }
 carried_of_ldd() {   # the same, from ldd's output on stdin
   local runtime='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv'
-  runtime+='|libstdc\+\+|libgcc_s|libcuda\.so)'
+  runtime+='|libstdc\+\+|libgcc_s|libcuda\.so|libcudart\.so)'   # CUDA's runtime: the torch wheel's (nvidia/cu13)
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
     [[ $name =~ $runtime ]] && continue
     [[ $path == */site-packages/torch/* || $path == */site-packages/nvidia/* ]] && continue

@@ -4,11 +4,11 @@
 # wheel alone (as gpu_checks.sh gives it: the bundle's binaries find its libraries through their RUNPATH, so nothing
 # of it reaches the GPU machine's Python). In a private mount namespace (root, `unshare`) the system copies that
 # ld.so's cache names, UCX's modules folder and MPICH's launcher are hidden (bind-mounted over by /dev/null or an
-# empty folder, with mount(2) alone: mount(8) itself loads some of them); this script's own tools and Python take
-# copies from a folder the binaries never see. Every library the binaries need must then resolve into the bundle,
-# and they pack the sample, train SP=2 on 2 CPU ranks through the bundle's mpiexec (plain, then every memory
-# feature), plan, export, and run the GPU unit test (exit 77 here: no GPU), then tools/device/gpu_checks.sh with its
-# benchmarks' CPU smoke runs. What it cannot rehearse: CUDA itself, and the machine's torch and system libraries
+# empty folder, with mount(2) alone: mount(8) itself loads some of them); this script's own tools take copies from
+# a folder the binaries never see. Every library the binaries need must then resolve into the bundle, and they pack
+# the sample, train SP=2 on 2 CPU ranks through the bundle's mpiexec (plain, then every memory feature), plan,
+# export, and run the GPU unit test (exit 77 here: no GPU). Then, with this machine's copies back in place and no
+# LD_LIBRARY_PATH, as on the GPU machine, tools/device/gpu_checks.sh with its benchmarks' CPU smoke runs. What it cannot rehearse: CUDA itself, and the machine's torch and system libraries
 # (taken here from the venv and Debian 12: the same 2.11+cu130 wheel, perhaps not the same libssl).
 #
 #   bash tools/device/stage.sh && bash tools/device/rehearse.sh      → "rehearse.sh: the bundle runs alone", exit 0
@@ -28,10 +28,14 @@ python=${ULYSSES_DEPS:-/opt/ulysses-deps}/venv/bin/python3
 cat > "$work/bind.c" <<'C'
 #include <stdio.h>
 #include <sys/mount.h>
-int main(int argc, char** argv) {   /* bind argv[1] over argv[2..] */
+#include <string.h>
+int main(int argc, char** argv) {   /* bind argv[1] over argv[2..]; with -u first: unmount argv[2..] */
   int bad = 0;
   for (int i = 2; i < argc; ++i)
-    if (mount(argv[1], argv[i], NULL, MS_BIND, NULL) != 0) { perror(argv[i]); bad = 1; }
+    if ((strcmp(argv[1], "-u") == 0 ? umount(argv[i]) : mount(argv[1], argv[i], NULL, MS_BIND, NULL)) != 0) {
+      perror(argv[i]);
+      bad = 1;
+    }
   return bad;
 }
 C
@@ -45,7 +49,7 @@ bundled() { LD_LIBRARY_PATH=$wheel "$@"; }   # as on the GPU machine: the bundle
 # after the hiding below too
 resolved_alone() {
   local missing outside
-  missing=$(bundled ldd "${binaries[@]}" 2>&1 | grep "not found" | sort -u || true)
+  missing=$(bundled ldd "${binaries[@]}" 2>&1 | grep -E "not found|error" | sort -u || true)
   outside=$(bundled ldd "${binaries[@]}" 2>/dev/null | carried_of_ldd | while read -r name path; do
     echo "$name $(readlink -f "$path")"; done | grep -v " $work/lib/" || true)
   [[ -z $missing$outside ]] || { echo "rehearse.sh: libraries not in the bundle ($1):"; echo "$missing$outside"; exit 1; }
@@ -56,8 +60,8 @@ mapfile -t system < <(bundled ldd "${binaries[@]}" "$work"/lib/ucx/*.so* 2>/dev/
   while read -r name _; do ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ {print $1, $NF}'; done |
   while read -r name path; do echo "$name $(readlink -f "$path")"; done | sort -u |
   grep -v " /usr/lib/x86_64-linux-gnu/ucx/")
-# the GPU machine's own tools and Python have its libpcre2, libz, libffi, libssl…: this script's tools and Python
-# (gpu_checks.sh below) take this machine's copies from a folder of their own, which the bundle's binaries never see
+# while they are hidden, this script's own tools (grep needs libpcre2…) take copies from a folder of their own,
+# which the bundle's binaries never see (`bundled` runs them with the wheel's folders alone)
 mkdir "$work/empty" "$work/system-libs"
 hidden=(/usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy)
 for line in "${system[@]}"; do
@@ -88,6 +92,10 @@ bundled "$B/tests/gpu/test_gpu" >> "$d.log" 2>&1 || rc=$?
 [[ $rc == 0 || $rc == 77 ]] || false
 [[ $(grep -c "done: 4 steps" "$d.log") == 2 ]] || false
 echo "rehearse.sh: the bundle runs alone (pack, train ×2 through its mpiexec, plan, export, test_gpu exit $rc)"
-# gpu_checks.sh itself, its benchmarks as their CPU smoke runs (its GPU tests skip here)
+# gpu_checks.sh itself, its benchmarks as their CPU smoke runs (its GPU tests skip here), as on the GPU machine:
+# this machine's libraries back in place for its tools and Python, none named by LD_LIBRARY_PATH (the binaries'
+# RUNPATH names the bundle's, ahead of them)
+"$work/bind" -u "${hidden[@]}" /usr/lib/x86_64-linux-gnu/ucx
+unset LD_LIBRARY_PATH
 PATH=$(dirname "$python"):$PATH OUT=$work/gpu-checks GPU_CHECKS_SMOKE=1 GPU_CHECKS="1 2 3 4 5" bash tools/device/gpu_checks.sh > "$d.log" 2>&1
 echo "rehearse.sh: gpu_checks.sh runs (GPU_CHECKS_SMOKE: $(grep -c '^== .*: exit' "$d.log") steps, logs in \$OUT)"
