@@ -50,7 +50,8 @@ void* HostBuffers::Pool::allocate(std::int64_t bytes) {
 #if ULYSSES_CUDA
   const c10::cuda::CUDAGuard on(device);
   void* p = nullptr;
-  if (const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(bytes), cudaHostAllocDefault); e != cudaSuccess) {
+  const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(bytes), cudaHostAllocDefault);
+  if (e != cudaSuccess) {
     static_cast<void>(cudaGetLastError());   // not sticky: clear it
     throw BadInput(fmt::format("cannot page-lock {:.2f} GiB more host memory for offloading (cudaHostAlloc: {}; "
                                "{:.2f} GiB held for it already)", gib(bytes), cudaGetErrorString(e), gib(held)),

@@ -6,7 +6,7 @@
 // memory, and a size just past a power of two nearly twice its bytes: host memory the planner (plan/memory_model)
 // does not count, in the runs whose limit is host memory.
 //
-//   HostBuffers(device, keep)   page-locked (cudaHostAlloc, with d current) when device is a GPU, else plain
+//   HostBuffers(device, keep)   page-locked (cudaHostAlloc, that GPU current) when device is a GPU, else plain
 //                               (LibTorch's CPU allocation); keep: kept for reuse once a tensor is gone, else
 //                               given back at once
 //   HostBuffers::for_copies(d)  for checkpoint offload: kept when d is a GPU — page-locking is slow and each step

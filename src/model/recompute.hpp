@@ -17,9 +17,10 @@
 // the graph through f, not copied. A floating x must require grad (the embeddings are trained; checked).
 //
 // Checkpoint offload: the kept input goes to host memory (page-locked, of exactly its bytes, when it is on a GPU:
-// host_buffers.hpp) and comes back for the recomputation. Exact (a copy). Both copies run on a side stream (side_stream.hpp): the copy out overlaps the
-// next layers' forward; with prefetch, the backward of layer i issues the copy back of layer i-1's input, which
-// overlaps layer i's recomputation. On a CPU device the copies run at once, through the same code.
+// host_buffers.hpp) and comes back for the recomputation. Exact (a copy). Both copies run on a side stream
+// (side_stream.hpp): the copy out overlaps the next layers' forward; with prefetch, the backward of layer i issues
+// the copy back of layer i-1's input, which overlaps layer i's recomputation. On a CPU device the copies run at
+// once, through the same code.
 //
 // Prefetch of sharded weights: the forward of a unit issues the gathers of prefetch_forward (the next unit), its
 // backward those of prefetch_backward (the unit before) — ShardedStates::prefetch.

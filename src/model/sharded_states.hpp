@@ -24,8 +24,8 @@
 // live in host memory (the masters page-locked, of exactly their bytes, when the device is a GPU:
 // host_buffers.hpp) and AdamW runs there on the CPU; the device keeps one copy of each shard in its gather dtype,
 // refreshed from the masters after every change (refresh()). The reduce-scattered gradient shard is copied to
-// the host and summed there. On a CPU device the host tensors
-// are separate buffers all the same, so CPU runs exercise the same path.
+// the host and summed there. On a CPU device the host tensors are separate buffers all the same, so CPU runs
+// exercise the same path.
 //
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
 // issues the all-gathers of the units that run next on a side stream (side_stream.hpp), where they overlap the
