@@ -2,7 +2,7 @@
 # Sourced by stage.sh, rehearse.sh and gpu_checks.sh: which shared libraries the GPU machine gets from the bundle,
 # and which it takes from its torch wheel.
 # carried_libs FILE...: "NAME PATH" for each library the executables FILE... load from this machine, less the C
-# runtime, the CUDA driver and torch's wheel (the GPU machine has its own of each).
+# runtime, the CUDA driver, CUDA's runtime and torch's wheel (the GPU machine has its own of each).
 carried_libs() { ldd "$@" 2>/dev/null | carried_of_ldd; }
 carried_of_ldd() {   # the same, from ldd's output on stdin
   local runtime='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv'

@@ -8,8 +8,9 @@
 # a folder the binaries never see. Every library the binaries need must then resolve into the bundle, and they pack
 # the sample, train SP=2 on 2 CPU ranks through the bundle's mpiexec (plain, then every memory feature), plan,
 # export, and run the GPU unit test (exit 77 here: no GPU). Then, with this machine's copies back in place and no
-# LD_LIBRARY_PATH, as on the GPU machine, tools/device/gpu_checks.sh with its benchmarks' CPU smoke runs. What it cannot rehearse: CUDA itself, and the machine's torch and system libraries
-# (taken here from the venv and Debian 12: the same 2.11+cu130 wheel, perhaps not the same libssl).
+# LD_LIBRARY_PATH, as on the GPU machine, tools/device/gpu_checks.sh with its benchmarks' CPU smoke runs. What it
+# cannot rehearse: CUDA itself, and the machine's torch and system libraries (taken here from the venv and
+# Debian 12: the same 2.11+cu130 wheel, perhaps not the same libssl).
 #
 #   bash tools/device/stage.sh && bash tools/device/rehearse.sh      → "rehearse.sh: the bundle runs alone", exit 0
 set -euo pipefail
@@ -43,7 +44,8 @@ cc -static -O1 -o "$work/bind" "$work/bind.c"
 
 source tools/device/carried_libs.sh
 wheel=$(wheel_libs "$python")   # torch's and NCCL's folders, as gpu_checks.sh gives them
-binaries=("$work"/build/src/*/ulysses-* "$work"/build/tests/gpu/test_gpu "$work"/bin/*.hydra "$work"/bin/hydra_pmi_proxy)
+binaries=("$work"/build/src/*/ulysses-* "$work"/build/tests/gpu/test_gpu "$work"/bin/*.hydra
+          "$work"/bin/hydra_pmi_proxy)
 bundled() { LD_LIBRARY_PATH=$wheel "$@"; }   # as on the GPU machine: the bundle's binaries, through their RUNPATH
 # every library a binary needs beyond the C runtime and torch's wheel resolves into the bundle, and none is missing;
 # after the hiding below too
@@ -52,7 +54,8 @@ resolved_alone() {
   missing=$(bundled ldd "${binaries[@]}" 2>&1 | grep -E "not found|error" | sort -u || true)
   outside=$(bundled ldd "${binaries[@]}" 2>/dev/null | carried_of_ldd | while read -r name path; do
     echo "$name $(readlink -f "$path")"; done | grep -v " $work/lib/" || true)
-  [[ -z $missing$outside ]] || { echo "rehearse.sh: libraries not in the bundle ($1):"; echo "$missing$outside"; exit 1; }
+  [[ -z $missing$outside ]] ||
+    { echo "rehearse.sh: libraries not in the bundle ($1):"; echo "$missing$outside"; exit 1; }
 }
 resolved_alone "this machine's copies present"
 # this machine's copies of what the bundle carries (UCX's modules' needs included), "NAME PATH" a line
@@ -79,13 +82,14 @@ export UCX_MODULE_DIR=$work/lib/ucx PATH=$work/bin:$PATH
 B=$work/build C=datasets/sample/tiny-llama/config.json d=$work/run
 mkdir "$d"
 trap 'tail -n 20 "$d.log"; echo "rehearse.sh: failed (the log above)"' ERR
-bundled "$B/src/pack/ulysses-pack" pack datasets/sample/licenses.jsonl.gz -o "$d/packed" --seq-len 1024 --sp 2 --pad-id 258 \
-  --valid-fraction 0.05 --model-config "$C" > "$d.log" 2>&1
-train() { bundled timeout 300 mpiexec -n 2 "$B/src/train/ulysses-train" --data "$d/packed" --model-config "$C" --sp 2 --steps 4 \
-            --micro-batch 1 --threads 1 --device cpu "$@" >> "$d.log" 2>&1; }
+bundled "$B/src/pack/ulysses-pack" pack datasets/sample/licenses.jsonl.gz -o "$d/packed" --seq-len 1024 --sp 2 \
+  --pad-id 258 --valid-fraction 0.05 --model-config "$C" > "$d.log" 2>&1
+train() { bundled timeout 300 mpiexec -n 2 "$B/src/train/ulysses-train" --data "$d/packed" --model-config "$C" --sp 2 \
+            --steps 4 --micro-batch 1 --threads 1 --device cpu "$@" >> "$d.log" 2>&1; }
 train --output "$d/plain"
 train --output "$d/memory" --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits --prefetch on
-bundled "$B/src/plan/ulysses-plan" --model "$C" --nodes 1 --gpus-per-node 4 --sp 4 --device cuda --precision bf16 >> "$d.log"
+bundled "$B/src/plan/ulysses-plan" --model "$C" --nodes 1 --gpus-per-node 4 --sp 4 --device cuda --precision bf16 \
+  >> "$d.log"
 bundled "$B/src/ckpt/ulysses-ckpt" export-hf "$d/memory" -o "$d/hf" >> "$d.log" 2>&1
 rc=0
 bundled "$B/tests/gpu/test_gpu" >> "$d.log" 2>&1 || rc=$?
