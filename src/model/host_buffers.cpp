@@ -11,6 +11,7 @@
 #endif
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace ulysses::model {
 
@@ -27,12 +28,6 @@ struct HostBuffers::Pool {
   std::unordered_map<std::int64_t, std::vector<void*>> kept;   // by size in bytes
   std::int64_t held = 0;
 };
-
-namespace {
-
-double gib(std::int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30); }
-
-}  // namespace
 
 HostBuffers::Pool::~Pool() {
 #if ULYSSES_CUDA
@@ -53,8 +48,9 @@ void* HostBuffers::Pool::allocate(std::int64_t bytes) {
   const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(bytes), cudaHostAllocDefault);
   if (e != cudaSuccess) {
     static_cast<void>(cudaGetLastError());   // not sticky: clear it
-    throw BadInput(fmt::format("cannot page-lock {:.2f} GiB more host memory for offloading (cudaHostAlloc: {}; "
-                               "{:.2f} GiB held for it already)", gib(bytes), cudaGetErrorString(e), gib(held)),
+    throw BadInput(fmt::format("cannot page-lock {} more host memory for offloading (cudaHostAlloc: {}; {} held "
+                               "for it already)", human_bytes(static_cast<std::uint64_t>(bytes)),
+                               cudaGetErrorString(e), human_bytes(static_cast<std::uint64_t>(held))),
                    "offload fewer layer inputs (--offload-checkpoints N) or give the job more host memory; "
                    "ulysses-plan prints the host bytes per rank and node");
   }
