@@ -105,12 +105,16 @@ dist::Watchdog::Call NcclCommunicator::begin(const std::string& op, const torch:
                                              static_cast<double>(x.nbytes()) / (1 << 20), size_, rank_));
 }
 
-// Records an event after the collective just enqueued; the watchdog ends the job if it errs or hangs.
+// Records an event after the collective just enqueued; the watchdog ends the job if it errs or hangs. The probe runs
+// on the watchdog's thread, whose current device would be GPU 0: without the guard, querying the event there makes a
+// CUDA context on GPU 0 (~0.5 GiB) for every rank of a node whose ranks all see every GPU.
 void NcclCommunicator::issued(dist::Watchdog::Call& call) {
+  const auto device = static_cast<c10::DeviceIndex>(device_);
   auto done = std::make_shared<c10::cuda::CUDAEvent>();
-  done->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)));
+  done->record(c10::cuda::getCurrentCUDAStream(device));
   ncclComm_t comm = state_->comm;
-  call.issued([done, comm]() -> dist::Probe {
+  call.issued([done, comm, device]() -> dist::Probe {
+    const c10::cuda::CUDAGuard on(device);
     try {
       if (done->query()) return {dist::Probe::State::kDone, ""};
     } catch (const std::exception& e) {
