@@ -10,7 +10,8 @@
 namespace ulysses::plan {
 
 MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flags, const Layout& layout,
-                             const RankDevice& device, const std::string& profile, std::int64_t seq_len) {
+                             const RankDevice& device, const std::string& profile, std::int64_t seq_len,
+                             bool refuse) {
   const HostMemory host = host_memory();
   MemoryPlan m{layout,
                {device.cuda, device.cuda ? device.memory_bytes : 0, host.bytes},
@@ -26,7 +27,7 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
                             : fmt::format("on this node ({} rank{} × {}; node memory from {})", layout.ranks_per_node,
                                           layout.ranks_per_node == 1 ? "" : "s",
                                           size(fit.need / layout.ranks_per_node), host.source);
-  throw BadInput(
+  const BadInput refusal(
       fmt::format("the memory plan at S = {} needs {} {}, more than the {} usable ({:.0f}% of {}; model states {}, "
                   "activations and loss {}; profile {})",
                   seq_len, size(fit.need), where, size(fit.have), 100 * kUsableFraction,
@@ -36,6 +37,9 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
                   m.profile.name),
       fix ? fmt::format("add {} (ulysses-plan shows the whole plan)", *fix)
           : "use more ranks or nodes, a shorter sequence or a smaller model (ulysses-plan shows the whole plan)");
+  if (refuse) throw refusal;
+  m.unfit = one_line(refusal);
+  return m;
 }
 
 }  // namespace ulysses::plan

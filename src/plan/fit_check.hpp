@@ -28,10 +28,13 @@ struct MemoryPlan {
   Machine machine;
   Profile profile;
   Breakdown breakdown;
+  std::string unfit;   // refuse = false: the refusal's line (its hint too) when the plan does not fit, else empty
 };
 
-// BadInput when the plan does not fit (see above). `profile`: a name or file, "" for the device's default.
+// BadInput when the plan does not fit (see above), or with refuse = false (ulysses-train --ignore-memory-plan) the
+// plan with that line in `unfit`. `profile`: a name or file, "" for the device's default.
 MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flags, const Layout& layout,
-                             const RankDevice& device, const std::string& profile, std::int64_t seq_len);
+                             const RankDevice& device, const std::string& profile, std::int64_t seq_len,
+                             bool refuse = true);
 
 }  // namespace ulysses::plan

@@ -81,13 +81,14 @@ std::vector<std::string> child_environment() {
 }
 
 // A real two-step training run of this binary (a child process: its own peak, as a run's metrics report it) on
-// `data` with these flags; the peak bytes: the allocator's high-water mark on CUDA, the process's peak RSS on CPU.
+// `data` with these flags, saving no checkpoint (one of an 8B model is ~96 GB) and not refused by the plan it
+// calibrates; the peak bytes: the allocator's high-water mark on CUDA, the process's peak RSS on CPU.
 std::int64_t measure(const TrainOptions& o, const std::filesystem::path& config, const plan::MemoryFlags& flags,
                      const std::filesystem::path& data, const std::filesystem::path& run, int threads) {
   std::vector<std::string> args = {"/proc/self/exe", "--data", data.string(), "--model-config", config.string(),
-                                   "--output", run.string(), "--steps", "2", "--lr", "1e-4", "--threads",
-                                   std::to_string(threads), "--device", o.device, "--precision", flags.precision,
-                                   "--sharding", flags.sharding};
+                                   "--output", run.string(), "--steps", "2", "--save-every", "-1", "--lr", "1e-4",
+                                   "--ignore-memory-plan", "--threads", std::to_string(threads), "--device", o.device,
+                                   "--precision", flags.precision, "--sharding", flags.sharding};
   if (flags.activation_checkpointing) args.push_back("--activation-checkpointing");
   if (flags.tiled_mlp) args.push_back("--tiled-mlp");
   if (flags.logits_chunk_tokens > 0)

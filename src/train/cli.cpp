@@ -60,7 +60,15 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
   app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
   app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
-  app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--save-every", o.save_every,
+                 "Checkpoint every N steps and at the end (0: only at the end; -1: never, not even on a stop "
+                 "signal: benchmarks, calibration)")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.starts_with("-") && v != "-1" ? "\"" + v + "\" is not N ≥ 0 or -1 (never save)" : std::string();
+          },
+          "N ≥ 0 or -1"))
+      ->capture_default_str();
   app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
   app.add_option("--eval-every", o.eval_every,
                  "Evaluate on the validation split (ulysses-pack --valid-fraction) every N steps and at the end: "
@@ -109,6 +117,9 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
       ->capture_default_str();
   app.add_flag("--allow-sp-across-islands", o.allow_sp_across_islands,
                "Run even when an SP group spans NVLink islands (its all-to-alls then cross InfiniBand)");
+  app.add_flag("--ignore-memory-plan", o.ignore_memory_plan,
+               "Run although the memory plan says the run cannot fit (a warning line instead of the refusal): to "
+               "find where it really fails, or where the plan's profile is too cautious");
   app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan")
       ->configurable(false);
   app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");

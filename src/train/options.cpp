@@ -33,7 +33,8 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"save_timeout", o.save_timeout},  {"stop_margin", o.stop_margin},
           {"peak_tflops", o.peak_tflops},
           {"threads", o.threads},            {"island_size", o.island_size},
-          {"allow_sp_across_islands", o.allow_sp_across_islands}};
+          {"allow_sp_across_islands", o.allow_sp_across_islands},
+          {"ignore_memory_plan", o.ignore_memory_plan}};
 }
 
 std::filesystem::path model_config_path(const TrainOptions& o, const std::optional<std::filesystem::path>& from) {

@@ -28,7 +28,7 @@ struct TrainOptions {
   std::string lr_decay = "cosine";
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
   std::uint64_t seed = 1234;               // init and data order
-  std::int64_t save_every = 0;             // 0: only at the end (and on a stop signal)
+  std::int64_t save_every = 0;             // N: every N steps; 0: only at the end; both on a stop signal; -1: never
   std::int64_t eval_every = 0;             // evaluate on the validation split every N steps and at the end (0: never)
   std::int64_t eval_sequences = 0;         // validation sequences per evaluation (0: all)
   int keep_last = 3;
@@ -50,6 +50,7 @@ struct TrainOptions {
   int island_size = 0;                     // ranks per NVLink island (0: one node; 72 on GB200 NVL72)
   bool allow_sp_across_islands = false;    // accept SP groups that span islands (slow all-to-alls)
   bool dry_run = false;
+  bool ignore_memory_plan = false;         // a plan that does not fit is a warning line instead of the refusal
   bool overwrite = false;                  // start over in an output that holds checkpoints
 };
 

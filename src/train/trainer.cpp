@@ -247,9 +247,13 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
     log_info("eval: every {} steps and at the end, on {} validation sequence(s)", r.o.eval_every,
              r.o.eval_sequences > 0 ? std::min(r.o.eval_sequences, r.valid_sequences) : r.valid_sequences);
   const auto events = tensorboard_dir(r.o);
-  log_info("writes: {}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), {}/metrics.jsonl{}",
-           r.o.output.string(), r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "",
-           r.o.output.string(), events ? ", TensorBoard events in " + events->string() : "");
+  const std::string checkpoints =
+      r.o.save_every < 0 ? "no checkpoints (--save-every -1), "
+                         : fmt::format("{}/checkpoints/step-NNNNNNN ({}at the end and on a stop signal), ",
+                                       r.o.output.string(),
+                                       r.o.save_every > 0 ? fmt::format("every {} steps, ", r.o.save_every) : "");
+  log_info("writes: {}{}/metrics.jsonl{}", checkpoints, r.o.output.string(),
+           events ? ", TensorBoard events in " + events->string() : "");
 }
 
 // One optimizer step; returns the report (loss over all ranks).
@@ -416,7 +420,9 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         const bool cuda = r.device.is_cuda();
         r.memory = plan::check_memory_fits(r.config, o.memory, where,
                                            {cuda, device_name(r.device), cuda ? device_memory_bytes(r.device) : 0},
-                                           o.memory_profile, dataset->seq_len());
+                                           o.memory_profile, dataset->seq_len(), !o.ignore_memory_plan);
+        if (r.rank == 0 && !r.memory.unfit.empty())
+          log_info("warning: running anyway (--ignore-memory-plan): {}", r.memory.unfit);
         if (o.dry_run) return;
         r.model = model::CausalLm(r.config, r.sp, r.options, sharding_of(r));
         if (o.init_from.empty()) model::init_weights(r.model, o.seed);
@@ -538,14 +544,16 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     const bool late = !signalled && end && state.step < o.steps &&
                       any_rank(past_deadline(now_since_epoch(), *end, next_seconds, save_seconds, o.stop_margin), world);
     const bool stop = signalled || late;
-    if (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0)) save();
+    const bool saves = o.save_every >= 0;   // -1: never
+    if (saves && (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0))) save();
     if (stop && state.step < o.steps) {
       if (r.rank == 0)
-        log_info("{}: saved at step {}, exiting with code {} (resume with --resume auto)",
+        log_info("{}: {} at step {}, exiting with code {}{}",
                  late ? fmt::format("the job ends in {:.0f} s (--stop-margin {:.0f})", *end - now_since_epoch(),
                                     o.stop_margin)
                       : "stop signal received",
-                 state.step, static_cast<int>(kExitPreempted));
+                 saves ? "saved" : "not saved (--save-every -1)", state.step, static_cast<int>(kExitPreempted),
+                 saves ? " (resume with --resume auto)" : "");
       return kExitPreempted;
     }
   }

@@ -283,6 +283,33 @@ class Train(PackedSample):
         lrs = [json.loads(l)["lr"] for l in (out / "metrics.jsonl").read_text().splitlines()]
         self.assertEqual(lrs, [1.5e-3, 3e-3, 3e-3, 3e-3])
 
+    def test_save_every_minus_one_saves_nothing(self):
+        """--save-every -1 (benchmarks, calibration): no checkpoint at the end, nor on a stop signal, which still
+        ends the run with exit 3; below -1 is one line naming the flag."""
+        out = self.root / "nosave"
+        p = self.run_ok(train_cmd(2, self.data, out, "--sp", 2, "--steps", 3, "--save-every", -1))
+        self.assertIn("no checkpoints (--save-every -1)", p.stderr + p.stdout)
+        self.assertEqual(len(losses(out)), 3)
+        self.assertFalse((out / "checkpoints").exists())
+        cut = self.root / "nosave-signalled"
+        p = start(train_cmd(2, self.data, cut, "--sp", 2, "--steps", 100000, "--save-every", -1))
+        try:
+            metrics = cut / "metrics.jsonl"
+            deadline = time.time() + 300
+            while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+                time.sleep(0.05)
+            os.kill(rank_pids(cut)[0], signal.SIGUSR1)
+            _, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 3, err[-3000:])
+        finally:
+            stop(p, cut)
+        self.assertIn("stop signal received: not saved (--save-every -1)", err)
+        self.assertFalse((cut / "checkpoints").exists())
+        p = self.run_ok(train_cmd(1, self.data, self.root / "bad-save", "--save-every", -2), code=2)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("--save-every", p.stderr)
+        self.assertIn("-2", p.stderr)
+
     def test_flops_are_what_a_flop_counter_counts(self):
         """The FLOPs behind TFLOPS and MFU: the matmul part equals what torch's FlopCounterMode counts for one
         forward and backward of the transformers model (its attention bmm's aside: eager attention is dense

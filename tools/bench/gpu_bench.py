@@ -328,7 +328,7 @@ class Runner:
         out = self.work / f"{name}-{tag}"
         cmd = [str(a.train), "--data", str(data), "--model-config", str(self.cfg_path), "--output", str(out),
                "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
-               "--save-every", "0"]
+               "--save-every", "-1"]
         # one rank: nothing to shard, but said so; recomputation exactly as transformers' side of this length
         cmd += ["--device", a.device, "--precision", a.precision, "--sharding", "no_shard"]
         cmd += [] if ceiling is None else ["--peak-tflops", f"{ceiling:.3f}"]

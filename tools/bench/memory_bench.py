@@ -223,8 +223,9 @@ GPU_SIDES = ("A", "B", "C", "C+")
 
 def gpu_main(a):
     """--gpu: doubling S per side on one GPU until it no longer fits (see the module's docstring)."""
-    # a SIGTERM (timeout, a job's end) unwinds through Runner.wait, which ends the run in flight (its own session)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # a SIGTERM (timeout, a job's end) unwinds through Runner.wait, which ends the run in flight (its own session);
+    # the search then stops and what ran is reported
+    signal.signal(signal.SIGTERM, stop_search)
     sys.path.insert(0, str(HERE))
     from gpu_bench import BenchError, find_python, find_tool
 
@@ -249,12 +250,22 @@ def gpu_main(a):
             res = gpu_search(a, pathlib.Path(tmp), sides, b_reason, start, top, chunk)
     except BenchError as e:   # no GPU, a missing tool: one line
         return bad_input(str(e))
+    except SearchStopped:
+        return bad_input("SIGTERM before the search began: nothing to report")
     gpu_report(res, b_reason, a)
+
+
+class SearchStopped(Exception):
+    """A SIGTERM during the --gpu search."""
+
+
+def stop_search(*_):
+    raise SearchStopped()
 
 
 def gpu_search(a, work, sides, b_reason, start, top, chunk):
     """Doubling S from `start` to `top`, every side still running at each length: {side: {S: result}}."""
-    from gpu_bench import BenchError, Runner, llama_1b_config, smoke_config, status_cell
+    from gpu_bench import Runner, llama_1b_config, smoke_config
 
     cfg = smoke_config(top) if a.smoke else llama_1b_config(top)
     (work / "config.json").write_text(json.dumps(cfg))
@@ -268,7 +279,20 @@ def gpu_search(a, work, sides, b_reason, start, top, chunk):
     runner = Runner(a, work, cfg, work / "config.json", dict(os.environ))
     res = {side: {} for side in GPU_SIDES}
     alive = [s for s in GPU_SIDES if not (s == "B" and b_reason)]
-    S = start
+    try:
+        search(runner, sides, res, alive, start, top)
+    except SearchStopped:
+        print("  SIGTERM: the search ends here; the report below covers what ran", flush=True)
+        for side in alive:   # its next length, as a bound: not reached
+            res[side].setdefault(max(res[side]) * 2 if res[side] else start,
+                                 {"status": "skipped", "message": "SIGTERM (the time limit of the command)"})
+    return res
+
+
+def search(runner, sides, res, alive, S, top):
+    """gpu_search's doubling: fills res, takes out of `alive` each side that stops."""
+    from gpu_bench import BenchError, status_cell
+
     while alive and S <= top:
         for side in list(alive):
             ok, why = runner.fits_in_time(side, S, True)
@@ -287,7 +311,6 @@ def gpu_search(a, work, sides, b_reason, start, top, chunk):
                 print(f"  S={S:8d} {side:>2}: {status_cell(r)}: {r.get('message', '')[:160]}", flush=True)
                 alive.remove(side)
         S *= 2
-    return res
 
 
 def gpu_report(res, b_reason, a):

@@ -10,31 +10,36 @@ memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints ev
   RATIO predicted/measured peak, median over the grid = 0.99  (target 0.9-1.1)
   RATIO predicted/measured peak, worst point = 0.92  (target 0.85-1.15)
 
---gpu, the GPU half (one GPU): a Llama-3.2-1B-shaped model (gpu_bench's, random init) in bf16 with the memory
-features of slurm/train_1m.sbatch (optimizer and every layer input offloaded, TiledMLP, tiled logits; --prefetch
-as given, default auto = on). A profile is calibrated on the GPU first (--calibrate lengths; written to
---save-profile when given, for src/plan/profile.cpp's h100/h200 entries), then each of --gpu-lengths trains 2
-steps and its peak GPU memory (the caching allocator's high-water mark, from metrics.jsonl) is compared with the
-plan's device bytes; then the planner's longest length is compared with the longest that really runs (doubling
-from the last length, then one bisection step; --time-limit bounds it). It also times the middle length with
---prefetch on and off (the side streams' overlap; the losses must agree). Prints
+--gpu, the GPU half (one GPU): a Llama-3.2-1B-shaped model (gpu_bench's, random init) in bf16. A profile is
+calibrated on the GPU first (--calibrate lengths; written to --save-profile when given, for src/plan/profile.cpp's
+h100/h200 entries). Then, with the memory features of slurm/train_1m.sbatch (optimizer and every layer input
+offloaded, TiledMLP, tiled logits; --prefetch as given, default auto = on), each of --gpu-lengths trains 2 steps
+and its peak GPU memory (the caching allocator's high-water mark, from metrics.jsonl) is compared with the plan's
+device bytes. Then the plan's longest length is compared with the longest that really runs, on the plain path
+(whose limit, ~21K tokens on 80 GB, is found in a minute; the sbatch's features reach ~676K, where one step takes
+minutes): from the plan's length, runs 15% longer (or shorter) until one runs and one does not, then bisection to
+2%. Last, the middle length again with the other --prefetch (the side streams' overlap). Every run passes
+--ignore-memory-plan (what fits is measured, not planned) and --save-every -1; --time-limit bounds all of it, and
+what it leaves out is said. Prints
 
   RATIO predicted/measured peak GPU memory, median over the lengths = ...  (target 0.9-1.1)
   RATIO predicted longest / longest that runs = ...  (target 0.85-1.15)
   RATIO step time prefetch off/on = ...  (target >= 1.0)
 
---gpu --smoke runs the same code on the CPU (tiny Llama, fp32, short lengths, the built-in cpu profile, prefetch on)
-so CI keeps it working; it exits 1 when the losses with prefetch on and off differ (they must agree, on any
-device).
+--gpu --smoke runs the same code on the CPU (tiny Llama, fp32, short lengths, the built-in cpu profile, prefetch on,
+the search capped at 2048 tokens) so CI keeps it working; it exits 1 when the losses with prefetch on and off differ
+(they must agree on the CPU; on a GPU the difference is printed).
 
 usage: tools/bench/plan_bench.py [--build build] [--lengths 2048,8192,32768] [--calibrate 1024,4096]
                                  [--check TOL]   (exit 1 when a point is off by more than TOL: tests use 0.15)
-       tools/bench/plan_bench.py --gpu [--build build] [--gpu-lengths 16384,65536,262144] [--save-profile F]
+       tools/bench/plan_bench.py --gpu [--build build] [--gpu-lengths 16384,32768,65536] [--save-profile F]
+                                 [--time-limit S]
 """
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,12 +85,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", type=float, default=0, help="exit 1 when |ratio - 1| > this at any point")
     ap.add_argument("--gpu", action="store_true", help="the GPU half (see above)")
-    ap.add_argument("--gpu-lengths", default="16384,65536,262144")
+    ap.add_argument("--gpu-lengths", default="16384,32768,65536")
     ap.add_argument("--prefetch", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--save-profile", help="--gpu: keep the calibrated profile here")
     ap.add_argument("--profile", help="--gpu: use this profile (a file or a built-in name) instead of calibrating "
                     "(--smoke: cpu, as the tiny model's peaks are all fixed cost)")
-    ap.add_argument("--time-limit", type=float, default=480, help="--gpu: seconds for the longest-length search")
+    ap.add_argument("--time-limit", type=float, default=480,
+                    help="--gpu: seconds for all of it (what is left when it ends is reported as not reached)")
     ap.add_argument("--smoke", action="store_true", help="--gpu's code on the CPU, tiny and short")
     a = ap.parse_args()
     if a.gpu:
@@ -124,13 +130,17 @@ def main():
 # --- the GPU half ---
 
 GPU_FEATURES = ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-mlp", "--tiled-logits"]
+# The longest-length search runs the plain path: its limit (~21K tokens for the 1B shape on 80 GB) is found in a
+# minute, where the sbatch's features reach ~676K tokens and a single step there takes minutes.
+SEARCH_FEATURES = []
+TIMEOUT = "timeout"   # train_once: the deadline came first (not a measurement)
 
 
 def gpu_setup(a):
-    """(device, precision, config, peak key, feature flags) of --gpu, or of its CPU smoke run."""
+    """(device, precision, config, peak key) of --gpu, or of its CPU smoke run."""
     if a.smoke:
-        return "cpu", "fp32", smoke_config(8192), "peak_rss_mib", GPU_FEATURES
-    return "cuda", "bf16", llama_1b_config(1 << 22), "peak_gpu_mib", GPU_FEATURES
+        return "cpu", "fp32", smoke_config(8192), "peak_rss_mib"
+    return "cuda", "bf16", llama_1b_config(1 << 22), "peak_gpu_mib"
 
 
 def packed(a, work, cfg, S):
@@ -139,31 +149,38 @@ def packed(a, work, cfg, S):
     return out if out.exists() else pack(a, work, S, vocab=cfg["vocab_size"])
 
 
-def train_once(a, work, setup, S, prefetch, timeout=None):
-    """2 steps at S: (peak MiB, median step seconds, losses), or None when the run fails (out of memory)."""
-    device, precision, cfg, key, features = setup
+def train_once(a, work, setup, S, prefetch, features):
+    """2 steps at S, with no checkpoint and no refusal by the plan (--ignore-memory-plan: what fits is measured, not
+    planned): (peak MiB, the second step's seconds, losses); None when the run fails (out of memory); TIMEOUT when
+    the deadline (--time-limit) came first."""
+    device, precision, cfg, key = setup
+    left = a.deadline - time.monotonic()
+    if left < 5:
+        return TIMEOUT
     out = work / f"run-{S}-{prefetch}"
     cmd = [f"{a.build}/src/train/ulysses-train", "--data", packed(a, work, cfg, S), "--model-config",
-           work / "config.json", "--output", out, "--overwrite", "--steps", 3, "--device", device, "--precision",
-           precision, "--prefetch", prefetch, "--threads", a.threads, *features]
+           work / "config.json", "--output", out, "--overwrite", "--steps", 2, "--save-every", -1,
+           "--ignore-memory-plan", "--device", device, "--precision", precision, "--prefetch", prefetch, "--threads",
+           a.threads, *features]
     try:
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=dict(os.environ, **MALLOC),
-                           timeout=timeout)
+                           timeout=left)
+        if p.returncode != 0:
+            last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+            print(f"    S={S}: exit {p.returncode}: {last[:200]}", flush=True)
+            return None
+        steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
+        return max(m[key] for m in steps), steps[-1]["seconds"], [m["loss"] for m in steps]
     except subprocess.TimeoutExpired:
-        return None
-    if p.returncode != 0:
-        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-        print(f"    S={S}: exit {p.returncode}: {last[:200]}", flush=True)
-        return None
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [m for m in metrics if "loss" in m]
-    return (max(m[key] for m in steps), statistics.median(m["seconds"] for m in steps[1:]),
-            [m["loss"] for m in steps])
+        print(f"    S={S}: stopped at the deadline (--time-limit)", flush=True)
+        return TIMEOUT
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
-def plan_device_bytes(a, work, setup, profile, S=None):
+def plan_device_bytes(a, work, setup, profile, features, S=None):
     """The plan's bytes per rank at S (device, or on the CPU the rank's), or its longest length when S is None."""
-    device, precision, _, _, features = setup
+    device, precision, _, _ = setup
     cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", work / "config.json", "--device", device, "--nodes", 1,
            "--gpus-per-node", 1, "--sp", 1, "--precision", precision, "--profile", profile, "--prefetch", a.prefetch,
            *features, "--json"]
@@ -182,89 +199,122 @@ def gpu_memory():
     return f"{int(p.stdout.split()[0])}MiB"
 
 
-def longest_that_runs(a, work, setup, start, deadline, cap):
-    """Doubling from `start` (which ran) while it runs, then one bisection step: (longest that ran, first that did
-    not, or None when the time or the cap ended the search first)."""
-    ok, bad = start, None
-    while bad is None:
-        left = deadline - time.monotonic()
-        if left < 30 or ok * 2 > cap:
-            return ok, None
-        S = ok * 2
-        if train_once(a, work, setup, S, a.prefetch, timeout=left) is None:
-            bad = S
+def longest_that_runs(a, work, setup, planned, cap):
+    """From the plan's longest length (at most `cap`): up by 15% while runs succeed, down by 15% while they fail,
+    then bisection to 2%: (longest that ran, shortest that did not), either None where the deadline or the cap left
+    that side open."""
+    def aligned(S):
+        return max(64, int(S) // 64 * 64)
+
+    ok, bad, S = None, None, aligned(min(planned, cap))
+    while ok is None or bad is None:
+        got = train_once(a, work, setup, S, a.prefetch, SEARCH_FEATURES)
+        if got == TIMEOUT:
+            return ok, bad
+        print(f"  search S={S:8d}: {'did not run' if got is None else f'ran, peak {got[0]:.0f} MiB'}", flush=True)
+        if got is None:
+            bad, S = S, aligned(S / 1.15)
         else:
-            ok = S
-    mid = (ok + bad) // 2 // 64 * 64
-    left = deadline - time.monotonic()
-    if left > 30 and mid > ok and train_once(a, work, setup, mid, a.prefetch, timeout=left) is not None:
-        ok = mid
+            ok, S = S, max(S + 64, aligned(S * 1.15))
+        if ok is None and S >= bad or bad is None and S > cap:
+            return ok, bad
+    while bad - ok > max(64, ok // 50):
+        mid = aligned((ok + bad) // 2)
+        if mid <= ok:
+            break
+        got = train_once(a, work, setup, mid, a.prefetch, SEARCH_FEATURES)
+        if got == TIMEOUT:
+            break
+        print(f"  search S={mid:8d}: {'did not run' if got is None else f'ran, peak {got[0]:.0f} MiB'}", flush=True)
+        ok, bad = (ok, mid) if got is None else (mid, bad)
     return ok, bad
 
 
+def calibrated_profile(a, work, setup):
+    """The profile the plan uses: calibrated on this device (the default), or the one named."""
+    device, precision, _, _ = setup
+    named = a.profile or ("cpu" if a.smoke else None)
+    if named:
+        print(f"profile: {named} (not calibrated here)")
+        return named
+    profile = pathlib.Path(a.save_profile) if a.save_profile else work / "profile.json"
+    calibrate = a.calibrate or "2048,8192"
+    cmd = [f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config", work / "config.json",
+           "--calibrate-lengths", calibrate, "--device", device, "--precision", precision, "--threads", a.threads]
+    try:
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True,
+                           timeout=max(1.0, a.deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        sys.exit(f"the calibration did not finish within --time-limit {a.time_limit:g} s")
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stderr[-2000:]}")
+    p = json.loads(profile.read_text())
+    print(f"calibrated at {calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
+          f"mlp {p['mlp_factor']:.3f}, loss {p['loss_factor']:.3f}, fixed {p['device_fixed'] / 2**20:.0f} "
+          f"MiB device, {p['host_fixed'] / 2**20:.0f} MiB host", flush=True)
+    return profile
+
+
 def gpu_main(a):
+    a.deadline = time.monotonic() + a.time_limit
     setup = gpu_setup(a)
-    device, precision, cfg, key, features = setup
+    device, precision, cfg, key = setup
     if a.prefetch == "auto":   # as the trainer resolves it; the smoke run prefetches, to keep that path working
         a.prefetch = "on" if device == "cuda" or a.smoke else "off"
     if a.smoke:
         print("smoke run on the CPU: the code path only; its numbers measure nothing")
     lengths = [256, 512, 1024] if a.smoke else [int(x) for x in a.gpu_lengths.split(",")]
-    calibrate = a.calibrate or "2048,8192"
-    named = a.profile or ("cpu" if a.smoke else None)
     print(f"model: {cfg['hidden_size']} hidden, {cfg['num_hidden_layers']} layers, vocab {cfg['vocab_size']}; "
-          f"{device} {precision}; features {' '.join(features)} --prefetch {a.prefetch}", flush=True)
+          f"{device} {precision}; features {' '.join(GPU_FEATURES)} --prefetch {a.prefetch}; --time-limit "
+          f"{a.time_limit:g} s for all of it", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         (work / "config.json").write_text(json.dumps(cfg))
-        if named:
-            profile = named
-            print(f"profile: {named} (not calibrated here)")
-        else:
-            profile = pathlib.Path(a.save_profile) if a.save_profile else work / "profile.json"
-            run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
-                 work / "config.json", "--calibrate-lengths", calibrate, "--device", device, "--precision", precision,
-                 "--threads", a.threads])
-            p = json.loads(profile.read_text())
-            print(f"calibrated at {calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, "
-                  f"mlp {p['mlp_factor']:.3f}, loss {p['loss_factor']:.3f}, fixed {p['device_fixed'] / 2**20:.0f} "
-                  f"MiB device, {p['host_fixed'] / 2**20:.0f} MiB host", flush=True)
+        profile = calibrated_profile(a, work, setup)
         ratios, timed = [], {}
         for S in lengths:
-            got = train_once(a, work, setup, S, a.prefetch)
-            if got is None:
-                print(f"  S={S}: did not run (see above); left out")
+            got = train_once(a, work, setup, S, a.prefetch, GPU_FEATURES)
+            if got is None or got == TIMEOUT:
+                print(f"  S={S}: {'did not run (see above)' if got is None else 'not reached'}; left out")
                 continue
             peak, seconds, losses = got
             timed[S] = (seconds, losses)
-            r = plan_device_bytes(a, work, setup, profile, S) / (peak * 2**20)
+            r = plan_device_bytes(a, work, setup, profile, GPU_FEATURES, S) / (peak * 2**20)
             ratios.append(r)
             print(f"  S={S:8d}: peak {peak:9.0f} MiB, {seconds:7.2f} s a step, predicted/measured {r:.3f}", flush=True)
         if ratios:
             print(f"RATIO predicted/measured peak GPU memory, median over the lengths = {statistics.median(ratios):.3f}"
-                  "  (target 0.9-1.1)")
-        mid = lengths[len(lengths) // 2]
-        if mid in timed:
-            other = "off" if a.prefetch == "on" else "on"
-            got = train_once(a, work, setup, mid, other)
-            if got is not None:
-                same = all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(got[2], timed[mid][1]))
-                on, off = (timed[mid][0], got[1]) if other == "off" else (got[1], timed[mid][0])
-                print(f"RATIO step time prefetch off/on = {off / on:.3f}  (target >= 1.0; S={mid}; losses "
-                      f"{'agree' if same else 'DIFFER'})")
-                if not same:
-                    sys.exit(f"prefetch on and off gave different losses at S={mid}: {got[2]} vs {timed[mid][1]}")
-        predicted = plan_device_bytes(a, work, setup, profile)
-        if timed:
-            deadline = time.monotonic() + a.time_limit
-            cap = 4096 if a.smoke else 1 << 23
-            ran, failed = longest_that_runs(a, work, setup, max(timed), deadline, cap)
-            if failed is None:
-                print(f"longest that runs: >= {ran} (the time limit or {cap} tokens ended the search); the plan says "
-                      f"{predicted}")
-            else:
-                print(f"RATIO predicted longest / longest that runs = {predicted / ran:.3f}  (target 0.85-1.15; "
-                      f"{ran} ran, {failed} did not; the plan says {predicted})")
+                  f"  (target 0.9-1.1; {len(ratios)} lengths)", flush=True)
+        planned = plan_device_bytes(a, work, setup, profile, SEARCH_FEATURES)
+        cap = 2048 if a.smoke else 1 << 23
+        print(f"longest length, plain path ({' '.join(SEARCH_FEATURES) or 'no memory features'}): the plan says "
+              f"{planned}", flush=True)
+        ran, failed = longest_that_runs(a, work, setup, planned, cap)
+        if ran and failed:
+            print(f"RATIO predicted longest / longest that runs = {planned / ran:.3f}  (target 0.85-1.15; {ran} ran, "
+                  f"{failed} did not; the plan says {planned})", flush=True)
+        else:
+            print(f"longest that runs: {f'>= {ran}' if ran else '?'}{f', < {failed}' if failed else ''} (the deadline "
+                  f"or the cap of {cap} tokens ended the search); the plan says {planned}", flush=True)
+        prefetch_timing(a, work, setup, lengths, timed)
+
+
+def prefetch_timing(a, work, setup, lengths, timed):
+    """The middle length again with the other --prefetch: step time off/on; the losses should agree (on the CPU
+    they must: the smoke run exits 1 when they do not)."""
+    mid = lengths[len(lengths) // 2]
+    if mid not in timed:
+        return
+    other = "off" if a.prefetch == "on" else "on"
+    got = train_once(a, work, setup, mid, other, GPU_FEATURES)
+    if got is None or got == TIMEOUT:
+        return
+    worst = max(abs(x - y) / abs(y) for x, y in zip(got[2], timed[mid][1]))
+    on, off = (timed[mid][0], got[1]) if other == "off" else (got[1], timed[mid][0])
+    print(f"RATIO step time prefetch off/on = {off / on:.3f}  (target >= 1.0; S={mid}; losses "
+          f"{'agree' if worst <= 1e-6 else f'differ by {worst:.1e} relative'})")
+    if a.smoke and worst > 1e-6:
+        sys.exit(f"prefetch on and off gave different losses at S={mid}: {got[2]} vs {timed[mid][1]}")
 
 
 if __name__ == "__main__":
