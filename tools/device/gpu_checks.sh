@@ -45,7 +45,7 @@ missing=$(ldd "$B"/src/*/ulysses-* "$B"/tests/gpu/test_gpu "$root"/bin/*.hydra "
   grep "not found" | sort -u)
 [[ -z $missing ]] || { echo "gpu_checks.sh: libraries not found:"; echo "$missing"; exit 2; }
 steps=${GPU_CHECKS:-1 2 3 5 4}
-deadline=$((SECONDS + ${GPU_CHECKS_SECONDS:-570}))
+deadline=${GPU_CHECKS_SECONDS:-570}   # in seconds since this script began (bash's SECONDS), unpacking included
 export TMPDIR=$root/tmp   # the calibration's and the benchmarks' files: removed with the bundle's folder
 mkdir -p "$TMPDIR"
 status=0
