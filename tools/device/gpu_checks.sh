@@ -70,7 +70,7 @@ step() {   # NAME COMMAND...: runs it within $limit seconds, its output in $OUT/
   [[ $rc == 77 && -n $smoke ]] && return 0   # a GPU test skipping where there is no GPU
   return $rc
 }
-bench_args=(--gpu-lengths "16384,32768,65536") gpu_bench_args=(--lengths 16384)
+bench_args=(--gpu-lengths "16384,32768,65536") gpu_bench_args=(--lengths 8192)
 [[ -z $smoke ]] || bench_args=(--smoke) gpu_bench_args=(--smoke)
 memory_bench_gpu() {   # step 5: ALST's wheels installed for side B, the profile of step 3 for ours
   local profile=${MEMORY_PROFILE:-} args=(--smoke)
