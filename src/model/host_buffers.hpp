@@ -1,5 +1,6 @@
 // HostBuffers: host memory of exactly the bytes asked for, for what a run moves off its device — the layer inputs
-// of checkpoint offload (recompute.hpp), the fp32 master shards of optimizer offload (sharded_states.hpp).
+// of checkpoint offload (recompute.hpp), the fp32 master and gradient shards of optimizer offload
+// (sharded_states.hpp).
 //
 // Why not torch's pinned memory: its caching host allocator rounds every block up to the next power of two and
 // keeps it (ATen/core/CachingHostAllocator.h, PowerOf2Ceil), so a 6.3 GiB layer input holds 8 GiB of page-locked
@@ -9,9 +10,10 @@
 //   HostBuffers(device, keep)   page-locked (cudaHostAlloc, that GPU current) when device is a GPU, else plain
 //                               (LibTorch's CPU allocation); keep: kept for reuse once a tensor is gone, else
 //                               given back at once
-//   HostBuffers::for_copies(d)  for checkpoint offload: kept when d is a GPU — page-locking is slow and each step
-//                               asks for the same sizes again; given back at once on a CPU (as torch::empty: the
-//                               CPU runs' memory is what the planner's cpu profile measured)
+//   HostBuffers::for_copies(d)  for what each step asks for again in the same sizes (checkpoint offload's layer
+//                               inputs, the gradient shards): kept when d is a GPU — page-locking is slow; given
+//                               back at once on a CPU (as torch::empty: the CPU runs' memory is what the
+//                               planner's cpu profile measured)
 //   take(sizes, dtype)          a contiguous tensor in a buffer of exactly its bytes: a kept one of that size, else
 //                               a new one (a page-locking failure is one line naming the bytes). When the tensor
 //                               and every view of it are gone, the buffer is kept (or given back)
@@ -19,9 +21,9 @@
 //
 // Reuse is immediate, not guarded by events, so a caller makes every device copy into or out of a buffer either
 // on one stream (checkpoint offload: its copies' side stream), which orders a buffer's next copy after its last,
-// or blocking (the optimizer's masters, not kept); the host touches a buffer only after a blocking copy. Kept
-// buffers go back to the system when the HostBuffers and every tensor from it are gone (on a GPU after a device
-// synchronisation: no copy is still in flight).
+// or blocking (the optimizer's masters and gradient shards); the host touches a buffer only after a blocking
+// copy. Kept buffers go back to the system when the HostBuffers and every tensor from it are gone (on a GPU after a
+// device synchronisation: no copy is still in flight).
 #pragma once
 
 #include <cstdint>

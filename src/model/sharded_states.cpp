@@ -46,6 +46,7 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
   // offload: the masters' memory, of exactly their bytes; every copy in or out of it blocks (host_buffers.hpp)
   std::optional<HostBuffers> host;
   if (offload_) host.emplace(device_, /*keep=*/false);
+  if (offload_) grad_host_.emplace(HostBuffers::for_copies(device_));
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
     g.master = host ? host->take({g.shard_numel}, torch::kFloat).zero_()
@@ -169,7 +170,11 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
         flat.narrow(0, at.offset, grads[k].numel()).copy_(grads[k].reshape(-1));
     }
     torch::Tensor mine = world() > 1 ? shard_group_->reduce_scatter_sum(flat) : flat;   // [n]
-    if (offload_) mine = mine.to(g.master.device());                                 // summed in host memory
+    if (offload_ && !g.master.grad().defined()) {   // the step's first: copied (blocking) into page-locked memory
+      g.master.mutable_grad() = grad_host_->take({g.shard_numel}, torch::kFloat).copy_(mine);
+      continue;
+    }
+    if (offload_) mine = mine.to(g.master.device());   // a later one (accumulation): summed in host memory
     if (g.master.grad().defined()) g.master.mutable_grad().add_(mine);
     else g.master.mutable_grad() = mine;
   }

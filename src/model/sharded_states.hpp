@@ -21,10 +21,11 @@
 //   load / for_each_whole whole named tensors in (this rank keeps its slice) and out (gathered per group)
 //
 // Optimizer offload (DeepSpeed's offload_optimizer): the masters, their gradients and (so) the AdamW moments
-// live in host memory (the masters page-locked, of exactly their bytes, when the device is a GPU:
-// host_buffers.hpp) and AdamW runs there on the CPU; the device keeps one copy of each shard in its gather dtype,
-// refreshed from the masters after every change (refresh()). The reduce-scattered gradient shard is copied to
-// the host and summed there. On a CPU device the host tensors are separate buffers all the same, so CPU runs
+// live in host memory (the masters and the gradient shards page-locked, of exactly their bytes, when the device is
+// a GPU: host_buffers.hpp) and AdamW runs there on the CPU; the device keeps one copy of each shard in its gather
+// dtype, refreshed from the masters after every change (refresh()). A step's first reduce-scattered gradient of a
+// shard is copied straight into its page-locked buffer (kept from step to step on a GPU, as DeepSpeed's pinned
+// gradient partitions); a later one (gradient accumulation) is copied to the host and summed there. On a CPU device the host tensors are separate buffers all the same, so CPU runs
 // exercise the same path.
 //
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
@@ -44,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,7 @@
 
 #include "comm/communicator.hpp"
 #include "io/sharded_checkpoint.hpp"
+#include "model/host_buffers.hpp"
 #include "model/side_stream.hpp"
 #include "plan/state_layout.hpp"
 
@@ -157,6 +160,7 @@ class ShardedStates {
   c10::Device device_ = c10::kCPU;
   bool offload_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh
+  std::optional<HostBuffers> grad_host_;   // offload only: the gradient shards' host memory (for_copies)
   std::unique_ptr<SideStream> side_;   // prefetch only
   std::map<int, Ahead> ahead_;         // unit -> its gathered groups, issued ahead
   std::int64_t taken_ahead_ = 0;

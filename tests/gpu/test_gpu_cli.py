@@ -1,8 +1,9 @@
 """ulysses-train on an NVIDIA GPU through its command line (exit 77 = skipped where there is none):
 SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP=1 on the GPU; one rank
 over NCCL equals one rank over MPI bit for bit; sharded states with every layer input offloaded train the same
-with --prefetch (side streams) as without, and at SP=4 through MPI; a bf16 run logs the varlen flash kernel, MFU
-and peak GPU memory.
+with --prefetch (side streams) as without, at SP=4 through MPI, and as the plain path (every memory feature off:
+the offloaded optimizer's page-locked copies, the gathers, TiledMLP and tiled logits on the GPU); a bf16 run logs
+the varlen flash kernel, MFU and peak GPU memory.
 
 usage: test_gpu_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
@@ -66,11 +67,13 @@ class GpuTrain(PackedSample):
         self.assertIn("copied on a side stream", log)
         off, _ = self.train(1, "prefetch-off", "--comm", "nccl", "--prefetch", "off", *features)
         sp4, _ = self.train(4, "prefetch-sp4", "--sp", 4, "--comm", "mpi", *features)
-        a, b, c = losses(on), losses(off), losses(sp4)
-        self.assertEqual((len(a), len(b), len(c)), (6, 6, 6), "every run logs every step")
-        for step, (x, y, z) in enumerate(zip(a, b, c), 1):
+        plain, _ = self.train(1, "features-off", "--comm", "nccl")
+        a, b, c, d = losses(on), losses(off), losses(sp4), losses(plain)
+        self.assertEqual((len(a), len(b), len(c), len(d)), (6, 6, 6, 6), "every run logs every step")
+        for step, (x, y, z, w) in enumerate(zip(a, b, c, d), 1):
             self.assertLessEqual(abs(x - y), 1e-6 * abs(y), f"step {step}: prefetch on {x} vs off {y}")
             self.assertLessEqual(abs(z - y), 1e-5 * abs(y), f"step {step}: SP=4 through MPI {z} vs SP=1 {y}")
+            self.assertLessEqual(abs(w - y), 1e-5 * abs(w), f"step {step}: every feature off {w} vs on {y}")
 
     def test_bf16_logs_kernel_mfu_and_peak_memory(self):
         out, log = self.train(1, "bf16", "--precision", "bf16")

@@ -94,6 +94,11 @@ class ShardedCli(PackedSample):
         self.assertIn("optimizer offloaded", p.stderr)
         self.assertIn("offloaded model states", p.stderr)
         self.assert_track(losses(offloaded), losses(plain), "offloaded optimizer")
+        # accumulating: a step's first gradient of each shard is copied into its own host buffer, the second added
+        plain, offloaded = self.root / "plain-accum", self.root / "offloaded-accum"
+        self.run_ok(train_cmd(1, self.data, plain, "--grad-accum", 2, "--steps", 10, "--sharding", "no_shard"))
+        self.run_ok(train_cmd(1, self.data, offloaded, "--grad-accum", 2, "--steps", 10, "--offload-optimizer"))
+        self.assert_track(losses(offloaded), losses(plain), "offloaded optimizer, 2 micro-batches a step")
 
     def test_dry_run_builds_nothing_and_reports_states(self):
         out = self.root / "dry"
