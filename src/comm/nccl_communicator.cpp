@@ -114,8 +114,8 @@ void NcclCommunicator::issued(dist::Watchdog::Call& call) {
   done->record(c10::cuda::getCurrentCUDAStream(device));
   ncclComm_t comm = state_->comm;
   call.issued([done, comm, device]() -> dist::Probe {
-    const c10::cuda::CUDAGuard on(device);
     try {
+      const c10::cuda::CUDAGuard on(device);   // throws where the GPU has a sticky error: reported as the query's
       if (done->query()) return {dist::Probe::State::kDone, ""};
     } catch (const std::exception& e) {
       return {dist::Probe::State::kFailed, e.what()};

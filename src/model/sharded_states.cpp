@@ -54,6 +54,8 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarTy
     g.master.requires_grad_(true);
     if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
+  if (offload_ && device_.is_cuda())   // the gradient shards' page-locked buffers, kept for the first backward
+    for (const Group& g : groups_) static_cast<void>(grad_host_->take({g.shard_numel}, torch::kFloat));
   if (prefetch) side_ = std::make_unique<SideStream>(device_);
 }
 

@@ -25,8 +25,9 @@
 // a GPU: host_buffers.hpp) and AdamW runs there on the CPU; the device keeps one copy of each shard in its gather
 // dtype, refreshed from the masters after every change (refresh()). A step's first reduce-scattered gradient of a
 // shard is copied straight into its page-locked buffer (kept from step to step on a GPU, as DeepSpeed's pinned
-// gradient partitions); a later one (gradient accumulation) is copied to the host and summed there. On a CPU device the host tensors are separate buffers all the same, so CPU runs
-// exercise the same path.
+// gradient partitions; taken when the states are built, so that a failure to page-lock them comes at start-up);
+// a later one (gradient accumulation) is copied to the host and summed there. On a CPU device the host tensors are
+// separate buffers all the same, so CPU runs exercise the same path.
 //
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
 // issues the all-gathers of the units that run next on a side stream (side_stream.hpp), where they overlap the

@@ -1,9 +1,11 @@
 #include "train/calibrate.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -100,9 +102,12 @@ std::int64_t measure(const TrainOptions& o, const std::filesystem::path& config,
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   argv.push_back(nullptr), envp.push_back(nullptr);
   const std::string log = run.string() + ".log";
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   ULY_CHECK(pid >= 0, "fork: {}", std::strerror(errno));
-  if (pid == 0) {   // the child: only exec (and the redirection) between fork and exec
+  if (pid == 0) {   // the child: only exec (and the redirection) between fork and exec; it ends when we do
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);   // we ended before it asked
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, STDERR_FILENO), dup2(fd, STDOUT_FILENO);
     execve(argv[0], argv.data(), envp.data());

@@ -421,7 +421,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
         r.memory = plan::check_memory_fits(r.config, o.memory, where,
                                            {cuda, device_name(r.device), cuda ? device_memory_bytes(r.device) : 0},
                                            o.memory_profile, dataset->seq_len(), !o.ignore_memory_plan);
-        if (r.rank == 0 && !r.memory.unfit.empty())
+        if (topo.place(r.rank).local_rank == 0 && !r.memory.unfit.empty())   // each node's plan, by its first rank
           log_info("warning: running anyway (--ignore-memory-plan): {}", r.memory.unfit);
         if (o.dry_run) return;
         r.model = model::CausalLm(r.config, r.sp, r.options, sharding_of(r));
@@ -506,8 +506,9 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (const double earliest = -max_over_ranks(end ? -*end : -kNoEnd, world); earliest < kNoEnd) end = earliest;
   else end.reset();
   if (end && r.rank == 0)
-    log_info("the job ends in {:.0f} s: the run saves and exits {} once a step and a save would end within {:.0f} s "
-             "of it (--stop-margin)", *end - now_since_epoch(), static_cast<int>(kExitPreempted), o.stop_margin);
+    log_info("the job ends in {:.0f} s: the run {}exits {} once a step and a save would end within {:.0f} s of it "
+             "(--stop-margin)", *end - now_since_epoch(), o.save_every >= 0 ? "saves and " : "",
+             static_cast<int>(kExitPreempted), o.stop_margin);
   double run_seconds = 0;   // this run's steps, for the ETA
   std::int64_t run_steps = 0;
   double eval_seconds = 0;   // the last evaluation's, for the deadline

@@ -121,10 +121,10 @@ class PlanCli(TempDirCase):
         core = pathlib.Path(TRAIN).with_name("ulysses-train-core")   # the trainer, refusing on its own
         p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, core, *args])), capture_output=True, text=True)
         self.assertEqual((p.returncode, p.stderr), (2, lines[0] + "\n"))
-        # --ignore-memory-plan: the same line as a warning, and the (dry) run goes on; one rank, the front passing
-        one = [*args[:args.index("--sp")], "--sp", 1, *args[args.index("--sp") + 2:]]
-        p = subprocess.run(list(map(str, [TRAIN, *one, "--dry-run", "--ignore-memory-plan"])), capture_output=True,
-                           text=True)
+        # --ignore-memory-plan: the front passes the run on and the trainer's first rank of the node warns with the
+        # same line; the (dry) run goes on
+        p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, TRAIN, *args, "--dry-run", "--ignore-memory-plan"])),
+                           capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         warning = [l for l in (p.stdout + p.stderr).splitlines() if "--ignore-memory-plan" in l]
         self.assertEqual(len(warning), 1, p.stdout + p.stderr)

@@ -350,8 +350,8 @@ class Runner:
         start = time.monotonic()
         with open(log, "w") as f:
             p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        # the final checkpoint (fp32 weights + AdamW, ~20 GB at 1B) is not what is measured: once the last
-        # step's metrics line is written, the run is ended instead of waiting for the save
+        # once the last step's metrics line is written the run is ended: what follows (the final log lines,
+        # teardown) is not what is measured
         rc, timed_out = self.wait(p, done=lambda: len(rows()) >= total)
         wall = time.monotonic() - start
         got = rows()

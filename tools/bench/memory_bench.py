@@ -248,6 +248,7 @@ def gpu_main(a):
         b_reason = alst_unavailable(a.python)
         with tempfile.TemporaryDirectory() as tmp:
             res = gpu_search(a, pathlib.Path(tmp), sides, b_reason, start, top, chunk)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the search is over: a late one must not lose the report
     except BenchError as e:   # no GPU, a missing tool: one line
         return bad_input(str(e))
     except SearchStopped:

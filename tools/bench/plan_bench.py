@@ -49,7 +49,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from memory_bench import CONFIG, MALLOC, pack  # noqa: E402   # the same model, malloc settings and data
-from gpu_bench import llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
+from gpu_bench import failure_status, llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
 
 ALL_FEATURES = ["--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens", "256"]
 
@@ -134,6 +134,7 @@ GPU_FEATURES = ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-m
 # minute, where the sbatch's features reach ~676K tokens and a single step there takes minutes.
 SEARCH_FEATURES = []
 TIMEOUT = "timeout"   # train_once: the deadline came first (not a measurement)
+FAILED = "failed"     # train_once: the run failed otherwise than out of memory (not a measurement either)
 
 
 def gpu_setup(a):
@@ -151,8 +152,8 @@ def packed(a, work, cfg, S):
 
 def train_once(a, work, setup, S, prefetch, features):
     """2 steps at S, with no checkpoint and no refusal by the plan (--ignore-memory-plan: what fits is measured, not
-    planned): (peak MiB, the second step's seconds, losses); None when the run fails (out of memory); TIMEOUT when
-    the deadline (--time-limit) came first."""
+    planned): (peak MiB, the second step's seconds, losses); None when it runs out of memory; FAILED when it fails
+    otherwise; TIMEOUT when the deadline (--time-limit) came first."""
     device, precision, cfg, key = setup
     left = a.deadline - time.monotonic()
     if left < 5:
@@ -166,9 +167,11 @@ def train_once(a, work, setup, S, prefetch, features):
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=dict(os.environ, **MALLOC),
                            timeout=left)
         if p.returncode != 0:
-            last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
-            print(f"    S={S}: exit {p.returncode}: {last[:200]}", flush=True)
-            return None
+            log = work / f"run-{S}-{prefetch}.log"
+            log.write_text(p.stderr)
+            status, why = failure_status(p.returncode, log)
+            print(f"    S={S}: {'out of memory' if status == 'OOM' else 'FAILED'}: {why[:200]}", flush=True)
+            return None if status == "OOM" else FAILED
         steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
         return max(m[key] for m in steps), steps[-1]["seconds"], [m["loss"] for m in steps]
     except subprocess.TimeoutExpired:
@@ -209,7 +212,7 @@ def longest_that_runs(a, work, setup, planned, cap):
     ok, bad, S = None, None, aligned(min(planned, cap))
     while ok is None or bad is None:
         got = train_once(a, work, setup, S, a.prefetch, SEARCH_FEATURES)
-        if got == TIMEOUT:
+        if got in (TIMEOUT, FAILED):
             return ok, bad
         print(f"  search S={S:8d}: {'did not run' if got is None else f'ran, peak {got[0]:.0f} MiB'}", flush=True)
         if got is None:
@@ -223,7 +226,7 @@ def longest_that_runs(a, work, setup, planned, cap):
         if mid <= ok:
             break
         got = train_once(a, work, setup, mid, a.prefetch, SEARCH_FEATURES)
-        if got == TIMEOUT:
+        if got in (TIMEOUT, FAILED):
             break
         print(f"  search S={mid:8d}: {'did not run' if got is None else f'ran, peak {got[0]:.0f} MiB'}", flush=True)
         ok, bad = (ok, mid) if got is None else (mid, bad)
@@ -241,7 +244,7 @@ def calibrated_profile(a, work, setup):
     calibrate = a.calibrate or "2048,8192"
     cmd = [f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config", work / "config.json",
            "--calibrate-lengths", calibrate, "--device", device, "--precision", precision, "--threads", a.threads]
-    try:
+    try:   # killed at the deadline, its training run ends with it (the trainer's child asks for SIGKILL then)
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True,
                            timeout=max(1.0, a.deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -274,8 +277,8 @@ def gpu_main(a):
         ratios, timed = [], {}
         for S in lengths:
             got = train_once(a, work, setup, S, a.prefetch, GPU_FEATURES)
-            if got is None or got == TIMEOUT:
-                print(f"  S={S}: {'did not run (see above)' if got is None else 'not reached'}; left out")
+            if got is None or got in (TIMEOUT, FAILED):
+                print(f"  S={S}: {'not reached' if got == TIMEOUT else 'did not run (see above)'}; left out")
                 continue
             peak, seconds, losses = got
             timed[S] = (seconds, losses)
@@ -294,8 +297,8 @@ def gpu_main(a):
             print(f"RATIO predicted longest / longest that runs = {planned / ran:.3f}  (target 0.85-1.15; {ran} ran, "
                   f"{failed} did not; the plan says {planned})", flush=True)
         else:
-            print(f"longest that runs: {f'>= {ran}' if ran else '?'}{f', < {failed}' if failed else ''} (the deadline "
-                  f"or the cap of {cap} tokens ended the search); the plan says {planned}", flush=True)
+            print(f"longest that runs: {f'>= {ran}' if ran else '?'}{f', < {failed}' if failed else ''} (the deadline, "
+                  f"a failure or the cap of {cap} tokens ended the search); the plan says {planned}", flush=True)
         prefetch_timing(a, work, setup, lengths, timed)
 
 
@@ -303,11 +306,11 @@ def prefetch_timing(a, work, setup, lengths, timed):
     """The middle length again with the other --prefetch: step time off/on; the losses should agree (on the CPU
     they must: the smoke run exits 1 when they do not)."""
     mid = lengths[len(lengths) // 2]
-    if mid not in timed:
-        return
     other = "off" if a.prefetch == "on" else "on"
-    got = train_once(a, work, setup, mid, other, GPU_FEATURES)
-    if got is None or got == TIMEOUT:
+    got = train_once(a, work, setup, mid, other, GPU_FEATURES) if mid in timed else None
+    if got is None or got in (TIMEOUT, FAILED):
+        print(f"step time prefetch off/on: not measured (S={mid} with --prefetch "
+              f"{a.prefetch if mid not in timed else other} {'was not reached' if got == TIMEOUT else 'did not run'})")
         return
     worst = max(abs(x - y) / abs(y) for x, y in zip(got[2], timed[mid][1]))
     on, off = (timed[mid][0], got[1]) if other == "off" else (got[1], timed[mid][0])
