@@ -2,8 +2,9 @@
 // LibTorch or MPI: it parses the command line (train/cli.hpp; --help, --print-config and bad flags end here) and,
 // where the run's device is certainly this host's CPU and the launcher says that every rank runs on this node
 // (core/launch_env.hpp), checks the memory plan exactly as the trainer would (plan/fit_check.hpp; not with
-// --ignore-memory-plan, where the trainer warns instead). A run that cannot fit ends here, exit 2, in a few MiB and milliseconds per rank instead of the ~480 MiB and seconds LibTorch
-// costs each rank before main: 8 ranks of an 8B config on a 24 GiB node are refused without pushing it into swap.
+// --ignore-memory-plan, where the trainer warns instead). A run that cannot fit ends here, exit 2, in a few MiB and
+// milliseconds per rank instead of the ~480 MiB and seconds LibTorch costs each rank before main: 8 ranks of an 8B
+// config on a 24 GiB node are refused without pushing it into swap.
 // Before it refuses, the front makes the checks the trainer makes ahead of its plan (the job's end, the heads, the
 // data against --sp and the vocabulary): where one fails, the trainer names it.
 //

@@ -11,8 +11,8 @@
 #   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search
 # in that order (GPU_CHECKS: the steps to run, default "1 2 3 5 4"). GPU_CHECKS_SECONDS (default 570) is the time
 # for all of them: each step gets at most its own limit (90, 150, 260, 300, 100 s) and at most what is left; one
-# with under 40 s left (step 5: 100 s) is skipped, saying so. The benchmarks get their --time-limit from the same budget, so
-# they report before they are stopped. Each step's log lands in $OUT; the checks' temporary files stay in the
+# with under 40 s left (step 5: 100 s) is skipped, saying so. The benchmarks get their --time-limit from the same
+# budget, so they report before they are stopped. Each step's log lands in $OUT; the checks' temporary files stay in the
 # bundle's folder, removed at the end. Exit 0 when the GPU tests (1, 2) and the memory harness (5) ran and passed,
 # and with GPU_CHECKS_SMOKE 3 and 4 too; a skipped step is no failure. Read each step's "== NAME: exit N" line.
 #
