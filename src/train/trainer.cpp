@@ -505,10 +505,11 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   // One end for all ranks (the earliest), so that they all take the deadline's collective below or none does.
   if (const double earliest = -max_over_ranks(end ? -*end : -kNoEnd, world); earliest < kNoEnd) end = earliest;
   else end.reset();
+  const bool saves = o.save_every >= 0;   // -1: never
   if (end && r.rank == 0)
     log_info("the job ends in {:.0f} s: the run {}exits {} once a step and a save would end within {:.0f} s of it "
-             "(--stop-margin)", *end - now_since_epoch(), o.save_every >= 0 ? "saves and " : "",
-             static_cast<int>(kExitPreempted), o.stop_margin);
+             "(--stop-margin)", *end - now_since_epoch(), saves ? "saves and " : "", static_cast<int>(kExitPreempted),
+             o.stop_margin);
   double run_seconds = 0;   // this run's steps, for the ETA
   std::int64_t run_steps = 0;
   double eval_seconds = 0;   // the last evaluation's, for the deadline
@@ -545,7 +546,6 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
     const bool late = !signalled && end && state.step < o.steps &&
                       any_rank(past_deadline(now_since_epoch(), *end, next_seconds, save_seconds, o.stop_margin), world);
     const bool stop = signalled || late;
-    const bool saves = o.save_every >= 0;   // -1: never
     if (saves && (stop || state.step == o.steps || (o.save_every > 0 && state.step % o.save_every == 0))) save();
     if (stop && state.step < o.steps) {
       if (r.rank == 0)

@@ -231,7 +231,12 @@ def tail(path, lines=15):
 
 
 def failure_status(rc, log):
-    text = pathlib.Path(log).read_text(errors="replace") if pathlib.Path(log).exists() else ""
+    """(status, message) of a run that exited `rc`, from its log file."""
+    return failure_status_of(rc, pathlib.Path(log).read_text(errors="replace") if pathlib.Path(log).exists() else "")
+
+
+def failure_status_of(rc, text):
+    """The same from the run's output: OOM (out of memory, or refused by the plan) or FAILED."""
     plan = PLAN_REFUSAL.search(text)
     if plan:
         return "OOM", f"refused by the trainer's memory plan (predicted, not measured): {plan.group(0)[:300]}"

@@ -49,7 +49,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from memory_bench import CONFIG, MALLOC, pack  # noqa: E402   # the same model, malloc settings and data
-from gpu_bench import failure_status, llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
+from gpu_bench import failure_status_of, llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
 
 ALL_FEATURES = ["--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens", "256"]
 
@@ -167,9 +167,7 @@ def train_once(a, work, setup, S, prefetch, features):
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=dict(os.environ, **MALLOC),
                            timeout=left)
         if p.returncode != 0:
-            log = work / f"run-{S}-{prefetch}.log"
-            log.write_text(p.stderr)
-            status, why = failure_status(p.returncode, log)
+            status, why = failure_status_of(p.returncode, p.stderr)
             print(f"    S={S}: {'out of memory' if status == 'OOM' else 'FAILED'}: {why[:200]}", flush=True)
             return None if status == "OOM" else FAILED
         steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in m]
