@@ -7,7 +7,7 @@
 
 namespace ulysses::model {
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions&)
+AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp)
     : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), eps_(c.rms_norm_eps),
       sp_degree_(sp.degree()), sp_(sp.group()) {
   if (sp_degree_ > 1) {

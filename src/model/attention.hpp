@@ -34,7 +34,7 @@ struct AttentionWeights {
 };
 
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
+  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp);
 
   AttentionWeights weights() const;   // its own parameters
   // x [B, S/P, hidden], rope tables of this rank's tokens, the whole sequence's documents -> [B, S/P, hidden]

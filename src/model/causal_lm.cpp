@@ -15,8 +15,8 @@ namespace ulysses::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
     : options_(options) {
-  self_attn = register_module("self_attn", Attention(c, sp, options));
-  mlp = register_module("mlp", Mlp(c, options));
+  self_attn = register_module("self_attn", Attention(c, sp));
+  mlp = register_module("mlp", Mlp(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -70,10 +70,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), options_(options),
-      offloaded_(std::make_shared<OffloadCounts>()) {
-  ULY_CHECK(options.offload_checkpoints() == 0 || options.activation_checkpointing(),
-            "checkpoint offload needs activation checkpointing");
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), precision_(options.precision()),
+      runner_(options, c.num_layers) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -88,29 +86,23 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
 }
 
 torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
-  if (!states_) return embed_tokens(input_ids);
+  if (!sharded_) return embed_tokens(input_ids);
   const std::int64_t pad = embed_tokens->options.padding_idx().value_or(-1);
-  const UnitForward lookup = [pad](const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
+  const ChunkForward lookup = [pad](const Chunk&, const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
-  // its backward scatters the output gradient into rows: it needs the table's shape, not its values
-  Recompute recompute{options_.precision(), nullptr, nullptr, nullptr, nullptr, nullptr, states_,
-                      {states_->unit("model.embed_tokens")}, /*weights_in_backward=*/false};
-  if (options_.prefetch()) recompute.prefetch_forward = layer_units(0);
-  return recomputed(lookup, input_ids, recompute)[0];
+  Recompute recompute;
+  recompute.precision = precision_;
+  recompute.gathered = runner_.gathered_embeddings();
+  return recomputed(lookup, input_ids, {}, recompute)[0];
 }
 
 void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
-  states_ = std::move(states);
-  head_units_ = std::move(head_units);
-  layer_unit_ids_.clear();
-  for (std::size_t i = 0; i < layers->size(); ++i)
-    layer_unit_ids_.push_back(states_->unit(fmt::format("model.layers.{}", i)));
-}
-
-std::vector<int> DecoderImpl::layer_units(std::int64_t i) const {
-  if (i >= static_cast<std::int64_t>(layer_unit_ids_.size())) return head_units_;
-  return {layer_unit_ids_[static_cast<std::size_t>(i)]};
+  std::vector<int> layer_units;
+  for (std::size_t i = 0; i < layers->size(); ++i) layer_units.push_back(states->unit(fmt::format("model.layers.{}", i)));
+  const int embeddings = states->unit("model.embed_tokens");
+  runner_.use_states(std::move(states), embeddings, std::move(layer_units), std::move(head_units));
+  sharded_ = true;
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -119,38 +111,13 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   // shared with the layers' recomputation in backward when checkpointing
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
-  if (torch::GradMode::is_enabled()) {   // an evaluation offloads nothing (recompute.hpp) and keeps the counts
-    offloaded_->bytes = 0;
-    offloaded_->fetched_ahead = 0;
-  }
-  if (options_.offload_checkpoints() > 0 && (!copies_ || copies_->device() != h.device())) {
-    copies_ = std::make_shared<SideStream>(h.device());
-    host_memory_ = std::make_shared<HostBuffers>(HostBuffers::for_copies(h.device()));
-  }
-  std::shared_ptr<KeptInput> previous;   // the layer before's offloaded input
+  runner_.begin(h.device());
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
-    if (!states_ && !options_.activation_checkpointing()) {
-      h = layer->forward(h, *rope, *plan);                                               // [B, S/P, hidden]
-      continue;
-    }
-    const UnitForward run = [layer, rope, plan](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-      return torch::autograd::variable_list{
-          w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w))};
+    const LayerForward run = [layer, rope, plan](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+      return w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w));
     };
-    const auto n = static_cast<std::int64_t>(i);
-    auto kept = n < options_.offload_checkpoints() ? std::make_shared<KeptInput>() : nullptr;
-    Recompute recompute{options_.precision(), kept, options_.prefetch() ? previous : nullptr, copies_, host_memory_,
-                        offloaded_, states_};
-    if (states_) {
-      recompute.units = layer_units(n);
-      if (options_.prefetch()) {
-        recompute.prefetch_forward = layer_units(n + 1);
-        if (n > 0) recompute.prefetch_backward = layer_units(n - 1);   // the embeddings' backward gathers nothing
-      }
-    }
-    previous = recompute.offload;
-    h = recomputed(run, h, recompute)[0];                                                // [B, S/P, hidden]
+    h = runner_(static_cast<std::int64_t>(i), run, h);                                   // [B, S/P, hidden]
   }
   return h;
 }
@@ -209,7 +176,7 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   const double eps = model->norm->eps;
   const Precision precision = options_.precision();
   // the final norm, the head [V, hidden] and the loss: {loss_sum} or, keeping the logits, {loss_sum, logits}
-  const UnitForward head = [=](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+  const ChunkForward head = [=](const Chunk&, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
     const auto hn = rms_norm(x, w[0], eps);                                              // [B, S/P, hidden]
     if (chunk > 0)   // [B*S/P, hidden] in chunks
       return torch::autograd::variable_list{
@@ -221,11 +188,12 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   };
   torch::autograd::variable_list out;
   if (!states_) {
-    out = head(h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
+    out = head(Chunk{}, h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
-    Recompute recompute{precision, nullptr, nullptr, nullptr, nullptr, nullptr, states_, head_units()};
-    if (options_.prefetch()) recompute.prefetch_backward = model->layer_units(config_.num_layers - 1);   // next
-    out = recomputed(head, h, recompute);
+    Recompute recompute;
+    recompute.precision = precision;
+    recompute.gathered = model->runner().gathered_head();
+    out = recomputed(head, h, {}, recompute);
   }
   return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};
 }

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <atomic>
 #include <memory>
 #include <optional>
 
@@ -26,9 +25,9 @@
 #include "core/sequence_parallel.hpp"
 #include "io/shard_format.hpp"
 #include "model/attention.hpp"
+#include "model/layer_runner.hpp"
 #include "model/layers.hpp"
 #include "model/options.hpp"
-#include "model/recompute.hpp"
 #include "model/sharded_states.hpp"
 
 namespace ulysses::model {
@@ -64,9 +63,10 @@ struct DecoderLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
-// transformers' LlamaModel ("model."): embeddings, the layers, the final norm. With sharded states
-// (use_states) the embeddings and every layer run as recomputed units over gathered weights
-// (recompute.hpp), and the final norm belongs to the head unit (CausalLm).
+// transformers' LlamaModel ("model."): embeddings, the layers, the final norm. Each layer runs through the layer
+// runner (layer_runner.hpp: plain, checkpointed, offloaded, gathered); with sharded states (use_states) the
+// embeddings run as a recomputed unit over gathered weights too, and the final norm belongs to the head unit
+// (CausalLm).
 struct DecoderImpl : torch::nn::Module {
   // placeholder_parameters: each submodule's parameters become placeholders (their shapes, one element of
   // storage) as soon as it is built, so the whole model never exists on this rank; ShardedStates holds the
@@ -82,12 +82,11 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids);
   // head_units: the units the head runs with after the last layer (what that layer prefetches)
   void use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units);
-  // Sharded: layer i's unit; past the last layer, the head's units.
-  std::vector<int> layer_units(std::int64_t i) const;
+  const LayerRunner& runner() const { return runner_; }
   // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
-  std::int64_t offloaded_bytes() const { return offloaded_->bytes; }
+  std::int64_t offloaded_bytes() const { return runner_.offloaded().bytes; }
   // Layer inputs whose copy back the last backward issued ahead (checkpoint offload with prefetch).
-  std::int64_t fetched_ahead() const { return offloaded_->fetched_ahead; }
+  std::int64_t fetched_ahead() const { return runner_.offloaded().fetched_ahead; }
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -98,13 +97,9 @@ struct DecoderImpl : torch::nn::Module {
   std::optional<std::int64_t> sliding_window_;
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
 
-  ModelOptions options_;
-  std::shared_ptr<OffloadCounts> offloaded_;                     // of the last forward and backward
-  std::shared_ptr<ShardedStates> states_;                        // null: the modules' own parameters
-  std::vector<int> layer_unit_ids_;   // per layer: its unit in states_
-  std::vector<int> head_units_;
-  std::shared_ptr<SideStream> copies_;                           // checkpoint offload's copies, on the input's device
-  std::shared_ptr<HostBuffers> host_memory_;                     // and the memory of what they copy out
+  Precision precision_;
+  LayerRunner runner_;
+  bool sharded_ = false;
 };
 TORCH_MODULE(Decoder);
 

@@ -14,7 +14,7 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, const ModelOptions&) {
+MlpImpl::MlpImpl(const ModelConfig& c) {
   auto linear = [](std::int64_t in, std::int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
   gate_proj = register_module("gate_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));
   up_proj = register_module("up_proj", torch::nn::Linear(linear(c.hidden_size, c.intermediate_size)));

@@ -18,7 +18,6 @@
 #include <torch/nn/pimpl.h>
 
 #include "arch/model_config.hpp"
-#include "model/options.hpp"
 
 namespace ulysses::model {
 
@@ -45,7 +44,7 @@ struct MlpWeights {
 torch::Tensor mlp(const torch::Tensor& x, const MlpWeights& w);
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(const ModelConfig& c, const ModelOptions& options);
+  explicit MlpImpl(const ModelConfig& c);
   MlpWeights weights() const;   // its own parameters
   torch::Tensor forward(const torch::Tensor& x) { return mlp(x, weights()); }
 

@@ -1,10 +1,10 @@
-// ModelOptions: how a model runs, beside what it is (arch::ModelConfig). Passed to every layer at
-// construction, PyTorch C++ frontend style (TORCH_ARG: `ModelOptions().precision(Precision::kBf16)`).
+// ModelOptions: how a model runs, beside what it is (arch::ModelConfig): the precision and the memory features'
+// switches, PyTorch C++ frontend style (TORCH_ARG: `ModelOptions().precision(Precision::kBf16)`). The decoder builds
+// its layer runner from them (layer_runner.hpp); the decoder layer reads the MLP tile, the head the logits chunk.
 //
-// The model owns its autocast scope: CausalLm::forward enters it from `precision`, so code that runs a
-// layer again (recomputation in backward) re-enters the same scope from the same options. The memory
-// features put their switches here (checkpointing, tiled MLP and loss today; sharded states and offload
-// next), so the trainer, the planner and the tests pass one struct.
+// The model owns its autocast scope: CausalLm::forward enters it from `precision`, and the recompute primitive
+// (recompute.hpp) re-enters the same precision around each chunk it runs again in backward. Sharded states come
+// with the model's Sharding (sharded_states.hpp), not from here.
 #pragma once
 
 #include <cstdint>

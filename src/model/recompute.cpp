@@ -1,5 +1,7 @@
 #include "model/recompute.hpp"
 
+#include <algorithm>
+
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 
@@ -8,26 +10,47 @@
 namespace ulysses::model {
 namespace {
 
-// What the backward needs besides the saved input: the unit's forward and where x lives.
-struct UnitCall : torch::CustomClassHolder {
-  UnitCall(UnitForward f_, const Recompute& o, c10::Device d) : f(std::move(f_)), options(o), device(d) {}
-  UnitForward f;        // kept alive by the graph, with what it captured (layer, rope tables, plan, labels)
+// What the backward needs besides the saved tensors: the forward of a chunk and where x lives.
+struct Call : torch::CustomClassHolder {
+  Call(ChunkForward f_, const Recompute& o, c10::Device d) : f(std::move(f_)), options(o), device(d) {}
+  ChunkForward f;       // kept alive by the graph, with what it captured (layer, rope tables, plan, labels)
   Recompute options;
   c10::Device device;   // where x lives (and comes back to when offloaded)
 };
 
-// The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.offload —
-// page-locked for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
-torch::Tensor kept_input(const torch::Tensor& x, const Recompute& o) {
-  if (!o.offload) return x;
-  torch::Tensor host = o.host_memory->take(x.sizes(), x.scalar_type());
+// The chunks of x's rows (dim 0), or one chunk of all of x.
+std::vector<Chunk> chunks_of(const torch::Tensor& x, const Chunking& c) {
+  const std::int64_t n = x.dim() > 0 ? x.size(0) : 0;
+  if (c.rows <= 0) return {Chunk{0, 0, n}};
+  std::vector<Chunk> out;
+  for (std::int64_t b = 0; b < n; b += c.rows)
+    out.push_back({static_cast<std::int64_t>(out.size()), b, std::min(c.rows, n - b)});
+  return out;
+}
+
+torch::Tensor rows_of(const torch::Tensor& t, const Chunk& c, const Chunking& how) {
+  return how.rows > 0 ? t.narrow(0, c.first, c.rows) : t;
+}
+
+// f on one chunk, inside the options' autocast.
+torch::autograd::variable_list run_chunk(const Call& call, const Chunk& c, const torch::Tensor& x,
+                                         const std::vector<torch::Tensor>& weights) {
+  const AutocastScope autocast(call.options.precision, x.device());
+  return call.f(c, x, weights);
+}
+
+// The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.kept — page-locked
+// for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
+torch::Tensor kept_input(const torch::Tensor& x, const std::optional<OffloadedInput>& o) {
+  if (!o || !o->kept) return x;
+  torch::Tensor host = o->host_memory->take(x.sizes(), x.scalar_type());
   // the copy out runs on the side stream; x's memory is held for it. Nothing on the compute stream reads `host`,
   // and the copy back runs on the same side stream, after it — as every copy into or out of o.host_memory does,
   // which is what lets it hand a buffer out again at once (host_buffers.hpp).
-  static_cast<void>(o.copies->launch([&] { return std::vector<torch::Tensor>{host.copy_(x, /*non_blocking=*/true)}; },
-                                     {x}));
-  if (o.counts) o.counts->bytes += static_cast<std::int64_t>(host.nbytes());
-  o.offload->host = host;
+  static_cast<void>(o->copies->launch([&] { return std::vector<torch::Tensor>{host.copy_(x, /*non_blocking=*/true)}; },
+                                      {x}));
+  if (o->counts) o->counts->bytes += static_cast<std::int64_t>(host.nbytes());
+  o->kept->host = host;
   return torch::Tensor();
 }
 
@@ -39,100 +62,144 @@ Ahead copy_back(const KeptInput& kept, SideStream& copies, const c10::Device& de
 }
 
 // The input for the recomputation, on its device: the saved x, or the offloaded copy (fetched ahead, or now).
-torch::Tensor restored(const torch::Tensor& saved, const Recompute& o, const c10::Device& device) {
-  if (!o.offload) return saved;
-  KeptInput& kept = *o.offload;
+torch::Tensor restored(const torch::Tensor& saved, const std::optional<OffloadedInput>& o, const c10::Device& device) {
+  if (!o || !o->kept) return saved;
+  KeptInput& kept = *o->kept;
   ULY_CHECK(kept.host.defined(), "an offloaded layer input was not kept (backward ran twice?)");
-  if (!kept.back.pending()) kept.back = copy_back(kept, *o.copies, device);
+  if (!kept.back.pending()) kept.back = copy_back(kept, *o->copies, device);
   torch::Tensor x = kept.back.take()[0];
   kept.host = torch::Tensor();   // a graph is back-propagated once
   return x;
 }
 
 // Backward of a layer: the copy back of the layer before it, to overlap this layer's recomputation.
-void fetch_ahead(const Recompute& o, const c10::Device& device) {
-  if (!o.fetch_ahead || !o.fetch_ahead->host.defined() || o.fetch_ahead->back.pending()) return;
-  o.fetch_ahead->back = copy_back(*o.fetch_ahead, *o.copies, device);
-  if (o.counts) ++o.counts->fetched_ahead;
+void fetch_ahead(const std::optional<OffloadedInput>& o, const c10::Device& device) {
+  if (!o || !o->fetch_ahead || !o->fetch_ahead->host.defined() || o->fetch_ahead->back.pending()) return;
+  o->fetch_ahead->back = copy_back(*o->fetch_ahead, *o->copies, device);
+  if (o->counts) ++o->counts->fetched_ahead;
 }
 
-// The units' parameters, gathered from their shards (or placeholders of their shapes), in order; nothing when
-// not sharded.
-std::vector<torch::Tensor> gathered(const Recompute& o, bool placeholders = false) {
+// The units' parameters, gathered from their shards (or placeholders of their shapes), in order; nothing when not
+// sharded.
+std::vector<torch::Tensor> gathered(const std::optional<GatheredUnits>& g, bool placeholders = false) {
   std::vector<torch::Tensor> out;
-  if (!o.states) return out;
-  for (int u : o.units) {
-    auto w = placeholders ? o.states->placeholders(u) : o.states->gather(u);
+  if (!g) return out;
+  for (int u : g->units) {
+    auto w = placeholders ? g->states->placeholders(u) : g->states->gather(u);
     out.insert(out.end(), w.begin(), w.end());
   }
   return out;
 }
 
 // Hands each unit its slice of the gathered weights' gradients (reduce-scattered into its shards).
-void scatter_gradients(const Recompute& o, const std::vector<torch::Tensor>& grads) {
-  if (!o.states) return;
+void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<torch::Tensor>& grads) {
+  if (!g) return;
   std::size_t next = 0;
-  for (int u : o.units) {
+  for (int u : g->units) {
     const auto first = grads.begin() + static_cast<std::ptrdiff_t>(next);
-    next += o.states->gather_count(u);
-    o.states->add_gradients(u, std::vector<torch::Tensor>(first, grads.begin() + static_cast<std::ptrdiff_t>(next)));
+    next += g->states->gather_count(u);
+    g->states->add_gradients(u, std::vector<torch::Tensor>(first, grads.begin() + static_cast<std::ptrdiff_t>(next)));
   }
 }
 
-struct RecomputedUnit : torch::autograd::Function<RecomputedUnit> {
+// Each chunk's outputs joined output by output: one chunk's as they are; rows concatenated; or added.
+torch::autograd::variable_list joined(std::vector<torch::autograd::variable_list> per_chunk, const Chunking& how) {
+  if (per_chunk.size() == 1) return std::move(per_chunk[0]);
+  torch::autograd::variable_list out;
+  for (std::size_t i = 0; i < per_chunk[0].size(); ++i) {
+    std::vector<torch::Tensor> parts;
+    for (auto& outputs : per_chunk) parts.push_back(std::move(outputs[i]));
+    torch::Tensor all = how.sum_outputs ? parts[0] : at::cat(parts);
+    if (how.sum_outputs)
+      for (std::size_t c = 1; c < parts.size(); ++c) all = all + parts[c];
+    out.push_back(all);
+  }
+  return out;
+}
+
+// One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'
+// gradients summed into the leaves' .grad (and, with neither handed-in nor gathered weights, the module's own).
+torch::Tensor back_propagate_chunk(const Call& call, const Chunk& c, const torch::Tensor& x,
+                                   const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy) {
+  const Chunking& how = call.options.chunking;
+  const torch::Tensor xc = rows_of(x, c, how).detach().requires_grad_(x.is_floating_point());   // [rows, ...]
+  const torch::AutoGradMode grad_mode(true);
+  const torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
+  torch::autograd::variable_list ys, dys;
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    if (dy[i].defined() && outputs[i].requires_grad()) {
+      ys.push_back(outputs[i]);
+      dys.push_back(how.sum_outputs ? dy[i] : rows_of(dy[i], c, how));
+    }
+  torch::autograd::backward(ys, dys);
+  return xc.grad();
+}
+
+struct Recomputed : torch::autograd::Function<Recomputed> {
   // anchor: a tensor that requires grad, so the outputs do (and backward runs) even when x is token ids
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& /*anchor*/,
-                                                const c10::intrusive_ptr<UnitCall>& call) {
-    ctx->save_for_backward({kept_input(x, call->options)});
+                                                const torch::Tensor& /*anchor*/, at::TensorList handed_in,
+                                                const c10::intrusive_ptr<Call>& call) {
+    const Recompute& o = call->options;
+    std::vector<torch::Tensor> saved{kept_input(x, o.offload)};
+    saved.insert(saved.end(), handed_in.begin(), handed_in.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    const std::vector<torch::Tensor> weights = gathered(call->options);
-    if (call->options.states) call->options.states->prefetch(call->options.prefetch_forward);
-    return call->f(x, weights);   // no graph: Function::apply runs this without grad
+    std::vector<torch::Tensor> weights(handed_in.begin(), handed_in.end());
+    const std::vector<torch::Tensor> units = gathered(o.gathered);
+    weights.insert(weights.end(), units.begin(), units.end());
+    if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_forward);
+    std::vector<torch::autograd::variable_list> outputs;   // no graph: Function::apply runs this without grad
+    for (const Chunk& c : chunks_of(x, o.chunking))
+      outputs.push_back(run_chunk(*call, c, rows_of(x, c, o.chunking), weights));
+    return joined(std::move(outputs), o.chunking);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto call = c10::static_intrusive_pointer_cast<UnitCall>(ctx->saved_data["call"].toCapsule());
+    const auto call = c10::static_intrusive_pointer_cast<Call>(ctx->saved_data["call"].toCapsule());
     const Recompute& o = call->options;
-    const torch::Tensor input = restored(ctx->get_saved_variables()[0], o, call->device);   // on its device
-    fetch_ahead(o, call->device);   // after this layer's own copy back, which the recomputation waits for
-    const torch::Tensor x = input.detach().requires_grad_(input.is_floating_point());
-    std::vector<torch::Tensor> leaves = gathered(o, !o.weights_in_backward);
-    if (o.states) o.states->prefetch(o.prefetch_backward);
-    for (auto& w : leaves) w = w.detach().requires_grad_(true);   // their .grad: the unit's whole gradients
-    {
-      const torch::AutoGradMode grad_mode(true);
-      torch::autograd::variable_list outputs;
-      {   // the forward again inside the model's autocast; its backward outside it, as the plain path's
-        const AutocastScope autocast(o.precision, x.device());
-        outputs = call->f(x, leaves);
-      }
-      torch::autograd::variable_list ys, dys;
-      for (std::size_t i = 0; i < outputs.size(); ++i)
-        if (grad_out[i].defined() && outputs[i].requires_grad()) {
-          ys.push_back(outputs[i]);
-          dys.push_back(grad_out[i]);
-        }
-      torch::autograd::backward(ys, dys);
+    const std::vector<torch::Tensor> saved = ctx->get_saved_variables();
+    const torch::Tensor x = restored(saved[0], o.offload, call->device);   // on its device
+    fetch_ahead(o.offload, call->device);   // after this input's own copy back, which the recomputation waits for
+    // the leaves whose .grad sums the chunks' weight gradients: the handed-in weights, then the gathered units'
+    std::vector<torch::Tensor> leaves(saved.begin() + 1, saved.end());
+    const std::vector<torch::Tensor> units = gathered(o.gathered, o.gathered && !o.gathered->weights_in_backward);
+    leaves.insert(leaves.end(), units.begin(), units.end());
+    if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
+    for (auto& w : leaves) w = w.detach().requires_grad_(true);
+    const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
+    // [N, ...]: one chunk's gradient as it is, several chunks' each written into its rows
+    torch::Tensor dx = chunks.size() > 1 && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();
+    for (const Chunk& c : chunks) {
+      const torch::Tensor dxc = back_propagate_chunk(*call, c, x, leaves, grad_out);
+      if (chunks.size() == 1) dx = dxc;
+      else if (dxc.defined()) dx.narrow(0, c.first, c.rows).copy_(dxc);
     }
-    for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before the gradients are reduced
-    scatter_gradients(o, leaves);
-    return {x.is_floating_point() ? x.grad() : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced
+    const auto handed_end = leaves.begin() + static_cast<std::ptrdiff_t>(saved.size() - 1);
+    scatter_gradients(o.gathered, {handed_end, leaves.end()});
+    torch::autograd::variable_list grads{dx, torch::Tensor()};   // x, the anchor
+    grads.insert(grads.end(), leaves.begin(), handed_end);         // the handed-in weights
+    grads.emplace_back();                                          // the call
+    return grads;
   }
 };
 
 }  // namespace
 
-torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options) {
+torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                          const Recompute& options) {
   ULY_CHECK(!torch::GradMode::is_enabled() || !x.is_floating_point() || x.requires_grad(),
             "a recomputed unit's input must require grad, or its parameters would get no gradient");
-  ULY_CHECK(!options.offload || (options.copies && options.host_memory),
+  ULY_CHECK(!options.offload || (options.offload->copies && options.offload->host_memory),
             "checkpoint offload needs a side stream for its copies and host memory for them");
+  ULY_CHECK(options.chunking.rows == 0 || x.dim() > 0, "chunks of rows need an input with rows");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   Recompute o = options;
-  if (!torch::GradMode::is_enabled()) o.offload = nullptr;   // no backward will want x (evaluation): no copy
-  return RecomputedUnit::apply(x, anchor, c10::make_intrusive<UnitCall>(std::move(f), o, x.device()));
+  if (!torch::GradMode::is_enabled()) o.offload.reset();   // no backward will want x (evaluation): no copy
+  return Recomputed::apply(x, anchor, at::TensorList(weights),
+                           c10::make_intrusive<Call>(std::move(f), o, x.device()));
 }
 
 }  // namespace ulysses::model

@@ -1,35 +1,41 @@
-// Recomputed units: activation checkpointing, and the only way a sharded model runs its units. A unit's
-// forward keeps only its input; backward runs the unit again (inside the model's autocast scope, with its
-// collectives — every rank recomputes the same units in the same order, so they still match) and
-// back-propagates through that copy.
+// The one recompute primitive: run a function on chunks of its work without keeping a graph, keep only its input
+// (and the weights it was handed), and in backward run each chunk again with grad and back-propagate it before the
+// next, so only one chunk's intermediates exist at a time — in forward and in backward.
 //
-//   forward:  [gather the unit's weights;] y = f(x, weights) under no-grad; [free them]; saved: x only
-//   backward: [gather again;] x' = x (detached, requires grad when floating); y' = f(x', w') with grad, w' the
-//             gathered weights as leaves; backward(y', dy) → dx = x'.grad; [w'.grad reduce-scattered into
-//             the shards' gradients (ShardedStates::add_gradients)]
+//   forward (no graph):  y_c = f(chunk c, x_c, weights) for each chunk, under the precision's autocast;
+//                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added)
+//                        saved: x (or, offloaded, its copy in host memory) and the weights handed in
+//   backward:            [x back from host memory;] [the units gathered again;] for each chunk: x_c' = x_c detached
+//                        (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast,
+//                        backward(y_c', dy_c) → dx_c (its rows of dx), dw summed over the chunks in the leaves' .grad;
+//                        [the gathered weights' gradients reduce-scattered into the shards]
 //
-// Not sharded (no states): f uses its module's own parameters, whose gradients accumulate into their .grad
-// as in the plain path. Sharded: f computes with the gathered tensors; nothing else holds them, so a unit's
-// whole weights exist only while it runs.
+// Where f's weights come from, in f's `weights` in this order:
+//   handed in   tensors passed to recomputed() (TiledMLP's, the tiled loss's): inputs of the autograd node, whose
+//               gradients it returns;
+//   gathered    sharded units (GatheredUnits): all-gathered for each pass; their gradients are reduce-scattered
+//               into the shards (ShardedStates::add_gradients);
+//   neither     f uses its module's own parameters, whose gradients accumulate into their .grad (checkpointing).
+// The users: each decoder layer's unit (one chunk; activation checkpointing, and the only way a sharded unit runs),
+// the embeddings' and the head's units (sharded), TiledMLP (chunks of rows), the tiled loss (chunks of rows, summed).
 //
-// Exact: the recomputation repeats the same deterministic operations, so the gradients equal the plain
-// path's bit for bit (tested on CPU in fp32 and bf16). The rope tables and the attention plan are shared with
-// the graph through f, not copied. A floating x must require grad (the embeddings are trained; checked).
+// Exact: the recomputation repeats the same deterministic operations, so every chunk's gradients equal the plain
+// path's bit for bit; what is summed over chunks (weight gradients, a summed output) is summed in another order
+// (≤ 1e-6 relative in fp32). Collectives inside f stay matched: every rank runs the same chunks in the same order.
 //
-// Checkpoint offload: the kept input goes to host memory (page-locked, of exactly its bytes, when it is on a GPU:
-// host_buffers.hpp) and comes back for the recomputation. Exact (a copy). Both copies run on a side stream
-// (side_stream.hpp): the copy out overlaps the next layers' forward; with prefetch, the backward of layer i issues
-// the copy back of layer i-1's input, which overlaps layer i's recomputation. On a CPU device the copies run at
-// once, through the same code.
-//
-// Prefetch of sharded weights: the forward of a unit issues the gathers of prefetch_forward (the next unit), its
-// backward those of prefetch_backward (the unit before) — ShardedStates::prefetch.
+// Checkpoint offload (OffloadedInput): x goes to host memory (page-locked, of exactly its bytes, when it is on a GPU:
+// host_buffers.hpp) and comes back for the recomputation; both copies run on a side stream (side_stream.hpp): the copy
+// out overlaps the next layers' forward; with prefetch, the backward of layer i issues the copy back of layer i-1's
+// input, which overlaps layer i's recomputation. On a CPU device the copies run at once, through the same code.
+// Prefetch of sharded weights: the forward issues the gathers of prefetch_forward, the backward those of
+// prefetch_backward (ShardedStates::prefetch).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/csrc/autograd/function.h>
@@ -41,10 +47,23 @@
 
 namespace ulysses::model {
 
-// A unit's forward: its input and the unit's gathered parameters in module order (empty when not sharded: f
-// uses its module's own) -> its outputs.
-using UnitForward =
-    std::function<torch::autograd::variable_list(const torch::Tensor& x, const std::vector<torch::Tensor>& weights)>;
+// One chunk of the work: rows [first, first + rows) of x (dim 0), the whole of x when not chunked by rows.
+struct Chunk {
+  std::int64_t index = 0;
+  std::int64_t first = 0;
+  std::int64_t rows = 0;
+};
+
+// A chunk's forward: its slice of x and the weights (handed-in ones, then gathered ones) -> its outputs. Outputs that
+// get no gradient (kept logits) may be returned beside those that do.
+using ChunkForward = std::function<torch::autograd::variable_list(const Chunk& chunk, const torch::Tensor& x,
+                                                                  const std::vector<torch::Tensor>& weights)>;
+
+// How the work splits.
+struct Chunking {
+  std::int64_t rows = 0;      // > 0: chunks of this many rows of x (the last may be shorter); 0: one chunk, all of x
+  bool sum_outputs = false;   // the chunks' outputs are added (a loss); otherwise concatenated along dim 0
+};
 
 // A layer input kept in host memory for backward (checkpoint offload), and its copy back to the device when the
 // backward of the layer after it fetched it ahead. Shared by a layer's unit and the next layer's.
@@ -59,22 +78,35 @@ struct OffloadCounts {
   std::atomic<std::int64_t> fetched_ahead{0};   // layer inputs whose copy back was issued ahead
 };
 
-struct Recompute {
-  Precision precision = Precision::kFp32;             // the model's, re-entered for the recomputation
-  std::shared_ptr<KeptInput> offload;                 // non-null: keep x in host memory, here
-  std::shared_ptr<KeptInput> fetch_ahead;             // the previous layer's kept input: backward fetches it ahead
-  std::shared_ptr<SideStream> copies;                 // where the copies run (needed with offload)
-  std::shared_ptr<HostBuffers> host_memory;           // the host copies' memory (needed with offload)
-  std::shared_ptr<OffloadCounts> counts;              // what offload copied (may be null)
-  std::shared_ptr<ShardedStates> states;              // null: not sharded
-  std::vector<int> units;                             // the units f computes with (states only), in order
-  bool weights_in_backward = true;                    // false: backward passes placeholders (f is a lookup)
-  std::vector<int> prefetch_forward;                  // units whose gathers the forward issues ahead (states only)
-  std::vector<int> prefetch_backward;                 // the same for the backward
+// Checkpoint offload: x is kept in host memory instead of on its device, and (or only) the previous layer's offloaded
+// input is fetched back ahead.
+struct OffloadedInput {
+  std::shared_ptr<KeptInput> kept;            // where x's host copy lives (null: x stays on its device)
+  std::shared_ptr<KeptInput> fetch_ahead;     // the previous layer's: backward issues its copy back ahead (or null)
+  std::shared_ptr<SideStream> copies;         // where the copies run
+  std::shared_ptr<HostBuffers> host_memory;   // the host copies' memory
+  std::shared_ptr<OffloadCounts> counts;      // what was copied (may be null)
 };
 
-// f(x, weights) with only x kept for backward (on the host when options.offload). Outputs that get no
-// gradient (kept logits) may be returned beside those that do.
-torch::autograd::variable_list recomputed(UnitForward f, const torch::Tensor& x, const Recompute& options);
+// Sharded units: f computes with these units' gathered parameters (each unit's in its parameter order).
+struct GatheredUnits {
+  std::shared_ptr<ShardedStates> states;
+  std::vector<int> units;
+  bool weights_in_backward = true;     // false: backward passes placeholders of their shapes (f is a lookup)
+  std::vector<int> prefetch_forward;   // units whose gathers the forward issues ahead
+  std::vector<int> prefetch_backward;  // the same for the backward
+};
+
+struct Recompute {
+  Precision precision = Precision::kFp32;   // the autocast every chunk's f runs in, forward and backward
+  Chunking chunking;
+  std::optional<OffloadedInput> offload;    // x kept in host memory
+  std::optional<GatheredUnits> gathered;    // sharded: the weights f computes with
+};
+
+// f over x's chunks with only x (and `weights`) kept for backward; differentiable in x and `weights`. A floating x
+// must require grad when grad is on (checked: else the units' parameters would get no gradient).
+torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                          const Recompute& options);
 
 }  // namespace ulysses::model

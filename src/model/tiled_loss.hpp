@@ -1,6 +1,7 @@
-// Tiled logits + loss: the language-model head and the cross-entropy over chunks of tokens, so the [N, V]
-// logits (N tokens of this rank, V the vocabulary; ~12·V bytes per token in fp32 with the softmax and its
-// gradient) never exist whole — one chunk of [chunk_tokens, V] at a time.
+// Tiled logits + loss: the language-model head and the cross-entropy over chunks of tokens, so the [N, V] logits (N
+// tokens of this rank, V the vocabulary; ~12·V bytes per token in fp32 with the softmax and its gradient) never exist
+// whole — one chunk of [chunk_tokens, V] at a time. The chunks are those of the recompute primitive (recompute.hpp),
+// their losses summed.
 //
 //   forward (no graph kept): per chunk c of rows of h [N, hidden]:
 //     loss += Σ cross-entropy(float(h_c · Wᵀ), labels_c) over labels != -100      (matmul in the compute dtype)

@@ -1,6 +1,6 @@
-// TiledMLP (ALST): the token-local half of a decoder layer, h + mlp(rms_norm(h)), over tiles of tokens, so
-// the MLP's [tokens, intermediate] gate/up/activation tensors exist for one tile at a time, in forward and in
-// backward, instead of for all S/P tokens of the rank.
+// TiledMLP (ALST): the token-local half of a decoder layer, h + mlp(rms_norm(h)), over tiles of tokens, so the MLP's
+// [tokens, intermediate] gate/up/activation tensors exist for one tile at a time, in forward and in backward, instead
+// of for all S/P tokens of the rank. The tiles are chunks of rows of the recompute primitive (recompute.hpp).
 //
 //   forward (no graph kept): per tile t of rows of h [N, hidden]: y_t = h_t + down(silu(gate n_t) * up n_t),
 //     n_t = rms_norm(h_t)                                                    saved: h and the weights only

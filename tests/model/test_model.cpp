@@ -24,6 +24,7 @@
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
 #include "model/host_buffers.hpp"
+#include "model/recompute.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
 
@@ -499,6 +500,48 @@ TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
                       ModelOptions().precision(Precision::kBf16).activation_checkpointing(true));
   copy_parameters(ref.model, recomputed);
   expect_matches(loss_and_grads(recomputed, ref.batch), ref.result, 0, "bf16 checkpointing");
+}
+
+// ---- the recompute primitive ----------------------------------------------------------------------
+
+// Chunks of rows equal one chunk (float64, ≤ 1e-12 relative: a matmul over fewer rows may block differently): outputs
+// concatenated (y = tanh(x W) + b per row) or summed (Σ y·dy), dx and the handed-in weights' gradients. And backward
+// runs chunk by chunk: chunk c is recomputed and back-propagated (its dx_c computed) before chunk c+1 is recomputed,
+// so one chunk's intermediates are alive at a time.
+TEST(Recompute, ChunksOfRowsEqualOneChunkAndBackPropagateOneAtATime) {
+  torch::manual_seed(3);
+  const torch::Tensor x0 = torch::randn({10, 6}, torch::kFloat64), w0 = torch::randn({6, 5}, torch::kFloat64);
+  const torch::Tensor b0 = torch::randn({5}, torch::kFloat64), dy = torch::randn({10, 5}, torch::kFloat64);
+  for (const bool sum : {false, true}) {
+    std::vector<std::string> events;   // "run c" when f runs with grad, "dx c" when its x_c's gradient is computed
+    const ChunkForward f = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+      if (torch::GradMode::is_enabled()) {
+        events.push_back(fmt::format("run {}", c.index));
+        x.register_hook([&events, c](const torch::Tensor& g) {
+          events.push_back(fmt::format("dx {}", c.index));
+          return g;
+        });
+      }
+      const torch::Tensor y = at::tanh(at::matmul(x, w[0])) + w[1];   // [rows, 5]
+      return torch::autograd::variable_list{sum ? (y * dy.narrow(0, c.first, c.rows)).sum() : y};
+    };
+    std::vector<std::map<std::string, torch::Tensor>> got;
+    for (const std::int64_t rows : {0, 4}) {   // one chunk; chunks of 4, 4 and 2 rows
+      const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      const torch::Tensor b = b0.clone().requires_grad_(true);
+      Recompute o;
+      o.chunking = {rows, sum};
+      const torch::Tensor y = recomputed(f, x, {w, b}, o)[0];
+      events.clear();
+      (sum ? y : (y * dy).sum()).backward();
+      got.push_back({{"y", y.detach()}, {"dx", x.grad()}, {"dw", w.grad()}, {"db", b.grad()}});
+      if (rows > 0) {
+        EXPECT_EQ(events, (std::vector<std::string>{"run 0", "dx 0", "run 1", "dx 1", "run 2", "dx 2"})) << sum;
+      }
+    }
+    EXPECT_TRUE(at::allclose(got[1]["y"], got[0]["y"], 1e-12, 0)) << sum;
+    for (const char* name : {"dx", "dw", "db"}) EXPECT_TRUE(at::allclose(got[1][name], got[0][name], 1e-12, 0)) << name << sum;
+  }
 }
 
 // ---- TiledMLP ------------------------------------------------------------------------------------
