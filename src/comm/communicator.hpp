@@ -3,7 +3,8 @@
 // One interface, two backends: MPI (mpi_communicator.hpp; CPU tensors, and CUDA tensors staged through
 // host memory — the debugging path) and NCCL (nccl_communicator.hpp; CUDA tensors, the CUDA build only).
 // backend.hpp makes either. Every rank of the group calls the same collectives in the same order with
-// tensors of the same shape and dtype. All tensors must be contiguous; results live on the input's device.
+// tensors of the same shape and dtype (send_recv: the two ranks of each pair). All tensors must be contiguous;
+// results live on the input's device.
 #pragma once
 
 #include <torch/types.h>
@@ -28,6 +29,10 @@ class Communicator {
   virtual torch::Tensor reduce_scatter_sum(const torch::Tensor& x) = 0;
   virtual void broadcast(torch::Tensor& x, int root) = 0;             // in place
   virtual void barrier() = 0;
+  // Point to point, the ring's step: sends x to rank `to` and returns what rank `from` sent, a tensor of x's shape
+  // and dtype. The send and the receive are one call, so a ring of ranks that all call it cannot deadlock; `to` and
+  // `from` may be this rank. Every rank of a pair calls it with the same shape and dtype.
+  virtual torch::Tensor send_recv(const torch::Tensor& x, int to, int from) = 0;
 };
 
 }  // namespace ulysses::comm

@@ -144,4 +144,19 @@ void MpiCommunicator::broadcast(torch::Tensor& x, int root) {
 
 void MpiCommunicator::barrier() { CHECK_MPI(MPI_Barrier(comm_)); }
 
+torch::Tensor MpiCommunicator::send_recv(const torch::Tensor& x, int to, int from) {   // [...]
+  check_tensor("send_recv", x);
+  ULY_CHECK(to >= 0 && to < size_ && from >= 0 && from < size_,
+            "send_recv: to {} and from {} must be ranks of a group of {}", to, from, size_);
+  const torch::Tensor in = on_host(x);
+  torch::Tensor out = torch::empty_like(in);   // [...]
+  const auto* send = static_cast<const char*>(in.data_ptr());
+  auto* recv = static_cast<char*>(out.data_ptr());
+  in_int_pieces(static_cast<std::int64_t>(in.nbytes()), [&](std::int64_t begin, int count) {
+    CHECK_MPI(MPI_Sendrecv(send + begin, count, MPI_BYTE, to, /*sendtag=*/0, recv + begin, count, MPI_BYTE, from,
+                           /*recvtag=*/0, comm_, MPI_STATUS_IGNORE));
+  });
+  return like_device(out, x);
+}
+
 }  // namespace ulysses::comm

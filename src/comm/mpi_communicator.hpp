@@ -12,7 +12,8 @@
 // needs it) before any MPI call, with the numbers in the message; such a failure is raised on every
 // rank alike when the ranks agree on shapes. What cannot be checked locally is the caller's contract:
 // all ranks of the group call the same collectives in the same order, with the same dtype and shape
-// (broadcast, all_reduce_sum, all_to_all) or the same shape per rank (all_gather).
+// (broadcast, all_reduce_sum, all_to_all) or the same shape per rank (all_gather); send_recv: MPI_Sendrecv of the
+// bytes, in pieces of at most INT_MAX (both ranks of a pair cut the same pieces from the same shape).
 // Borrows the MPI_Comm (e.g. from dist::ProcessGroups), which must outlive this object.
 #pragma once
 
@@ -35,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override; // [P*n, ...] → [n, ...]
   void broadcast(torch::Tensor& x, int root) override;              // [...] in place
   void barrier() override;
+  torch::Tensor send_recv(const torch::Tensor& x, int to, int from) override;   // [...] → [...] from `from`
 
  private:
   MPI_Comm comm_;

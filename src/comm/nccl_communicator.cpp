@@ -237,6 +237,24 @@ void NcclCommunicator::broadcast(torch::Tensor& x, int root) {
   issued(call);
 }
 
+torch::Tensor NcclCommunicator::send_recv(const torch::Tensor& x, int to, int from) {   // [...]
+  check_tensor("send_recv", x, device_);
+  ULY_CHECK(to >= 0 && to < size_ && from >= 0 && from < size_,
+            "send_recv: to {} and from {} must be ranks of a group of {}", to, from, size_);
+  torch::Tensor out = torch::empty_like(x);   // [...]
+  const auto count = static_cast<std::size_t>(x.nbytes());   // as bytes: every dtype exactly, as broadcast
+  ncclComm_t comm = state_->comm;
+  dist::Watchdog::Call call = begin(fmt::format("send_recv (to {}, from {})", to, from), x);
+  CHECK_NCCL(comm, ncclGroupStart());
+  ncclResult_t r = ncclSend(x.data_ptr(), count, ncclUint8, to, comm, stream_of(device_));
+  if (r == ncclSuccess) r = ncclRecv(out.data_ptr(), count, ncclUint8, from, comm, stream_of(device_));
+  const ncclResult_t ended = ncclGroupEnd();   // the group is ended even when the send or receive fails to enqueue
+  CHECK_NCCL(comm, r);
+  CHECK_NCCL(comm, ended);
+  issued(call);
+  return out;
+}
+
 void NcclCommunicator::barrier() {
   torch::Tensor one = at::ones({1}, at::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA, device_));   // [1]
   all_reduce_sum(one);

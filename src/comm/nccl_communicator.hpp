@@ -5,7 +5,8 @@
 // the current CUDA stream of that GPU (PyTorch's, so the caching allocator and the compute around them
 // stay ordered) and return without waiting. all_to_all uses ncclAlltoAll where NCCL has it (≥ 2.28) and
 // grouped ncclSend/ncclRecv otherwise or with ULYSSES_NCCL_SEND_RECV=1 (both paths are always compiled); all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
-// float32 temporary, as the MPI backend does. Every NCCL call is checked (file:line, NCCL's message).
+// float32 temporary, as the MPI backend does; send_recv is one ncclSend and one ncclRecv in a group. Every NCCL call
+// is checked (file:line, NCCL's message).
 //
 // Hangs and failures end the job: a dist::Watchdog watches each collective from before it is issued (NCCL
 // connects peers lazily inside the first one and blocks there when a peer is missing; the communicator's
@@ -47,6 +48,7 @@ class NcclCommunicator final : public Communicator {
   torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override;  // [P*n, ...] → [n, ...]
   void broadcast(torch::Tensor& x, int root) override;                // [...] in place
   void barrier() override;                                            // waits for the device too
+  torch::Tensor send_recv(const torch::Tensor& x, int to, int from) override;   // [...] → [...] from `from`
 
  private:
   struct State;   // the ncclComm_t and the watchdog (keeps <nccl.h> out of this header)

@@ -192,6 +192,7 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
       EXPECT_TRUE(torch::equal(a.cpu(), b.cpu())) << op << " " << what;
     };
     same(nccl->all_to_all(x), mpi.all_to_all(x), "all_to_all");
+    same(nccl->send_recv(x, 0, 0), mpi.send_recv(x, 0, 0), "send_recv");
     same(nccl->all_gather(x), mpi.all_gather(x), "all_gather");
     torch::Tensor a = x.clone(), b = x.clone();
     nccl->broadcast(a, 0);
@@ -225,7 +226,7 @@ TEST(Prefetch, SideStreamsEqualNoPrefetch) {
   auto run = [&](bool prefetch) {
     const auto options = model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2)
                              .logits_chunk_tokens(64).prefetch(prefetch);
-    model::CausalLm m(c, SequenceParallel(), options, model::Sharding{nccl.get(), nullptr, kGpu, false});
+    model::CausalLm m(c, SequenceParallel(), options, model::StatePlacement{nccl.get(), nullptr, kGpu, false});
     model::init_weights(m, 5);
     const Batch b = packed_batch(c.vocab_size, 256);
     const model::CausalLmOutput out = m->forward(b.ids.to(kGpu), b.positions.to(kGpu), b.docs, b.labels.to(kGpu));

@@ -4,7 +4,7 @@
 // ThreadGroup: P ranks as P threads of one process; ThreadGroup::rank(r) is rank r's communicator. Each
 // collective publishes this rank's tensor, waits for all P, then reads the others', exactly as the real
 // backends define the result. Every rank must call the same collectives in the same order (a rank that
-// throws leaves its peers waiting: the test's timeout ends it).
+// throws leaves its peers waiting: the test's timeout ends it), send_recv included.
 #pragma once
 
 #include <barrier>
@@ -32,6 +32,7 @@ class SoloCommunicator : public comm::Communicator {
   torch::Tensor reduce_scatter_sum(const torch::Tensor& x) override { return x.clone(); }
   void broadcast(torch::Tensor&, int) override {}
   void barrier() override {}
+  torch::Tensor send_recv(const torch::Tensor& x, int, int) override { return x.clone(); }
 };
 
 class ThreadGroup {
@@ -69,6 +70,10 @@ class ThreadGroup {
       x.copy_(exchange(x, [root](const std::vector<torch::Tensor>& all) { return all[root].clone(); }));
     }
     void barrier() override { g_.sync_.arrive_and_wait(); }
+    // every rank of the group calls it at once here (a ring), unlike the real backends' pairs
+    torch::Tensor send_recv(const torch::Tensor& x, int /*to*/, int from) override {
+      return exchange(x, [from](const std::vector<torch::Tensor>& all) { return all[from].clone(); });
+    }
 
    private:
     template <typename Combine>

@@ -186,6 +186,21 @@ TEST_F(Mpi, BroadcastCopiesTheRootEverywhere) {
   world.barrier();
 }
 
+// The ring's step: rank r sends to r+1 and receives from r-1 (mod P) — every dtype, bytes exact; then a pair that
+// exchanges with itself (to = from = r) and, at P >= 2, the ring the other way round.
+TEST_F(Mpi, SendRecvPassesEachRanksTensorAroundTheRing) {
+  const int next = (r + 1) % p, previous = (r + p - 1) % p;
+  for (auto dtype : kAllDtypes) {
+    const torch::Tensor got = world.send_recv(rank_input(r, dtype), next, previous);   // [kRows, kCols]
+    EXPECT_TRUE(torch::equal(got, rank_input(previous, dtype))) << c10::toString(dtype) << " on rank " << r;
+  }
+  EXPECT_TRUE(torch::equal(world.send_recv(rank_input(r, torch::kFloat), r, r), rank_input(r, torch::kFloat)));
+  const torch::Tensor back = world.send_recv(encoded(r, p, torch::kBFloat16), previous, next);   // [p*kRows, kCols]
+  EXPECT_TRUE(torch::equal(back, encoded(next, p, torch::kBFloat16))) << "rank " << r;
+  const std::string bad = "to " + std::to_string(p) + " and from 0 must be ranks of a group of " + std::to_string(p);
+  EXPECT_NE(error_of([&] { world.send_recv(rank_input(r, torch::kFloat), p, 0); }).find(bad), std::string::npos);
+}
+
 TEST_F(Mpi, BadTensorsAreRefusedWithTheNumbers) {
   torch::Tensor x = torch::zeros({p * 2, 3});
   EXPECT_NE(error_of([&] { world.all_to_all(x.t()); }).find("is not contiguous"), std::string::npos);
