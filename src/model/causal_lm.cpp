@@ -99,7 +99,8 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
 
 void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
   std::vector<int> layer_units;
-  for (std::size_t i = 0; i < layers->size(); ++i) layer_units.push_back(states->unit(fmt::format("model.layers.{}", i)));
+  for (std::size_t i = 0; i < layers->size(); ++i)
+    layer_units.push_back(states->unit(fmt::format("model.layers.{}", i)));
   const int embeddings = states->unit("model.embed_tokens");
   runner_.use_states(std::move(states), embeddings, std::move(layer_units), std::move(head_units));
   sharded_ = true;
@@ -123,7 +124,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
 }
 
 CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
-                           const Sharding& sharding)
+                           const StatePlacement& sharding)
     : config_(c), options_(options), sp_degree_(sp.degree()) {
   model = register_module("model", Decoder(c, sp, options, sharding.enabled()));
   if (!c.tie_word_embeddings) {

@@ -116,7 +116,7 @@ struct CausalLmImpl : torch::nn::Module {
   // placeholders (names and shapes) and their values live in sharded_states() on sharding.device, every unit is
   // recomputed in backward (recompute.hpp) and nothing needs .to(device).
   explicit CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp = {}, const ModelOptions& options = {},
-                        const Sharding& sharding = {});
+                        const StatePlacement& sharding = {});
 
   // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
   // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.

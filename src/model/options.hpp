@@ -4,7 +4,7 @@
 //
 // The model owns its autocast scope: CausalLm::forward enters it from `precision`, and the recompute primitive
 // (recompute.hpp) re-enters the same precision around each chunk it runs again in backward. Sharded states come
-// with the model's Sharding (sharded_states.hpp), not from here.
+// with the model's StatePlacement (sharded_states.hpp), not from here.
 #pragma once
 
 #include <cstdint>

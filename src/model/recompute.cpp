@@ -188,8 +188,8 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
 
 }  // namespace
 
-torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
-                                          const Recompute& options) {
+torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x,
+                                          const std::vector<torch::Tensor>& weights, const Recompute& options) {
   ULY_CHECK(!torch::GradMode::is_enabled() || !x.is_floating_point() || x.requires_grad(),
             "a recomputed unit's input must require grad, or its parameters would get no gradient");
   ULY_CHECK(!options.offload || (options.offload->copies && options.offload->host_memory),

@@ -5,10 +5,10 @@
 //   forward (no graph):  y_c = f(chunk c, x_c, weights) for each chunk, under the precision's autocast;
 //                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added)
 //                        saved: x (or, offloaded, its copy in host memory) and the weights handed in
-//   backward:            [x back from host memory;] [the units gathered again;] for each chunk: x_c' = x_c detached
-//                        (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast,
-//                        backward(y_c', dy_c) → dx_c (its rows of dx), dw summed over the chunks in the leaves' .grad;
-//                        [the gathered weights' gradients reduce-scattered into the shards]
+//   backward:            [x back from host memory;] [the units gathered again;] for each chunk: x_c' = x_c
+//                        detached (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast,
+//                        backward(y_c', dy_c) → dx_c (its rows of dx), dw summed over the chunks in the leaves'
+//                        .grad; [the gathered weights' gradients reduce-scattered into the shards]
 //
 // Where f's weights come from, in f's `weights` in this order:
 //   handed in   tensors passed to recomputed() (TiledMLP's, the tiled loss's): inputs of the autograd node, whose
@@ -106,7 +106,7 @@ struct Recompute {
 
 // f over x's chunks with only x (and `weights`) kept for backward; differentiable in x and `weights`. A floating x
 // must require grad when grad is on (checked: else the units' parameters would get no gradient).
-torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
-                                          const Recompute& options);
+torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x,
+                                          const std::vector<torch::Tensor>& weights, const Recompute& options);
 
 }  // namespace ulysses::model

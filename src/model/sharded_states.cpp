@@ -33,7 +33,7 @@ void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
 }
 
 ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
-                             const Sharding& sharding, const c10::Device& device, bool prefetch)
+                             const StatePlacement& sharding, const c10::Device& device, bool prefetch)
     : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group),
       gather_group_(sharding.gather_group ? sharding.gather_group : sharding.shard_group), device_(device),
       offload_(sharding.offload_optimizer) {

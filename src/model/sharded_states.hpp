@@ -60,9 +60,10 @@
 
 namespace ulysses::model {
 
-// Where a model's parameters live when they are sharded; both communicators are borrowed and must outlive
-// the model. shard_group null = not sharded.
-struct Sharding {
+// Where a model's states live when they are sharded: the groups that split and replicate them, the device and
+// whether the optimizer's part is in host memory (train/rank_groups.hpp makes it). The communicators are borrowed
+// and must outlive the model. shard_group null = not sharded.
+struct StatePlacement {
   comm::Communicator* shard_group = nullptr;     // the ranks that split each unit (world, or the SP group)
   comm::Communicator* replica_group = nullptr;   // ranks that hold the same shard (hybrid: the DP group)
   c10::Device device = c10::kCPU;                // where the gathered units (and the shards, unless offloaded) live
@@ -89,7 +90,7 @@ class ShardedStates {
 
   // params: every parameter of the model in module order. Masters start at zero (load or init fills them).
   // prefetch: prefetch() issues gathers ahead (otherwise it does nothing).
-  ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const Sharding& sharding,
+  ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const StatePlacement& sharding,
                 const c10::Device& device, bool prefetch = false);
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"

@@ -14,10 +14,11 @@ torch::Tensor tiled_cross_entropy_sum(const torch::Tensor& hidden, const torch::
             "tiled loss: hidden [N, hidden], labels [N], chunk > 0 (got {}, {}, {})", hidden.dim(), labels.dim(),
             chunk_tokens);
   // the plain path's loss of one chunk: h_c [n, hidden], w[0] the head [V, hidden] -> [] fp32
-  const ChunkForward chunk_loss = [labels](const Chunk& c, const torch::Tensor& hc, const std::vector<torch::Tensor>& w) {
+  const ChunkForward chunk_loss = [labels](const Chunk& c, const torch::Tensor& hc,
+                                           const std::vector<torch::Tensor>& w) {
     const auto logits = at::linear(hc, w[0]).to(torch::kFloat);   // [n, V] fp32
-    return torch::autograd::variable_list{at::cross_entropy_loss(logits, labels.narrow(0, c.first, c.rows),
-                                                                 /*weight=*/{}, at::Reduction::Sum, shard::kIgnoreIndex)};
+    return torch::autograd::variable_list{at::cross_entropy_loss(
+        logits, labels.narrow(0, c.first, c.rows), /*weight=*/{}, at::Reduction::Sum, shard::kIgnoreIndex)};
   };
   Recompute chunks;
   chunks.precision = precision;

@@ -32,12 +32,8 @@ Examples:
 
 Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
 
-}  // namespace
-
-void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
-  app.set_config("--config", "", "TOML config file: keys are the flags without -- (save-every or save_every); an "
-                 "unknown key or a [section] is an error; flags given on the command line override it");
-  app.footer(kExamples);
+// What to train on, where it writes, the layout and the length of the run.
+void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
   app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
@@ -49,6 +45,10 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
   app.add_option("--steps", o.steps, "Optimizer steps in total")->capture_default_str();
+}
+
+// AdamW, the learning-rate schedule and the seed.
+void add_optimizer_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--min-lr-ratio", o.min_lr_ratio, "Final lr as a fraction of --lr")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
@@ -60,6 +60,10 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
   app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
   app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
+}
+
+// Checkpoints, evaluation and resuming.
+void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--save-every", o.save_every,
                  "Checkpoint every N steps and at the end (0: only at the end; -1: never, not even on a stop "
                  "signal: benchmarks, calibration)")
@@ -81,6 +85,10 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
                  "directory; the model comes from the checkpoint");
   app.add_flag("--allow-changes", o.allow_changes,
                "Resume although the dataset, the seed or the sequences per step differ from the checkpoint's run");
+}
+
+// The device, the memory features (plan/memory_flags.hpp) and the memory profile.
+void add_device_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   plan::add_memory_flags(app, o.memory);
@@ -93,6 +101,10 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
       ->configurable(false);
   app.add_option("--calibrate-lengths", o.calibrate_lengths, "Two or more sequence lengths for --calibrate-memory")
       ->capture_default_str();
+}
+
+// The job around the run: collectives, its end and time limits, threads, the layout it must have, checks.
+void add_job_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--comm", o.comm, "Collectives: auto (nccl on cuda, mpi on cpu), nccl, or mpi (CUDA tensors via host)")
       ->check(CLI::IsMember({"auto", "nccl", "mpi"}))->capture_default_str();
   app.add_option("--end-time", o.end_time,
@@ -123,6 +135,19 @@ void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
   app.add_flag("--dry-run", o.dry_run, "Validate config, data and layout; print the rank map and memory plan")
       ->configurable(false);
   app.add_flag("--overwrite", o.overwrite, "Start over in an --output that already holds checkpoints");
+}
+
+}  // namespace
+
+void set_up(CLI::App& app, TrainOptions& o, bool& print_config) {
+  app.set_config("--config", "", "TOML config file: keys are the flags without -- (save-every or save_every); an "
+                 "unknown key or a [section] is an error; flags given on the command line override it");
+  app.footer(kExamples);
+  add_run_flags(app, o);
+  add_optimizer_flags(app, o);
+  add_checkpoint_flags(app, o);
+  add_device_flags(app, o);
+  add_job_flags(app, o);
   app.add_flag("--print-config", print_config, "Print the resolved configuration as TOML and exit")
       ->configurable(false);
   app.config_formatter(std::make_shared<StrictConfig>(app));   // unknown keys and sections: exit 2

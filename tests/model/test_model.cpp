@@ -540,7 +540,8 @@ TEST(Recompute, ChunksOfRowsEqualOneChunkAndBackPropagateOneAtATime) {
       }
     }
     EXPECT_TRUE(at::allclose(got[1]["y"], got[0]["y"], 1e-12, 0)) << sum;
-    for (const char* name : {"dx", "dw", "db"}) EXPECT_TRUE(at::allclose(got[1][name], got[0][name], 1e-12, 0)) << name << sum;
+    for (const char* name : {"dx", "dw", "db"})
+      EXPECT_TRUE(at::allclose(got[1][name], got[0][name], 1e-12, 0)) << name << sum;
   }
 }
 

@@ -140,7 +140,7 @@ struct Result {
 // Gradients are gathered whole (sharded) before they are returned.
 inline Result gradients(const arch::ModelConfig& cfg, comm::Communicator& world, const fs::path& data,
                         data::LoaderOptions lo, std::int64_t steps_skipped,
-                        const model::ModelOptions& options = model::ModelOptions(), const model::Sharding& sharding = {}) {
+                        const model::ModelOptions& options = model::ModelOptions(), const model::StatePlacement& sharding = {}) {
   model::CausalLm m(cfg, lo.sp, options, sharding);
   model::init_weights(m, 7);
   train::ModelStates states(m, world);

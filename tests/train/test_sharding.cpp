@@ -5,12 +5,17 @@
 // with the memory features on, tied embeddings, bf16, the optimizer offloaded to host memory (a separate
 // host buffer on CPU, the same code path); 20 optimizer steps track the replicated run; and the sharded
 // AdamW update, offloaded or not, equals the replicated one bit for bit. Prefetching the next unit's gather
-// changes nothing, bit for bit, and never serves a gather issued before the shards changed.
+// changes nothing, bit for bit, and never serves a gather issued before the shards changed. The trainer's rank
+// groups answer each purpose with RankLayout's ranks.
 #include "spmd_fixtures.hpp"
+
+#include <chrono>
+#include <numeric>
 
 #include <ATen/ops/allclose.h>
 
 #include "train/model_states.hpp"
+#include "train/rank_groups.hpp"
 
 using namespace ulysses;
 using namespace ulysses::testing_spmd;
@@ -32,8 +37,8 @@ struct Layout {
     const auto& l = groups.layout();
     return {SequenceParallel(l, groups.rank(), &sp), l.dp(), l.dp_rank(groups.rank()), 1, 1, seed, kVocab, "train"};
   }
-  model::Sharding full(bool offload = false) { return {&world, nullptr, torch::kCPU, offload}; }
-  model::Sharding hybrid(bool offload = false) { return {&sp, &dp, torch::kCPU, offload}; }
+  model::StatePlacement full(bool offload = false) { return {&world, nullptr, torch::kCPU, offload}; }
+  model::StatePlacement hybrid(bool offload = false) { return {&sp, &dp, torch::kCPU, offload}; }
 };
 
 struct Case {
@@ -146,7 +151,7 @@ TEST(Prefetch, EqualsNoPrefetchBitForBitAndTakesEveryUnitButTheEmbeddingsAhead) 
     comm::MpiCommunicator gathers(l.groups.sp());   // hybrid: as the trainer gives NCCL prefetch its own
     auto run = [&](bool prefetch) {
       const data::LoaderOptions lo = l.loader(5);
-      model::Sharding sharding = v.hybrid ? l.hybrid(v.offload) : l.full(v.offload);
+      model::StatePlacement sharding = v.hybrid ? l.hybrid(v.offload) : l.full(v.offload);
       if (v.hybrid && prefetch) sharding.gather_group = &gathers;
       model::CausalLm m(cfg, lo.sp, model::ModelOptions(v.options).prefetch(prefetch), sharding);
       model::init_weights(m, 7);
@@ -202,7 +207,7 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   write_dataset(dir, 16 * P, P);
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2, /*tied=*/true));
   Layout l(P);
-  auto run = [&](comm::Communicator& world, data::LoaderOptions lo, const model::Sharding& sharding, bool prefetch) {
+  auto run = [&](comm::Communicator& world, data::LoaderOptions lo, const model::StatePlacement& sharding, bool prefetch) {
     model::CausalLm m(cfg, lo.sp, model::ModelOptions().prefetch(prefetch), sharding);
     model::init_weights(m, 11);
     train::ModelStates states(m, world, {0.9, 0.95, 1e-8, 0.1});
@@ -244,7 +249,7 @@ TEST_P(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2));
   comm::MpiCommunicator world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
   model::CausalLm sharded(cfg, SequenceParallel(), model::ModelOptions(),
-                          model::Sharding{&world, nullptr, torch::kCPU, /*offload_optimizer=*/GetParam()});
+                          model::StatePlacement{&world, nullptr, torch::kCPU, /*offload_optimizer=*/GetParam()});
   model::CausalLm replicated(cfg);
   model::init_weights(sharded, 3);
   model::init_weights(replicated, 3);
@@ -278,5 +283,49 @@ TEST_P(ShardedAdamW, UpdateEqualsReplicatedBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Offload, ShardedAdamW, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "offloaded" : "on_device"; });
+
+}  // namespace
+
+namespace {
+
+// The global ranks of a group, gathered over it in its rank order.
+std::vector<int> members(comm::Communicator& group, int global_rank) {
+  const torch::Tensor all = group.all_gather(torch::tensor({global_rank}, torch::kInt));   // [group size]
+  return std::vector<int>(all.data_ptr<int>(), all.data_ptr<int>() + all.numel());
+}
+
+// RankGroups answers by purpose, for each --sharding mode at SP 2: the sequence group is RankLayout's SP group, the
+// loss group every rank; the shard group every rank (full) or the SP group (hybrid), the replicas the DP group
+// (hybrid only), the gather group the shard group (MPI: never one of its own), and no shard group unsharded.
+TEST(RankGroups, AnswerByPurposeForEachShardingMode) {
+  const int P = world_size();
+  if (P % 2 != 0) GTEST_SKIP() << "SP 2 needs an even world (" << P << " ranks)";
+  const dist::ProcessGroups groups(RankLayout(P, 2));
+  const RankLayout& layout = groups.layout();
+  const int me = groups.rank();
+  std::vector<int> everyone(static_cast<std::size_t>(P));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  for (const plan::Sharding mode : {plan::Sharding::kNone, plan::Sharding::kFull, plan::Sharding::kHybrid}) {
+    const train::RankGroups g(groups, comm::Backend::kMpi, torch::kCPU, std::chrono::seconds(0), mode, true);
+    const std::string what = fmt::format("sharding {}", static_cast<int>(mode));
+    EXPECT_EQ(members(g.sequence(), me), layout.sp_group_of(me)) << what;
+    EXPECT_EQ(members(g.loss(), me), everyone) << what;
+    const model::StatePlacement states = g.states_on(torch::kCPU, false);
+    if (mode == plan::Sharding::kNone) {
+      EXPECT_EQ(g.shard(), nullptr) << what;
+      EXPECT_FALSE(states.enabled()) << what;
+      continue;
+    }
+    EXPECT_EQ(members(*g.shard(), me), mode == plan::Sharding::kFull ? everyone : layout.sp_group_of(me)) << what;
+    EXPECT_EQ(g.gather(), g.shard()) << what;
+    EXPECT_EQ(states.shard_group, g.shard()) << what;
+    EXPECT_EQ(states.replica_group, g.replicas()) << what;
+    if (mode == plan::Sharding::kFull) {
+      EXPECT_EQ(g.replicas(), nullptr) << what;
+    } else {
+      EXPECT_EQ(members(*g.replicas(), me), layout.dp_group_of(me)) << what;
+    }
+  }
+}
 
 }  // namespace

@@ -1,0 +1,30 @@
+#include "train/rank_groups.hpp"
+
+namespace ulysses::train {
+
+RankGroups::RankGroups(const dist::ProcessGroups& groups, comm::Backend backend, const c10::Device& device,
+                       std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch)
+    : sharding_(sharding) {
+  sequence_ = comm::make_communicator(backend, groups.sp(), device, timeout);
+  loss_ = comm::make_communicator(backend, groups.world(), device, timeout);
+  if (sharding == plan::Sharding::kHybrid) replicas_ = comm::make_communicator(backend, groups.dp(), device, timeout);
+  if (sharding == plan::Sharding::kHybrid && backend == comm::Backend::kNccl && prefetch)
+    gather_ = comm::make_communicator(backend, groups.sp(), device, timeout);
+}
+
+comm::Communicator* RankGroups::shard() const {
+  switch (sharding_) {
+    case plan::Sharding::kFull: return loss_.get();
+    case plan::Sharding::kHybrid: return sequence_.get();
+    case plan::Sharding::kNone: break;
+  }
+  return nullptr;
+}
+
+model::StatePlacement RankGroups::states_on(const c10::Device& device, bool offload_optimizer) const {
+  if (!shard()) return {};
+  return {.shard_group = shard(), .replica_group = replicas(), .device = device, .offload_optimizer = offload_optimizer,
+          .gather_group = gather()};
+}
+
+}  // namespace ulysses::train

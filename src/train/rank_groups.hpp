@@ -1,0 +1,49 @@
+// RankGroups: a rank's communicators on its device's backend, asked for by purpose. Built once, collectively, from
+// the process groups (RankLayout's MPI sub-communicators), the backend and the sharding mode; nothing else makes a
+// device communicator for the trainer, and nothing branches on the sharding mode to find one.
+//
+//   sequence   the SP group: the Ulysses all-to-alls (the ring's sub-groups of it come next)
+//   loss       every rank: losses, label counts and replicated gradients are summed over SP × DP
+//   shard      the ranks that split each unit's states (full_shard: every rank; hybrid_shard: the SP group)
+//   replicas   the ranks that hold the same shard (hybrid_shard: the DP group; null otherwise)
+//   gather     where the units' all-gathers run: the shard group, or a communicator of its own where the shard group
+//              also carries other work on the compute stream (hybrid + prefetch over NCCL: the SP group's all-to-alls
+//              would queue behind a prefetched gather)
+// A dry run's are MPI communicators, never used for tensors.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include <c10/core/Device.h>
+
+#include "comm/backend.hpp"
+#include "comm/communicator.hpp"
+#include "dist/process_groups.hpp"
+#include "model/sharded_states.hpp"
+#include "plan/memory_flags.hpp"
+
+namespace ulysses::train {
+
+class RankGroups {
+ public:
+  // sharding: the resolved mode; prefetch: whether gathers are issued ahead (a gather group of its own over NCCL).
+  RankGroups(const dist::ProcessGroups& groups, comm::Backend backend, const c10::Device& device,
+             std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch);
+
+  comm::Communicator& sequence() const { return *sequence_; }
+  comm::Communicator& loss() const { return *loss_; }
+  comm::Communicator* shard() const;                                      // null: not sharded
+  comm::Communicator* replicas() const { return replicas_.get(); }       // null: no replicas of a shard
+  comm::Communicator* gather() const { return gather_ ? gather_.get() : shard(); }
+  plan::Sharding sharding() const { return sharding_; }
+
+  // Where a sharded model's states live (an empty placement when not sharded).
+  model::StatePlacement states_on(const c10::Device& device, bool offload_optimizer) const;
+
+ private:
+  plan::Sharding sharding_;
+  std::unique_ptr<comm::Communicator> sequence_, loss_, replicas_, gather_;
+};
+
+}  // namespace ulysses::train

@@ -1,0 +1,66 @@
+#include "train/resume.hpp"
+
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/log.hpp"
+#include "io/checkpoint_format.hpp"
+#include "train/checkpoint.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ulysses::train {
+
+void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
+  const fs::path state_path = from / checkpoint::kTrainerState;
+  const nlohmann::json stored = read_trainer_state(state_path).options;   // checked: a damaged file is one line here
+  if (stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
+  const auto stored_count = [&](const char* key, std::int64_t fallback) {
+    return stored.contains(key) ? json_value<std::int64_t>(stored.at(key), fmt::format("{}: options.{}", state_path.string(),
+                                                                                       key),
+                                                           checkpoint::kDamagedHint)
+                                : fallback;
+  };
+  const nlohmann::json now = to_json(o);
+  std::vector<std::string> changes, order;
+  for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
+                          "beta2", "eps", "clip"})
+    if (stored.contains(key) && stored[key] != now[key]) {
+      (std::string_view(key) == "data" || std::string_view(key) == "seed" ? order : changes)
+          .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));
+    }
+  const checkpoint::Manifest m = checkpoint::read_manifest(from);
+  const std::int64_t before = m.dp * stored_count("micro_batch", o.micro_batch) * stored_count("grad_accum", o.grad_accum);
+  if (const std::int64_t after = dp * o.micro_batch * o.grad_accum; before != after)
+    order.push_back(fmt::format("sequences per step {} → {} (dp × micro-batch × grad-accum)", before, after));
+  if (!order.empty() && !o.allow_changes)
+    throw BadInput(fmt::format("--resume {}: the data each step sees would change: {}", from.string(),
+                               fmt::join(order, "; ")),
+                   "pass --allow-changes to continue anyway (the run is then no longer an exact continuation)");
+  if (speak && !changes.empty()) log_info("resume changes: {}", fmt::join(changes, "; "));
+  if (speak && !order.empty()) log_info("resume changes (--allow-changes): {}", fmt::join(order, "; "));
+}
+
+std::optional<fs::path> resume_from(const TrainOptions& o) {
+  if (o.resume == "auto") return checkpoint::latest(o.output / "checkpoints");
+  if (o.resume.empty()) return std::nullopt;
+  if (auto dir = checkpoint::find_checkpoint(o.resume)) return dir;
+  throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
+                             checkpoint::kLatest),
+                 "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
+}
+
+void check_output(const TrainOptions& o, int rank) {
+  const fs::path ckpts = o.output / "checkpoints";
+  if (o.resume.empty() && !o.overwrite && fs::exists(ckpts / checkpoint::kLatest))
+    throw BadInput(fmt::format("{} already holds checkpoints", o.output.string()),
+                   "pass --resume auto to continue that run, --overwrite to start over, or another --output");
+  if (rank == 0 && o.overwrite && o.resume.empty() && fs::exists(o.output)) {
+    fs::remove_all(ckpts);
+    fs::remove(o.output / "metrics.jsonl");
+    fs::remove_all(o.output / "tensorboard");   // the default folder only: a --tensorboard elsewhere may be shared
+  }
+}
+
+}  // namespace ulysses::train
