@@ -1,5 +1,6 @@
 // ModelOptions: how a model runs, beside what it is (arch::ModelConfig): the precision and the memory features'
-// switches, PyTorch C++ frontend style (TORCH_ARG: `ModelOptions().precision(Precision::kBf16)`). The decoder builds
+// switches, PyTorch C++ frontend style (TORCH_ARG: `ModelOptions().precision(Precision::kBf16)`), or model_options()
+// from the memory flags as plan/memory_flags resolves them for the planner too (the trainer's way). The decoder builds
 // its layer runner from them (layer_runner.hpp); the decoder layer reads the MLP tile, the head the logits chunk.
 //
 // The model owns its autocast scope: CausalLm::forward enters it from `precision`, and the recompute primitive
@@ -12,6 +13,10 @@
 #include <torch/arg.h>
 
 #include "model/precision.hpp"
+
+namespace ulysses::plan {
+struct Features;
+}
 
 namespace ulysses::model {
 
@@ -32,5 +37,9 @@ struct ModelOptions {
   // previous layer's offloaded input (checkpoint offload) ahead, on side streams. Exact either way.
   TORCH_ARG(bool, prefetch) = false;
 };
+
+// The memory flags as resolved once for the planner and the trainer (plan/memory_flags.hpp: the same rules, so the
+// plan counts what the model runs), run on a CUDA device or not (--prefetch auto: on for a GPU).
+ModelOptions model_options(const plan::Features& features, Precision precision, bool cuda);
 
 }  // namespace ulysses::model

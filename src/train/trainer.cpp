@@ -41,16 +41,6 @@ namespace fs = std::filesystem;
 namespace ulysses::train {
 namespace {
 
-model::ModelOptions model_options(const plan::Features& f, model::Precision precision, const c10::Device& device) {
-  return model::ModelOptions()
-      .precision(precision)
-      .prefetch(f.prefetches(device.is_cuda()))
-      .activation_checkpointing(f.activation_checkpointing)
-      .offload_checkpoints(f.offload_checkpoints)
-      .mlp_tile_tokens(f.mlp_tile_tokens)
-      .logits_chunk_tokens(f.logits_chunk_tokens);
-}
-
 // A run as the build phase makes it, part by part: where it runs, its groups, the model it trains and its plan,
 // its data and what it continues from.
 struct Run {
@@ -94,7 +84,7 @@ void read_model(Run& r) {
   r.config = arch::read_model_config(r.config_path);
   arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
   r.features = plan::resolve(r.o.memory, r.config, r.layout.world());
-  r.options = model_options(r.features, r.place.precision, r.place.device);
+  r.options = model::model_options(r.features, r.place.precision, r.place.device.is_cuda());
 }
 
 // The training split and, with --eval-every, the validation split: S against --sp, ids against the vocabulary.
