@@ -70,8 +70,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), precision_(options.precision()),
-      runner_(options, c.num_layers) {
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), runner_(options, c.num_layers) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -91,10 +90,7 @@ torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
   const ChunkForward lookup = [pad](const Chunk&, const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
   };
-  Recompute recompute;
-  recompute.precision = precision_;
-  recompute.gathered = runner_.gathered_embeddings();
-  return recomputed(lookup, input_ids, {}, recompute)[0];
+  return recomputed(lookup, input_ids, {}, runner_.embeddings())[0];
 }
 
 void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units) {
@@ -191,10 +187,7 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   if (!states_) {
     out = head(Chunk{}, h, {model->norm->weight, lm_head ? lm_head->weight : model->embed_tokens->weight});
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
-    Recompute recompute;
-    recompute.precision = precision;
-    recompute.gathered = model->runner().gathered_head();
-    out = recomputed(head, h, {}, recompute);
+    out = recomputed(head, h, {}, model->runner().head());
   }
   return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};
 }

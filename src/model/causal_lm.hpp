@@ -97,7 +97,6 @@ struct DecoderImpl : torch::nn::Module {
   std::optional<std::int64_t> sliding_window_;
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
 
-  Precision precision_;
   LayerRunner runner_;
   bool sharded_ = false;
 };

@@ -70,16 +70,21 @@ std::optional<GatheredUnits> LayerRunner::gathered_layer(std::int64_t i) const {
   return gathered(units(i), i + 1, i > 0 ? std::optional<std::int64_t>(i - 1) : std::nullopt);
 }
 
-std::optional<GatheredUnits> LayerRunner::gathered_embeddings() const {
-  if (!states_) return std::nullopt;
-  GatheredUnits g = gathered({embeddings_unit_}, 0, std::nullopt);
-  g.weights_in_backward = false;   // its backward scatters the output gradient into rows: the table's shape will do
-  return g;
+Recompute LayerRunner::embeddings() const {
+  ULY_CHECK(states_ != nullptr, "the embeddings run as a unit only when sharded");
+  Recompute r;
+  r.precision = options_.precision();
+  r.gathered = gathered({embeddings_unit_}, 0, std::nullopt);
+  r.gathered->weights_in_backward = false;   // its backward scatters the output gradient into rows: the shape will do
+  return r;
 }
 
-std::optional<GatheredUnits> LayerRunner::gathered_head() const {
-  if (!states_) return std::nullopt;
-  return gathered(head_units_, std::nullopt, layers_ - 1);
+Recompute LayerRunner::head() const {
+  ULY_CHECK(states_ != nullptr, "the head runs as a unit only when sharded");
+  Recompute r;
+  r.precision = options_.precision();
+  r.gathered = gathered(head_units_, std::nullopt, layers_ - 1);
+  return r;
 }
 
 }  // namespace ulysses::model

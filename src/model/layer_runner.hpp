@@ -40,9 +40,10 @@ class LayerRunner {
   // Layer i (in order, after begin) on h [B, S/P, hidden] -> [B, S/P, hidden].
   torch::Tensor operator()(std::int64_t i, const LayerForward& layer, const torch::Tensor& h);
 
-  // The weights of the embeddings' and the head's units (nullopt when not sharded), prefetching the next ones.
-  std::optional<GatheredUnits> gathered_embeddings() const;
-  std::optional<GatheredUnits> gathered_head() const;
+  // Sharded: how the embeddings' and the head's units run (recomputed over their gathered weights, prefetching the
+  // next ones).
+  Recompute embeddings() const;
+  Recompute head() const;
   // Layer inputs the last forward copied to host memory, and those whose copy back the last backward issued ahead.
   const OffloadCounts& offloaded() const { return *counts_; }
 
