@@ -85,7 +85,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
 }
 
 torch::Tensor DecoderImpl::embed(const torch::Tensor& input_ids) {
-  if (!sharded_) return embed_tokens(input_ids);
+  if (!runner_.sharded()) return embed_tokens(input_ids);
   const std::int64_t pad = embed_tokens->options.padding_idx().value_or(-1);
   const ChunkForward lookup = [pad](const Chunk&, const torch::Tensor& ids, const std::vector<torch::Tensor>& w) {
     return torch::autograd::variable_list{torch::embedding(w[0], ids, pad)};   // w[0]: the table [V, hidden]
@@ -99,7 +99,6 @@ void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<
     layer_units.push_back(states->unit(fmt::format("model.layers.{}", i)));
   const int embeddings = states->unit("model.embed_tokens");
   runner_.use_states(std::move(states), embeddings, std::move(layer_units), std::move(head_units));
-  sharded_ = true;
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,

@@ -98,7 +98,6 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
 
   LayerRunner runner_;
-  bool sharded_ = false;
 };
 TORCH_MODULE(Decoder);
 

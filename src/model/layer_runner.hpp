@@ -44,6 +44,7 @@ class LayerRunner {
   // next ones).
   Recompute embeddings() const;
   Recompute head() const;
+  bool sharded() const { return states_ != nullptr; }
   // Layer inputs the last forward copied to host memory, and those whose copy back the last backward issued ahead.
   const OffloadCounts& offloaded() const { return *counts_; }
 
