@@ -61,16 +61,17 @@ DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                         const DecoderLayerWeights& w) {
   const double eps = input_layernorm->eps;
-  auto h = x + self_attn->forward(rms_norm(x, w.input_norm, eps), rope, plan, w.attention);   // [B, S/P, hidden]
+  auto h = x + self_attn->forward(rms_norm_for_matmul(x, w.input_norm, eps), rope, plan, w.attention);   // [B, S/P, hidden]
   if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
     return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, options_.mlp_tile_tokens(),
                            options_.precision()).view(h.sizes());
-  return h + model::mlp(rms_norm(h, w.post_attention_norm, eps), w.mlp);                    // [B, S/P, hidden]
+  return h + model::mlp(rms_norm_for_matmul(h, w.post_attention_norm, eps), w.mlp);         // [B, S/P, hidden]
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), runner_(options, c.num_layers) {
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), fp32_residual_(options.fp32_residual()),
+      runner_(options, c.num_layers) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -104,8 +105,9 @@ void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                   const torch::Tensor& doc_ids) {
   auto h = embed(input_ids);                                                             // [B, S/P, hidden]
-  // shared with the layers' recomputation in backward when checkpointing
+  // shared with the layers' recomputation in backward when checkpointing; in the embeddings' (compute) dtype
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
+  if (fp32_residual_) h = h.to(torch::kFloat);   // the residual stream in fp32 (the bf16 model's --fp32-residual)
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
   runner_.begin(h.device());
   for (std::size_t i = 0; i < layers->size(); ++i) {
@@ -130,8 +132,9 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, con
   if (!sharding.enabled()) return;
   std::vector<ShardedStates::Parameter> params;
   for (const auto& item : named_parameters()) params.push_back({item.key(), item.value().sizes().vec()});
-  states_ = std::make_shared<ShardedStates>(params, compute_dtype(options.precision()), sharding, sharding.device,
-                                            options.prefetch());
+  const StateDtypes dtypes{.matrices = compute_dtype(options.precision()),
+                           .others = weight_dtype(options.precision()), .reduce = options.reduce_dtype()};
+  states_ = std::make_shared<ShardedStates>(params, dtypes, sharding, sharding.device, options.prefetch());
   model->use_states(states_, head_units());
 }
 
@@ -163,6 +166,11 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
 CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                      const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
   check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_);
+  ULY_CHECK(states_ || options_.precision() != Precision::kBf16 ||
+                model->embed_tokens->weight.scalar_type() == c10::kBFloat16,
+            "a bf16 model computes with bf16 weights, and this one's are {}: train::ModelStates makes them the bf16 "
+            "copies of its fp32 masters (or convert the module: ->to(torch::kBFloat16))",
+            fmt::streamed(model->embed_tokens->weight.scalar_type()));
   const AutocastScope autocast(options_.precision(), input_ids.device());   // the forward; backward follows its dtypes
   auto h = model->hidden(input_ids, position_ids, doc_ids);                              // [B, S/P, hidden]
   auto flat_labels = labels.reshape({-1});                                               // [B*S/P]
@@ -173,7 +181,7 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   const Precision precision = options_.precision();
   // the final norm, the head [V, hidden] and the loss: {loss_sum} or, keeping the logits, {loss_sum, logits}
   const ChunkForward head = [=](const Chunk&, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-    const auto hn = rms_norm(x, w[0], eps);                                              // [B, S/P, hidden]
+    const auto hn = rms_norm(x, w[0], eps).to(w[1].scalar_type());   // [B, S/P, hidden], the head's dtype
     if (chunk > 0)   // [B*S/P, hidden] in chunks
       return torch::autograd::variable_list{
           tiled_cross_entropy_sum(hn.reshape({-1, hidden_size}), w[1], flat_labels, chunk, precision)};

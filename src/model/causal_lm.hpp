@@ -95,6 +95,7 @@ struct DecoderImpl : torch::nn::Module {
  private:
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
+  bool fp32_residual_;
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
 
   LayerRunner runner_;
@@ -118,7 +119,9 @@ struct CausalLmImpl : torch::nn::Module {
 
   // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
   // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.
-  // BadInput when S is not a multiple of P. Runs under the autocast scope of options().precision().
+  // BadInput when S is not a multiple of P. Runs under the autocast scope of options().precision() (amp-bf16). In
+  // bf16 it computes in its parameters' dtype: bf16 (train::ModelStates keeps the fp32 masters) or, sharded, the
+  // gathered bf16 copies.
   CausalLmOutput forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                          const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits = false);
 

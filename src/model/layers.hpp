@@ -25,6 +25,11 @@ using arch::ModelConfig;
 
 // y = weight * (x / sqrt(mean(x^2) + eps)), the normalisation in fp32 and the product in x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);   // [..., dim], [dim]
+// rms_norm for the matmuls it feeds: in the weight's dtype (an fp32 residual stream under bf16 weights — the
+// bf16 model's --fp32-residual — becomes bf16 here; otherwise x, weight and y already share a dtype).
+inline torch::Tensor rms_norm_for_matmul(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return rms_norm(x, weight, eps).to(weight.scalar_type());
+}
 
 struct RMSNormImpl : torch::nn::Module {
   RMSNormImpl(std::int64_t dim, double eps);

@@ -7,6 +7,8 @@ namespace ulysses::model {
 ModelOptions model_options(const plan::Features& f, Precision precision, bool cuda) {
   return ModelOptions()
       .precision(precision)
+      .reduce_dtype(f.reduce_bf16 ? c10::kBFloat16 : c10::kFloat)
+      .fp32_residual(f.fp32_residual)
       .prefetch(f.prefetches(cuda))
       .activation_checkpointing(f.activation_checkpointing)
       .offload_checkpoints(f.offload_checkpoints)

@@ -21,7 +21,14 @@ struct Features;
 namespace ulysses::model {
 
 struct ModelOptions {
-  TORCH_ARG(Precision, precision) = Precision::kFp32;   // fp32, or bf16 autocast (fp32 master weights)
+  TORCH_ARG(Precision, precision) = Precision::kFp32;   // precision.hpp: fp32, bf16 or amp-bf16
+  // The dtype gradients are summed over ranks in (sharded: reduce-scattered; replicated: all-reduced) before they
+  // reach the fp32 masters: float32, or bfloat16 (half the bytes on the wire, bf16 rounding of each rank's part).
+  TORCH_ARG(c10::ScalarType, reduce_dtype) = c10::kFloat;
+  // The bf16 model with an fp32 residual stream (Megatron's --fp32-residual-connection): the embedding output and
+  // every layer's output (so each kept or offloaded layer input) fp32, each norm's output cast to the weights' bf16
+  // for the matmuls it feeds. Nothing changes under fp32 or amp-bf16, whose residual stream is fp32 already.
+  TORCH_ARG(bool, fp32_residual) = false;
   // Activation checkpointing per decoder layer (recompute.hpp): keep each layer's input, recompute the layer
   // in backward.
   TORCH_ARG(bool, activation_checkpointing) = false;

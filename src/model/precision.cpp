@@ -9,13 +9,16 @@ namespace ulysses::model {
 Precision precision_from_name(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  throw BadInput(fmt::format("--precision {}: unknown precision", name), "use fp32 or bf16");
+  if (name == "amp-bf16") return Precision::kAmpBf16;
+  throw BadInput(fmt::format("--precision {}: unknown precision", name), "use fp32, bf16 or amp-bf16");
 }
 
-c10::ScalarType compute_dtype(Precision p) { return p == Precision::kBf16 ? c10::kBFloat16 : c10::kFloat; }
+c10::ScalarType compute_dtype(Precision p) { return p == Precision::kFp32 ? c10::kFloat : c10::kBFloat16; }
+
+c10::ScalarType weight_dtype(Precision p) { return p == Precision::kBf16 ? c10::kBFloat16 : c10::kFloat; }
 
 AutocastScope::AutocastScope(Precision p, const c10::Device& device)
-    : active_(p == Precision::kBf16), type_(device.type()) {
+    : active_(autocasts(p)), type_(device.type()) {
   if (!active_) return;
   was_enabled_ = at::autocast::is_autocast_enabled(type_);
   was_dtype_ = at::autocast::get_autocast_dtype(type_);

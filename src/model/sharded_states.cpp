@@ -23,25 +23,25 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-void ShardedStates::group_parameters(c10::ScalarType compute_dtype) {
+void ShardedStates::group_parameters(const StateDtypes& dtypes) {
   const plan::StateLayout layout = plan::state_layout(params_);
   for (const auto& g : layout.groups)
-    groups_.push_back({g.name, g.matrix ? compute_dtype : torch::kFloat, g.decay, g.numel, 0, {}, {}, g.params});
+    groups_.push_back({g.name, g.matrix ? dtypes.matrices : dtypes.others, g.decay, g.numel, 0, {}, {}, g.params});
   for (const auto& u : layout.units) units_.push_back({u.name, u.params, u.groups});
   for (const auto& at : layout.places) places_.push_back({at.group, at.offset});
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) index_[params_[i].name] = i;
 }
 
-ShardedStates::ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype,
+ShardedStates::ShardedStates(const std::vector<Parameter>& params, const StateDtypes& dtypes,
                              const StatePlacement& sharding, const c10::Device& device, bool prefetch)
     : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group),
-      gather_group_(sharding.gather_group ? sharding.gather_group : sharding.shard_group), device_(device),
-      offload_(sharding.offload_optimizer) {
+      gather_group_(sharding.gather_group ? sharding.gather_group : sharding.shard_group), reduce_dtype_(dtypes.reduce),
+      device_(device), offload_(sharding.offload_optimizer) {
   ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
   ULY_CHECK(gather_group_->size() == shard_group_->size() && gather_group_->rank() == shard_group_->rank(),
             "the gather group (rank {} of {}) must be the shard group's ranks (rank {} of {})", gather_group_->rank(),
             gather_group_->size(), shard_group_->rank(), shard_group_->size());
-  group_parameters(compute_dtype);
+  group_parameters(dtypes);
   const std::int64_t W = shard_group_->size();
   // offload: the masters' memory, of exactly their bytes; every copy in or out of it blocks (host_buffers.hpp)
   std::optional<HostBuffers> host;
@@ -165,13 +165,13 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
             u.params.size());
   for (int gi : u.groups) {
     Group& g = groups_[gi];
-    torch::Tensor flat = torch::zeros({g.shard_numel * world()}, torch::dtype(torch::kFloat).device(device_));   // [W*n]
+    torch::Tensor flat = torch::zeros({g.shard_numel * world()}, torch::dtype(reduce_dtype_).device(device_));   // [W*n]
     for (std::size_t k = 0; k < grads.size(); ++k) {
       const Place& at = places_[u.params[k]];
       if (at.group == gi && grads[k].defined())
         flat.narrow(0, at.offset, grads[k].numel()).copy_(grads[k].reshape(-1));
     }
-    torch::Tensor mine = world() > 1 ? shard_group_->reduce_scatter_sum(flat) : flat;   // [n]
+    torch::Tensor mine = (world() > 1 ? shard_group_->reduce_scatter_sum(flat) : flat).to(torch::kFloat);   // [n]
     if (offload_ && !g.master.grad().defined()) {   // the step's first: copied (blocking) into page-locked memory
       g.master.mutable_grad() = grad_host_->take({g.shard_numel}, torch::kFloat).copy_(mine);
       continue;

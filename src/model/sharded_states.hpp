@@ -5,17 +5,19 @@
 // ("model.layers.N") and the head ("head": the final norm and lm_head). A unit's parameters fall into at
 // most two groups, each one flat vector (the parameters in module order, padded to a multiple of W):
 //   matrices  2-D weights that feed a matmul (the *_proj and lm_head weights): gathered in the compute
-//             dtype (bf16 under --precision bf16 — autocast would cast them per use anyway, so the forward
-//             is the replicated one bit for bit), weight decay;
-//   others    norms, biases and the embedding table: gathered in fp32 (they meet fp32 arithmetic), weight
-//             decay only for the 2-D embedding (its own unit, so a group never mixes the two).
+//             dtype (bf16 under both bf16 precisions — under amp-bf16 autocast would cast them per use anyway, so
+//             the forward is the replicated one bit for bit), weight decay;
+//   others    norms, biases and the embedding table: gathered in fp32 (they meet fp32 arithmetic under autocast), or
+//             in bf16 under --precision bf16 (the model is bf16: half the gathered bytes); weight decay only for
+//             the 2-D embedding (its own unit, so a group never mixes the two).
 // Rank r of W holds elements [r·n, (r+1)·n) of each group, n = ceil(numel / W): the fp32 master shard [n],
 // its gradient (.grad, fp32) and, in the optimizer, the AdamW moments of the same shape.
 //
 //   gather(unit)          all-gather of each group (in its dtype) → the unit's parameters, in module order,
 //                         as views of the gathered buffers; collective over the shard group
-//   add_gradients(unit)   the unit's full gradients (any float dtype) → fp32 flat → reduce-scatter over
-//                         the shard group → added to the master shards' .grad; collective
+//   add_gradients(unit)   the unit's full gradients (any float dtype) → flat in the reduce dtype (fp32, or bf16:
+//                         --reduce-dtype) → reduce-scatter over the shard group → added to the master shards'
+//                         fp32 .grad; collective
 //   finish_gradients      after the last backward of a step: all-reduce over the replica group (hybrid),
 //                         divide by the global count (the contract of train/grad_sync.hpp)
 //   load / for_each_whole whole named tensors in (this rank keeps its slice) and out (gathered per group)
@@ -74,6 +76,13 @@ struct StatePlacement {
   bool enabled() const { return shard_group != nullptr; }
 };
 
+// The dtypes of a sharded model's copies: what each group is gathered in and what gradients are reduced in.
+struct StateDtypes {
+  c10::ScalarType matrices = c10::kFloat;   // the compute dtype
+  c10::ScalarType others = c10::kFloat;     // norms, biases, the embedding table
+  c10::ScalarType reduce = c10::kFloat;     // the reduce-scatter's
+};
+
 class ShardedStates {
  public:
   using Parameter = plan::Parameter;   // name and shape
@@ -90,7 +99,7 @@ class ShardedStates {
 
   // params: every parameter of the model in module order. Masters start at zero (load or init fills them).
   // prefetch: prefetch() issues gathers ahead (otherwise it does nothing).
-  ShardedStates(const std::vector<Parameter>& params, c10::ScalarType compute_dtype, const StatePlacement& sharding,
+  ShardedStates(const std::vector<Parameter>& params, const StateDtypes& dtypes, const StatePlacement& sharding,
                 const c10::Device& device, bool prefetch = false);
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
@@ -142,7 +151,7 @@ class ShardedStates {
     std::int64_t offset;       // in the group's flat vector
   };
   // Units, groups and places of params_ (plan::state_layout; the tensors are left empty).
-  void group_parameters(c10::ScalarType compute_dtype);
+  void group_parameters(const StateDtypes& dtypes);
   const Place& place(const std::string& name) const;
   // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds
   std::pair<std::int64_t, std::int64_t> overlap(const Place& at, std::int64_t begin, std::int64_t count) const;
@@ -159,6 +168,7 @@ class ShardedStates {
   comm::Communicator* shard_group_ = nullptr;
   comm::Communicator* replica_group_ = nullptr;
   comm::Communicator* gather_group_ = nullptr;
+  c10::ScalarType reduce_dtype_ = c10::kFloat;
   c10::Device device_ = c10::kCPU;
   bool offload_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh

@@ -11,7 +11,7 @@ torch::Tensor tiled_mlp_block(const torch::Tensor& h, const torch::Tensor& norm_
             tile_tokens);
   // the plain path's block on one tile: h_t [n, hidden] -> [n, hidden]; w: norm, gate, up, down
   const ChunkForward block = [eps](const Chunk&, const torch::Tensor& ht, const std::vector<torch::Tensor>& w) {
-    return torch::autograd::variable_list{ht + mlp(rms_norm(ht, w[0], eps), {w[1], w[2], w[3]})};
+    return torch::autograd::variable_list{ht + mlp(rms_norm_for_matmul(ht, w[0], eps), {w[1], w[2], w[3]})};
   };
   Recompute tiles;
   tiles.precision = precision;

@@ -46,9 +46,9 @@ const char* calibration_set_name(CalibrationSet s) {
   return "plain";
 }
 
-MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk) {
+MemoryFlags calibration_flags(CalibrationSet s, const std::string& precision, std::int64_t chunk) {
   MemoryFlags f;
-  f.precision = bf16 ? "bf16" : "fp32";
+  f.precision = precision;
   f.sharding = "no_shard";
   f.activation_checkpointing = s != CalibrationSet::kPlain;
   f.tiled_mlp = s == CalibrationSet::kAll || s == CalibrationSet::kWholeLogits;
@@ -56,7 +56,7 @@ MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk) {
   return f;
 }
 
-Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& points, bool bf16,
+Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& points, const std::string& precision,
                     std::int64_t chunk, Profile base) {
   if (points.size() < static_cast<std::size_t>(2 * std::size(kCalibrationSets)))
     throw BadInput(fmt::format("a calibration needs two lengths of each of its 4 feature sets; got {} points",
@@ -66,7 +66,7 @@ Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& 
   std::array<Row, kUnknowns> ata{};
   Row atb{};
   for (const Measurement& m : points) {
-    const Features f = resolve(calibration_flags(m.set, bf16, chunk), c, 1);
+    const Features f = resolve(calibration_flags(m.set, precision, chunk), c, 1);
     auto total = [&](double work, double loss, double saved, double mlp) {
       Profile p = base;
       p.work_factor = work, p.loss_factor = loss, p.saved_factor = saved, p.mlp_factor = mlp;

@@ -25,8 +25,8 @@ enum class CalibrationSet { kAll, kWholeLogits, kUntiledMlp, kPlain };
 const char* calibration_set_name(CalibrationSet s);
 inline constexpr CalibrationSet kCalibrationSets[] = {CalibrationSet::kAll, CalibrationSet::kWholeLogits,
                                                       CalibrationSet::kUntiledMlp, CalibrationSet::kPlain};
-// The flags of one set (precision bf16 or fp32; loss chunks of `chunk` tokens where tiled).
-MemoryFlags calibration_flags(CalibrationSet s, bool bf16, std::int64_t chunk);
+// The flags of one set (--precision `precision`; loss chunks of `chunk` tokens where tiled).
+MemoryFlags calibration_flags(CalibrationSet s, const std::string& precision, std::int64_t chunk);
 
 struct Measurement {
   CalibrationSet set;
@@ -36,7 +36,7 @@ struct Measurement {
 
 // `base` gives the name, source, cuda and checkpoint_bytes; the factors and the fixed cost (device_fixed on
 // CUDA, host_fixed on CPU) are fitted. BadInput when the points cannot determine them.
-Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& points, bool bf16,
+Profile fit_profile(const arch::ModelConfig& c, const std::vector<Measurement>& points, const std::string& precision,
                     std::int64_t chunk, Profile base);
 
 }  // namespace ulysses::plan

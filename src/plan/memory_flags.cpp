@@ -10,8 +10,20 @@
 namespace ulysses::plan {
 
 void add_memory_flags(CLI::App& app, MemoryFlags& o) {
-  app.add_option("--precision", o.precision, "fp32, or bf16 mixed precision (fp32 master weights and AdamW state)")
+  app.add_option("--precision", o.precision,
+                 "fp32; bf16: the model in bf16 — weights it computes with, activations, residual stream and kept "
+                 "layer inputs — over fp32 masters and AdamW state (DeepSpeed bf16, Megatron --bf16); amp-bf16: "
+                 "autocast over fp32 weights (HF Trainer bf16=True), the residual stream and kept inputs fp32: twice "
+                 "bf16's activation bytes")
+      ->check(CLI::IsMember({"fp32", "bf16", "amp-bf16"}))->capture_default_str();
+  app.add_option("--reduce-dtype", o.reduce_dtype,
+                 "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's reduce_dtype):"
+                 " fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_flag("--fp32-residual", o.fp32_residual,
+               "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
+               "as Megatron's --fp32-residual-connection; twice the bytes of those, for less rounding in the sums of "
+               "the layers' outputs");
   app.add_option("--sharding", o.sharding,
                  "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
                  "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
@@ -52,6 +64,8 @@ std::string memory_args(const MemoryFlags& f) {
   if (f.logits_chunk_tokens > 0) s += fmt::format(" --logits-chunk-tokens {}", f.logits_chunk_tokens);
   else if (f.tiled_logits) s += " --tiled-logits";
   if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
+  if (f.reduce_dtype != "fp32") s += " --reduce-dtype " + f.reduce_dtype;
+  if (f.fp32_residual) s += " --fp32-residual";
   return s.empty() ? s : s.substr(1);
 }
 
@@ -69,7 +83,14 @@ Sharding resolve_sharding(const MemoryFlags& o, int world) {
 
 Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world) {
   Features f;
-  f.bf16 = o.precision == "bf16";
+  f.bf16 = o.precision == "bf16" || o.precision == "amp-bf16";
+  f.bf16_activations = o.precision == "bf16";
+  f.reduce_bf16 = o.reduce_dtype == "bf16";
+  if (o.fp32_residual && o.precision != "bf16")
+    throw BadInput(fmt::format("--fp32-residual keeps the residual stream of --precision bf16 in fp32, and --precision "
+                               "is {}, whose residual stream is fp32 already", o.precision),
+                   "drop --fp32-residual, or pass --precision bf16");
+  f.fp32_residual = o.fp32_residual;
   f.offload_optimizer = o.offload_optimizer;
   f.sharding = resolve_sharding(o, world);
   f.activation_checkpointing = o.activation_checkpointing || o.offload_checkpoints != 0 || f.sharding != Sharding::kNone;

@@ -21,7 +21,10 @@
 namespace ulysses::plan {
 
 struct MemoryFlags {
-  std::string precision = "fp32";          // fp32, or bf16 mixed precision (fp32 master weights and AdamW)
+  std::string precision = "fp32";          // fp32, bf16 (the model in bf16) or amp-bf16 (autocast over fp32);
+                                           // fp32 masters and AdamW in every mode (model/precision.hpp)
+  std::string reduce_dtype = "fp32";       // the dtype gradients are summed over ranks in: fp32 or bf16
+  bool fp32_residual = false;              // --precision bf16 with an fp32 residual stream
   std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: see above
   bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
@@ -46,7 +49,10 @@ inline bool prefetches(const std::string& prefetch, bool cuda) {
 }
 
 struct Features {   // resolved
-  bool bf16 = false;
+  bool bf16 = false;               // the matmuls in bf16: --precision bf16 or amp-bf16
+  bool bf16_activations = false;   // --precision bf16: every weight copy, activation and kept layer input in bf16
+  bool reduce_bf16 = false;        // --reduce-dtype bf16
+  bool fp32_residual = false;      // --fp32-residual: the bf16 model's residual stream and kept inputs in fp32
   Sharding sharding = Sharding::kNone;
   bool offload_optimizer = false;
   bool activation_checkpointing = false;
@@ -54,11 +60,15 @@ struct Features {   // resolved
   std::int64_t mlp_tile_tokens = 0;       // 0: untiled
   std::int64_t logits_chunk_tokens = 0;   // 0: whole logits
   std::string prefetch = "auto";           // as given; prefetches() resolves auto with the device
-  int compute_bytes() const { return bf16 ? 2 : 4; }
+  int compute_bytes() const { return bf16 ? 2 : 4; }   // of a matrix's gathered copy and the matmuls' operands
+  // Of the residual stream and each kept (or offloaded) layer input: 2 in bf16; autocast (and --fp32-residual) keep
+  // them fp32.
+  int activation_bytes() const { return bf16_activations && !fp32_residual ? 2 : 4; }
+  int other_weight_bytes() const { return bf16_activations ? 2 : 4; }   // norms, biases, the table: gathered copies
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
   bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
 };
-// BadInput for --sharding no_shard with --offload-optimizer.
+// BadInput for --sharding no_shard with --offload-optimizer, and for --fp32-residual without --precision bf16.
 Sharding resolve_sharding(const MemoryFlags& flags, int world);
 Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).

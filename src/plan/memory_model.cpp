@@ -31,6 +31,13 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv) {
 
 std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 
+// Replicated states' bf16 weights beside the fp32 masters: autocast's cached copies of the matrices (amp-bf16), or
+// the bf16 model's one copy of every weight (bf16).
+std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const Features& f) {
+  if (shards > 0 || !f.bf16) return 0;
+  return 2 * (f.bf16_activations ? arch::parameter_count(c) : arch::matmul_parameter_count(c));
+}
+
 std::int64_t usable(std::int64_t b) { return static_cast<std::int64_t>(kUsableFraction * static_cast<double>(b)); }
 
 }  // namespace
@@ -52,18 +59,19 @@ std::vector<std::pair<std::string, std::int64_t>> Breakdown::host_lines() const 
 Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                   std::int64_t seq_len) {
   const int shards = shard_ranks(f.sharding, l.world(), l.sp);
-  const StatePlan states = plan_states(c, shards, f.offload_optimizer, f.compute_bytes());
+  const GatherBytes gather{f.compute_bytes(), f.other_weight_bytes()};
+  const StatePlan states = plan_states(c, shards, f.offload_optimizer, gather);
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
   const LayerCounts n = counts(c, l.sp, p.cuda && !f.bf16);
   Breakdown b;
-  b.weights = states.device.weights +
-              (shards == 0 && f.bf16 ? 2 * arch::matmul_parameter_count(c) : 0);   // autocast's bf16 copies
-  b.gradients = states.device.grads;
+  b.weights = states.device.weights + replicated_copy_bytes(c, shards, f);
+  // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
+  b.gradients = states.device.grads + (shards == 0 && f.bf16_activations ? 2 * arch::parameter_count(c) : 0);
   b.optimizer = states.device.optimizer;
   if (shards > 0) {
-    const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, f.compute_bytes());
+    const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, gather);
     // the largest unit whole with its fp32 gradient, and (prefetch) the next unit beside it — always a layer in
     // backward, and in forward never more than that
     b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);
@@ -76,7 +84,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
   }
   if (f.activation_checkpointing) {
-    const double kept = static_cast<double>(p.checkpoint_bytes) * T * h;
+    const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
     const bool fetched_ahead = f.offload_checkpoints > 0 && f.prefetches(p.cuda);   // one input back early
     b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints) + (fetched_ahead ? 1 : 0)));
     b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));

@@ -38,7 +38,9 @@ std::vector<std::string> breakdown_lines(const Breakdown& b, const Layout& l, co
 }
 
 std::string features_line(const Features& f, const arch::ModelConfig& c, const Layout& l) {
-  std::string s = f.bf16 ? "bf16" : "fp32";
+  std::string s = f.bf16_activations ? "bf16" : f.bf16 ? "amp-bf16 (autocast over fp32)" : "fp32";
+  if (f.fp32_residual) s += " with an fp32 residual stream";
+  if (f.reduce_bf16) s += ", gradients reduced in bf16";
   const int shards = shard_ranks(f.sharding, l.world(), l.sp);
   s += shards > 0 ? fmt::format("; {} over {} rank{}", sharding_name(f.sharding), shards, shards == 1 ? "" : "s")
                   : "; no_shard (replicated states)";

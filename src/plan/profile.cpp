@@ -20,14 +20,14 @@ std::vector<Profile> builtins() {
                               "tools/bench/memory_bench.py's model, 2026-11-25; docs/planning.md",
                     .cuda = false,
                     .saved_factor = 0.151, .work_factor = 0.816, .mlp_factor = 1.529, .loss_factor = 2.647,
-                    .device_fixed = 0, .host_fixed = 599 * kMiB, .checkpoint_bytes = 4,
+                    .device_fixed = 0, .host_fixed = 599 * kMiB, .checkpoint_bytes = 0,
                     .offload_bytes = 16};
   const Profile h100{.name = "h100",
                      .source = "counted (factors 1.0), not yet measured on a GPU: run ulysses-train --calibrate-memory "
                                "there; docs/planning.md",
                      .cuda = true,
                      .saved_factor = 1.0, .work_factor = 1.0, .mlp_factor = 1.0, .loss_factor = 1.0,
-                     .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 4,
+                     .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 0,
                      .offload_bytes = 16};
   Profile h200 = h100;
   h200.name = "h200";
@@ -58,7 +58,7 @@ Profile from_json(const nlohmann::json& j, const std::string& file) {
     get("loss_factor", p.loss_factor);
     get("device_fixed", p.device_fixed);
     get("host_fixed", p.host_fixed);
-    get("checkpoint_bytes", p.checkpoint_bytes);
+    if (j.contains("checkpoint_bytes")) get("checkpoint_bytes", p.checkpoint_bytes);
     get("offload_bytes", p.offload_bytes);
     p.measurements = j.value("measurements", nlohmann::json::array());
   } catch (const nlohmann::json::exception& e) {

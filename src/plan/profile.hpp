@@ -2,7 +2,7 @@
 // its kernels (memory_model.hpp says where each is used). Built-in profiles are documented with their sources
 // in docs/planning.md; a calibrated one is a small JSON file written by `ulysses-train --calibrate-memory`:
 //   {"profile": "NVIDIA H100 80GB HBM3 bf16", "source": "...", "saved_factor": 1.2, "work_factor": 0.9,
-//    "mlp_factor": 0.8, "loss_factor": 2.1, "device_fixed": 123, "host_fixed": 456, "checkpoint_bytes": 4,
+//    "mlp_factor": 0.8, "loss_factor": 2.1, "device_fixed": 123, "host_fixed": 456, "checkpoint_bytes": 0,
 //    "measurements": [{"features": "all", "seq_len": 1024, "peak": 789}, ...]}
 #pragma once
 
@@ -25,7 +25,9 @@ struct Profile {
   double loss_factor = 1.0;    // the loss chunk's bytes / (rows × V × 4)
   std::int64_t device_fixed = 0;   // device bytes of a rank beyond what is counted (context, allocator, NCCL)
   std::int64_t host_fixed = 0;     // host bytes of a rank's process (runtime, libraries, MPI)
-  int checkpoint_bytes = 4;        // bytes per hidden element of a kept layer input (ours: the fp32 residual)
+  // Bytes per hidden element of a kept layer input where the profile models another stack (alst-h100: 2); 0 for
+  // ours: the residual stream's dtype, counted from the precision (4 in fp32 and amp-bf16, 2 in bf16).
+  int checkpoint_bytes = 0;
   int offload_bytes = 16;          // host bytes per offloaded parameter (ours: fp32 master, gradient, 2 moments)
   nlohmann::json measurements = nlohmann::json::array();   // a calibration's points, kept for the record
 };

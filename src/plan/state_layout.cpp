@@ -58,22 +58,22 @@ std::vector<Parameter> parameters_of(const arch::ModelConfig& c) {
   return out;
 }
 
-ShardSize shard_size(const StateLayout& layout, int world, int compute_bytes) {
+ShardSize shard_size(const StateLayout& layout, int world, GatherBytes bytes) {
   ShardSize size;
   for (const auto& g : layout.groups) {
     const std::int64_t n = (g.numel + world - 1) / world;
     size.elements += n;
-    size.compute_copy_bytes += n * (g.matrix ? compute_bytes : 4);
+    size.compute_copy_bytes += n * (g.matrix ? bytes.matrices : bytes.others);
   }
   return size;
 }
 
-UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compute_bytes) {
+UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, GatherBytes bytes) {
   auto size_of = [&](const StateLayout::Unit& u) {
     UnitSize s;
     for (int gi : u.groups) {
       const auto& g = layout.groups[gi];
-      s.gathered_bytes += g.numel * (g.matrix ? compute_bytes : 4);
+      s.gathered_bytes += g.numel * (g.matrix ? bytes.matrices : bytes.others);
       s.elements += g.numel;
     }
     return s;
@@ -91,8 +91,8 @@ UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compu
   return largest;
 }
 
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, int compute_bytes) {
-  const ShardSize size = shards > 0 ? shard_size(state_layout(parameters_of(c)), shards, compute_bytes)
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, GatherBytes bytes) {
+  const ShardSize size = shards > 0 ? shard_size(state_layout(parameters_of(c)), shards, bytes)
                                     : ShardSize{arch::parameter_count(c), 0};
   const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
   if (offload_optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};

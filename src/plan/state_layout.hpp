@@ -5,7 +5,8 @@
 // Units (what is gathered whole at once): model.embed_tokens, model.layers.N, and "head" (model.norm.*,
 // lm_head.*). A unit has at most two groups, each one flat vector split evenly over the shard group (the last
 // shard padded): "<unit>.matrices" (2-d weights of matrix products, gathered in the compute dtype, decayed) and
-// "<unit>.others" (norms, biases and the embedding table: gathered in fp32; decayed iff 2-d, the table).
+// "<unit>.others" (norms, biases and the embedding table: gathered in fp32, or bf16 under --precision bf16; decayed
+// iff 2-d, the table).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ struct Parameter {
 struct StateLayout {
   struct Group {
     std::string name;            // "<unit>.matrices" or "<unit>.others"
-    bool matrix = false;         // gathered in the compute dtype (else fp32)
+    bool matrix = false;         // gathered in the compute dtype (else in the other weights' dtype)
     bool decay = false;          // AdamW weight decay applies
     std::int64_t numel = 0;      // of its parameters, unpadded
     std::vector<int> params;     // indices into the parameter list, in flat order
@@ -48,12 +49,18 @@ struct StateLayout {
 StateLayout state_layout(const std::vector<Parameter>& params);
 std::vector<Parameter> parameters_of(const arch::ModelConfig& c);
 
+// Bytes per element of each group's gathered copy: the matrices' (the compute dtype) and the others' (fp32, or bf16
+// when the whole model is bf16).
+struct GatherBytes {
+  int matrices = 4, others = 4;
+};
+
 // What one rank of `world` shard ranks holds: elements of its fp32 shards (Σ over groups of ceil(numel / W))
-// and bytes of their copies in the gather dtype (compute_bytes per element for matrices, 4 for the others).
+// and bytes of their copies in the gather dtypes.
 struct ShardSize {
   std::int64_t elements = 0, compute_copy_bytes = 0;
 };
-ShardSize shard_size(const StateLayout& layout, int world, int compute_bytes);
+ShardSize shard_size(const StateLayout& layout, int world, GatherBytes bytes);
 
 // The largest unit gathered whole: bytes in its gather dtypes, and its element count (its fp32 gradient
 // exists whole until the reduce-scatter). Tied embeddings: the head unit gathers the table too.
@@ -61,7 +68,7 @@ struct UnitSize {
   std::int64_t gathered_bytes = 0, elements = 0;   // the largest unit (tied: the head with the embeddings)
   std::int64_t layer_gathered_bytes = 0;           // the largest decoder layer: what a prefetch holds beside it
 };
-UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, int compute_bytes);
+UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, GatherBytes bytes);
 
 struct StateBytes {   // per rank, in one place (device or host memory)
   std::int64_t weights = 0, grads = 0, optimizer = 0;
@@ -73,6 +80,6 @@ struct StateBytes {   // per rank, in one place (device or host memory)
 struct StatePlan {
   StateBytes device, host;
 };
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, int compute_bytes);
+StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, GatherBytes bytes);
 
 }  // namespace ulysses::plan

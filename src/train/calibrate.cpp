@@ -148,8 +148,8 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
   const arch::ModelConfig c = arch::read_model_config(config_path);
   const std::vector<std::int64_t> lengths = parse_lengths(o.calibrate_lengths);
   const c10::Device device = choose_device(o.device, 0);
-  const model::Precision precision = model::precision_from_name(o.memory.precision);
-  const bool bf16 = precision == model::Precision::kBf16;
+  const std::string& precision = o.memory.precision;
+  static_cast<void>(model::precision_from_name(precision));   // BadInput for an unknown name, before any run
   const std::int64_t chunk = std::max<std::int64_t>(4, lengths.front() / 8);   // several chunks at every length
   const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   char host[256] = {};
@@ -165,7 +165,7 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
     for (std::int64_t S : lengths) write_random_dataset(work / fmt::format("data-{}", S), S, c.vocab_size);
     for (plan::CalibrationSet set : plan::kCalibrationSets)
       for (std::int64_t S : lengths) {
-        const plan::MemoryFlags flags = plan::calibration_flags(set, bf16, chunk);
+        const plan::MemoryFlags flags = plan::calibration_flags(set, precision, chunk);
         const auto run = work / fmt::format("run-{}-{}", plan::calibration_set_name(set), S);
         points.push_back({set, S, measure(o, config_path, flags, work / fmt::format("data-{}", S), run, threads)});
         log_info("calibrate {:>12} S = {:>7}: peak {}", plan::calibration_set_name(set), S,
@@ -176,13 +176,13 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
     throw;
   }
   std::filesystem::remove_all(work);
-  const plan::Profile p = plan::fit_profile(c, points, bf16, chunk, base);
+  const plan::Profile p = plan::fit_profile(c, points, precision, chunk, base);
   log_info("profile \"{}\": saved {:.3f}, work {:.3f}, mlp {:.3f}, loss {:.3f}, fixed {} ({})", p.name,
            p.saved_factor, p.work_factor, p.mlp_factor, p.loss_factor, human_bytes(static_cast<std::uint64_t>(p.cuda ? p.device_fixed : p.host_fixed)),
            p.cuda ? "device" : "process");
   for (const plan::Measurement& m : points) {
     const plan::Breakdown b =
-        plan::predict(c, plan::Layout{}, plan::resolve(plan::calibration_flags(m.set, bf16, chunk), c, 1), p, m.seq_len);
+        plan::predict(c, plan::Layout{}, plan::resolve(plan::calibration_flags(m.set, precision, chunk), c, 1), p, m.seq_len);
     const std::int64_t fitted = p.cuda ? b.device() : b.device() + b.host();
     log_info("  {:>12} S = {:>7}: measured {}, fitted {} ({:+.1f}%)", plan::calibration_set_name(m.set), m.seq_len,
              human_bytes(static_cast<std::uint64_t>(m.peak)), human_bytes(static_cast<std::uint64_t>(fitted)),

@@ -14,10 +14,11 @@ namespace ulysses::train {
 namespace {
 
 // One all-reduce over the concatenation of `grads`, then each gradient = its part of the sum / count.
-void reduce_bucket(const std::vector<torch::Tensor>& grads, comm::Communicator& grad_group, double global_count) {
+void reduce_bucket(const std::vector<torch::Tensor>& grads, comm::Communicator& grad_group, double global_count,
+                   c10::ScalarType dtype) {
   std::vector<torch::Tensor> flat;
   for (const auto& g : grads) flat.push_back(g.reshape(-1));
-  torch::Tensor buffer = torch::cat(flat);   // [Σ numel]
+  torch::Tensor buffer = torch::cat(flat).to(dtype);   // [Σ numel]
   grad_group.all_reduce_sum(buffer);
   buffer.div_(global_count);
   std::int64_t offset = 0;
@@ -31,7 +32,7 @@ void reduce_bucket(const std::vector<torch::Tensor>& grads, comm::Communicator& 
 }  // namespace
 
 void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& grad_group, double global_count,
-                      std::int64_t bucket_elements) {
+                      c10::ScalarType reduce_dtype, std::int64_t bucket_elements) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
@@ -46,14 +47,14 @@ void reduce_gradients(const std::vector<torch::Tensor>& params, comm::Communicat
   std::int64_t elements = 0;
   for (const auto& g : grads) {
     if (!bucket.empty() && elements + g.numel() > bucket_elements) {
-      reduce_bucket(bucket, grad_group, global_count);
+      reduce_bucket(bucket, grad_group, global_count, reduce_dtype);
       bucket.clear();
       elements = 0;
     }
     bucket.push_back(g);
     elements += g.numel();
   }
-  if (!bucket.empty()) reduce_bucket(bucket, grad_group, global_count);
+  if (!bucket.empty()) reduce_bucket(bucket, grad_group, global_count, reduce_dtype);
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

@@ -29,13 +29,46 @@ ModelStates::ModelStates(model::CausalLm model, comm::Communicator& grad_group, 
     optimizer_ = std::make_unique<AdamW>(trained_, adamw, decay);
     return;
   }
-  for (const auto& item : model_->named_parameters()) trained_.emplace_back(item.key(), item.value());
+  const bool copies = model_->options().precision() == model::Precision::kBf16;
+  for (const auto& item : model_->named_parameters()) {
+    torch::Tensor p = item.value();
+    if (!copies) {
+      trained_.emplace_back(item.key(), p);
+      continue;
+    }
+    torch::NoGradGuard no_grad;
+    torch::Tensor master = p.detach().requires_grad_(true);   // keeps the fp32 values; p becomes their bf16 copy
+    p.set_data(master.detach().to(torch::kBFloat16));
+    trained_.emplace_back(item.key(), master);
+    copies_.push_back(p);
+  }
   optimizer_ = std::make_unique<AdamW>(trained_, adamw);
 }
 
+void ModelStates::take_gradients() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < copies_.size(); ++i) {
+    torch::Tensor& copy = copies_[i];
+    if (!copy.grad().defined()) continue;
+    torch::Tensor& master = trained_[i].second;
+    if (master.grad().defined()) master.mutable_grad().add_(copy.grad());
+    else master.mutable_grad() = copy.grad().to(torch::kFloat);
+    copy.mutable_grad() = torch::Tensor();
+  }
+}
+
 void ModelStates::finish_gradients(double global_count) {
-  if (sharded()) model_->sharded_states()->finish_gradients(global_count);
-  else reduce_gradients(tensors_of(trained_), grad_group_, global_count);
+  if (sharded()) {
+    model_->sharded_states()->finish_gradients(global_count);
+    return;
+  }
+  take_gradients();
+  reduce_gradients(tensors_of(trained_), grad_group_, global_count, model_->options().reduce_dtype());
+}
+
+void ModelStates::refresh_copy(std::size_t i) {
+  torch::NoGradGuard no_grad;
+  if (i < copies_.size()) copies_[i].detach().copy_(trained_[i].second.detach());
 }
 
 double ModelStates::clip(double max_norm) {
@@ -45,6 +78,7 @@ double ModelStates::clip(double max_norm) {
 void ModelStates::step(double lr) {
   optimizer_->step(lr);
   for (auto& [name, t] : trained_) t.mutable_grad() = torch::Tensor();
+  for (std::size_t i = 0; i < copies_.size(); ++i) refresh_copy(i);
   if (sharded()) model_->sharded_states()->refresh();
 }
 
@@ -123,15 +157,16 @@ void ModelStates::load_held(Part part, const std::string& name, const torch::Ten
     });
     return;
   }
-  torch::Tensor target;
-  if (part == Part::kWeights) {
-    for (auto& [n, t] : trained_)
-      if (n == param) target = t;
-  } else {
+  if (part == Part::kOptimizer) {
     auto [avg, sq] = optimizer_->moments(param);
-    target = squared ? sq : avg;
+    (squared ? sq : avg).copy_(values.view_as(avg));
+    return;
   }
-  target.copy_(values.view_as(target));
+  for (std::size_t i = 0; i < trained_.size(); ++i)
+    if (trained_[i].first == param) {
+      trained_[i].second.copy_(values.view_as(trained_[i].second));
+      refresh_copy(i);
+    }
 }
 
 }  // namespace ulysses::train

@@ -1,7 +1,12 @@
 // ModelStates: what training updates on this rank — the weights, their gradients and AdamW's state — whether
 // replicated (every rank holds every parameter: the modules' own, DDP style) or sharded (the model's
 // ShardedStates: ZeRO-3 / FSDP), behind one interface for the step, the optimizer and checkpoints.
+// The trained states are float32 in every precision. A replicated bf16 model (--precision bf16) computes with bf16
+// copies: its modules' parameters become bf16 here and their fp32 masters are kept beside them (Megatron's
+// Float16OptimizerWithFloat16Params); each backward's bf16 gradients are summed into the masters' fp32 ones
+// (take_gradients) and the copies refreshed after every optimizer step or load.
 //
+//   take_gradients    after each backward (a no-op unless replicated bf16)
 //   finish_gradients  after the step's last backward: the loss contract of grad_sync.hpp (gradient of
 //                     Σ token losses / global count, identical on every rank that holds it)
 //   clip, step        global-norm clipping (from the shards when sharded) and AdamW on what this rank holds
@@ -30,6 +35,7 @@ class ModelStates {
   bool sharded() const { return model_->sharded_states() != nullptr; }
   comm::Communicator& grad_group() { return grad_group_; }
 
+  void take_gradients();
   void finish_gradients(double global_count);
   double clip(double max_norm);   // torch's clip_grad_norm_ over the whole model; returns the norm before
   void step(double lr);           // AdamW, then the gradients are dropped
@@ -52,10 +58,12 @@ class ModelStates {
 
  private:
   std::pair<std::string, bool> split_moment(const std::string& name) const;   // "exp_avg_sq.x" -> {"x", true}
+  void refresh_copy(std::size_t i);   // replicated bf16: parameter i's bf16 copy from its master
 
   model::CausalLm model_;
   comm::Communicator& grad_group_;
-  NamedTensors trained_;   // replicated: the parameters; sharded: the master shards, by group name
+  NamedTensors trained_;   // replicated: the parameters (or their fp32 masters); sharded: the master shards, by group
+  std::vector<torch::Tensor> copies_;   // replicated bf16: the modules' bf16 parameters, as trained_ (else empty)
   std::unique_ptr<AdamW> optimizer_;
 };
 

@@ -22,6 +22,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
           {"eval_every", o.eval_every},      {"eval_sequences", o.eval_sequences},
           {"device", o.device},              {"precision", o.memory.precision},
+          {"reduce_dtype", o.memory.reduce_dtype}, {"fp32_residual", o.memory.fp32_residual},
           {"tiled_logits", o.memory.tiled_logits},  {"logits_chunk_tokens", o.memory.logits_chunk_tokens},
           {"sharding", o.memory.sharding}, {"offload_optimizer", o.memory.offload_optimizer},
           {"activation_checkpointing", o.memory.activation_checkpointing},

@@ -103,7 +103,7 @@ std::optional<Placement> place_ranks(const TrainOptions& o, const dist::ProcessG
   if (!o.dry_run) use_device(*device);
   const std::optional<double> peak =
       o.peak_tflops > 0  ? std::optional<double>(o.peak_tflops)
-      : device->is_cuda() ? known_peak_tflops(device_name(*device), *precision == model::Precision::kBf16)
+      : device->is_cuda() ? known_peak_tflops(device_name(*device), *precision != model::Precision::kFp32)
                           : std::nullopt;
   return Placement{std::move(*placed), *device, *backend, *precision, peak};
 }

@@ -25,7 +25,7 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
   const nlohmann::json now = to_json(o);
   std::vector<std::string> changes, order;
   for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
-                          "beta2", "eps", "clip"})
+                          "beta2", "eps", "clip", "precision", "reduce_dtype"})
     if (stored.contains(key) && stored[key] != now[key]) {
       (std::string_view(key) == "data" || std::string_view(key) == "seed" ? order : changes)
           .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));

@@ -36,6 +36,7 @@ LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, s
     const data::MicroBatch& mb = loader.micro_batch(micro);
     const model::CausalLmOutput out = forward_micro_batch(model, mb, device);
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
+    states.take_gradients();   // replicated bf16: into the fp32 masters' gradients, each micro-batch's
     local.sum += out.loss_sum.item<double>();
     local.count += static_cast<double>(out.valid_count.item<std::int64_t>());
     local.attention_pairs +=   // the SP group's ranks share the sequence: each counts its share

@@ -168,7 +168,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   if (r.place.peak_tflops)
     log_info("MFU against {:.1f} TFLOPS per device{}", *r.place.peak_tflops,
              r.o.peak_tflops > 0                          ? " (--peak-tflops)"
-             : r.place.precision == model::Precision::kBf16 ? " (dense bf16 peak of this GPU)"
+             : r.place.precision != model::Precision::kFp32 ? " (dense bf16 peak of this GPU)"
                                                           : " (FP32 peak of this GPU: fp32 matmuls do not use TF32)");
   log_info("memory: {}", plan::features_line(r.features, r.config, r.memory.layout));
   log_info("memory plan at S = {} (profile {}: {}):", loader.seq_len(), r.memory.profile.name, r.memory.profile.source);

@@ -120,7 +120,7 @@ TEST(GpuStep, Fp32EqualsTheCpuStep) {
 
 TEST(GpuStep, Bf16IsWithinBf16ToleranceOfTheFp32Step) {
   const StepResult cpu = one_step(torch::kCPU, model::Precision::kFp32);
-  const StepResult gpu = one_step(kGpu, model::Precision::kBf16);
+  const StepResult gpu = one_step(kGpu, model::Precision::kAmpBf16);
   // AdamW's first update is ~lr·sign(g): bf16 moves it only where a small gradient flips sign. On this shape
   // bf16 autocast against fp32 (transformers on CPU) gave gradients within 1.7e-2 and updates within 0.17
   // (the norm weights, whose gradients are smallest); a different update (twice or none, flipped) is >= 1.

@@ -11,7 +11,9 @@ For each tiny model (float32, hidden 64, 2 layers, vocab 256, 4 query heads shar
 it writes OUT_DIR/<name>/ (save_pretrained: config.json + model.safetensors) and, beside them,
 ref_plain.safetensors and ref_packed.safetensors holding the inputs in the C++ model's convention
 (input_ids, position_ids, doc_ids, pre-shifted labels; all [B, S] int64), the reference logits [B, S, V],
-loss [] (mean over valid labels) and grad.<parameter name> for every parameter.
+loss [] (mean over valid labels) and grad.<parameter name> for every parameter. ref_plain_bf16.safetensors is the
+plain case again from the same checkpoint loaded with dtype=torch.bfloat16 (transformers' own bf16 model): its
+logits, loss and gradients, cast to float32.
 
 Every parameter, norms and biases included, is drawn at random (not transformers' init) so that a
 misplaced norm or bias shows. "plain": one document per row, loss from transformers' own labels path.
@@ -108,6 +110,9 @@ def main(out_dir):
         for case, make in (("plain", plain_reference), ("packed", packed_reference)):
             tensors = {k: v.contiguous() for k, v in make(model, ids).items()}
             save_file(tensors, out_dir / name / f"ref_{case}.safetensors")
+        bf16 = AutoModelForCausalLM.from_pretrained(out_dir / name, dtype=torch.bfloat16, attn_implementation="eager")
+        tensors = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in plain_reference(bf16, ids).items()}
+        save_file(tensors, out_dir / name / "ref_plain_bf16.safetensors")
         print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters -> {out_dir / name}")
 
 

@@ -495,11 +495,40 @@ TEST(HostBuffers, ExactBytesReusedWhenKeptGivenBackOtherwise) {
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on CPUs whose AMX the kernel leaves off; meson sets it.
 TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
   const auto config = tiny_config(2, std::nullopt);
-  Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kBf16));
+  Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kAmpBf16));
   CausalLm recomputed(config, SequenceParallel(),
-                      ModelOptions().precision(Precision::kBf16).activation_checkpointing(true));
+                      ModelOptions().precision(Precision::kAmpBf16).activation_checkpointing(true));
   copy_parameters(ref.model, recomputed);
   expect_matches(loss_and_grads(recomputed, ref.batch), ref.result, 0, "bf16 checkpointing");
+}
+
+// The bf16 model (every parameter bf16): checkpointing with offload equals its plain path bit for bit and keeps bf16
+// layer inputs (2 bytes an element, half of the fp32 ones above); with --fp32-residual the residual stream and so the
+// kept inputs are fp32 (4 bytes) and the loss stays within bf16 rounding of the fp32 model's (2e-2: a few bf16 units).
+TEST(Bf16Model, CheckpointOffloadIsExactAndTheFp32ResidualKeepsFp32Inputs) {
+  const auto config = tiny_config(2, std::nullopt);
+  Reference fp32 = plain_reference(config, 5);
+  auto bf16_model = [&](const ModelOptions& options) {
+    CausalLm m(config, SequenceParallel(), ModelOptions(options).precision(Precision::kBf16));
+    m->to(torch::kBFloat16);
+    copy_parameters(fp32.model, m);
+    return m;
+  };
+  CausalLm plain = bf16_model({});
+  const LossAndGrads want = loss_and_grads(plain, fp32.batch);
+  EXPECT_EQ(want.grads.at("model.norm.weight").scalar_type(), torch::kBFloat16);
+  EXPECT_LE(std::abs(want.loss - fp32.result.loss), 2e-2 * std::abs(fp32.result.loss));
+  EXPECT_NE(want.loss, fp32.result.loss) << "the bf16 model gave the fp32 loss bit for bit";
+  const auto offload = ModelOptions().activation_checkpointing(true).offload_checkpoints(2);
+  CausalLm offloaded = bf16_model(offload);
+  expect_matches(loss_and_grads(offloaded, fp32.batch), want, 0, "bf16, checkpoint offload");
+  const std::int64_t elements = 2 * 2 * 16 * config.hidden_size;   // layers × B × S × hidden
+  EXPECT_EQ(offloaded->model->offloaded_bytes(), elements * 2);     // bf16
+  CausalLm residual = bf16_model(ModelOptions(offload).fp32_residual(true));
+  const LossAndGrads got = loss_and_grads(residual, fp32.batch);
+  EXPECT_EQ(residual->model->offloaded_bytes(), elements * 4);      // fp32
+  EXPECT_LE(std::abs(got.loss - fp32.result.loss), 2e-2 * std::abs(fp32.result.loss));
+  EXPECT_NE(got.loss, want.loss) << "--fp32-residual changed nothing";
 }
 
 // ---- the recompute primitive ----------------------------------------------------------------------

@@ -31,14 +31,14 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 TEST(StateLayout, ShardsAreCeilOfEachGroupAndReplicatedIsSixteenBytesAParameter) {
   const std::int64_t n = arch::parameter_count(kSmall);
-  const StatePlan replicated = plan_states(kSmall, 0, false, 4);
+  const StatePlan replicated = plan_states(kSmall, 0, false, {4, 4});
   EXPECT_EQ(replicated.device.total(), 16 * n);
   EXPECT_EQ(replicated.host.total(), 0);
   const StateLayout layout = state_layout(parameters_of(kSmall));
   std::int64_t expected = 0;
   for (const auto& g : layout.groups) expected += (g.numel + 2) / 3;
-  EXPECT_EQ(plan_states(kSmall, 3, false, 4).device.total(), 16 * expected);
-  const StatePlan offloaded = plan_states(kSmall, 3, true, 2);
+  EXPECT_EQ(plan_states(kSmall, 3, false, {4, 4}).device.total(), 16 * expected);
+  const StatePlan offloaded = plan_states(kSmall, 3, true, {2, 4});
   EXPECT_EQ(offloaded.host.total(), 16 * expected);
   EXPECT_LT(offloaded.device.total(), 4 * expected);   // bf16 matrices, fp32 others
   EXPECT_EQ(layout.units.size(), static_cast<std::size_t>(kSmall.num_layers + 2));
@@ -57,15 +57,15 @@ TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
   EXPECT_EQ(b.saved, 2 * a.saved);   // kept layer inputs: linear
   flags.offload_checkpoints = -1;
   const Breakdown off = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
-  const std::int64_t layer_input = (128 << 10) / 8 * kLlama8B.hidden_size * 4;   // T·h·4
+  const std::int64_t layer_input = (128 << 10) / 8 * kLlama8B.hidden_size * 2;   // T·h·2: the bf16 residual
   EXPECT_EQ(off.saved, layer_input);   // auto prefetch on a GPU: the previous layer's input comes back early
   EXPECT_EQ(off.host_checkpoints, kLlama8B.num_layers * layer_input);
   flags.prefetch = "off";
   const Breakdown no_prefetch = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
   EXPECT_EQ(no_prefetch.saved, 0);
   const std::int64_t h = kLlama8B.hidden_size, kv = 8 * 128;
-  // q, o, k, v and the MLP in bf16, the two norms in fp32
-  const std::int64_t layer_bf16 = 2 * (2 * h * h + 2 * h * kv + 3 * h * kLlama8B.intermediate_size) + 4 * 2 * h;
+  // q, o, k, v, the MLP and the two norms in bf16
+  const std::int64_t layer_bf16 = 2 * (2 * h * h + 2 * h * kv + 3 * h * kLlama8B.intermediate_size) + 2 * 2 * h;
   EXPECT_EQ(off.gathered - no_prefetch.gathered, layer_bf16);   // the next layer, gathered ahead
   flags.prefetch = "auto";
   flags.tiled_logits = true;
@@ -77,6 +77,34 @@ TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {
   const Breakdown states = predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 128 << 10);
   EXPECT_EQ(states.optimizer, 0);
   EXPECT_GT(states.host_states, 0);
+}
+
+// amp-bf16 (autocast over fp32) keeps fp32 layer inputs and gathers the norms in fp32; the bf16 model halves both, and
+// replicated it keeps one bf16 copy of every weight (and its bf16 gradient) where autocast caches the matrices'.
+TEST(MemoryModel, Bf16HalvesTheLayerInputsOfAmpBf16) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags bf16;
+  bf16.precision = "bf16", bf16.offload_checkpoints = -1, bf16.prefetch = "off";
+  MemoryFlags amp = bf16;
+  amp.precision = "amp-bf16";
+  const std::int64_t S = 128 << 10, T = S / 8, h = kLlama8B.hidden_size;
+  const Breakdown half = predict(kLlama8B, l, resolve(bf16, kLlama8B, 8), p, S);
+  const Breakdown autocast = predict(kLlama8B, l, resolve(amp, kLlama8B, 8), p, S);
+  EXPECT_EQ(half.host_checkpoints, kLlama8B.num_layers * T * h * 2);
+  EXPECT_EQ(autocast.host_checkpoints, kLlama8B.num_layers * T * h * 4);
+  // the largest unit gathered with its fp32 gradient: amp-bf16's is the fp32 table (V·h·(4 + 4)), bf16's the head, the
+  // bf16 lm_head and final norm ((V·h + h)·(2 + 4))
+  const std::int64_t V = kLlama8B.vocab_size;
+  EXPECT_EQ(autocast.gathered - half.gathered, V * h * 8 - (V * h + h) * 6);
+  bf16.sharding = amp.sharding = "no_shard";
+  bf16.offload_checkpoints = amp.offload_checkpoints = 0;
+  const std::int64_t n = arch::parameter_count(kLlama8B), m = arch::matmul_parameter_count(kLlama8B);
+  const Breakdown one = predict(kLlama8B, l, resolve(bf16, kLlama8B, 8), p, S);
+  const Breakdown cached = predict(kLlama8B, l, resolve(amp, kLlama8B, 8), p, S);
+  EXPECT_EQ(one.weights, 4 * n + 2 * n);      // fp32 masters + the bf16 copy
+  EXPECT_EQ(cached.weights, 4 * n + 2 * m);   // fp32 weights + autocast's cached matrices
+  EXPECT_EQ(one.gradients, 4 * n + 2 * n);    // fp32 gradients + the copies' bf16 ones
 }
 
 TEST(MemoryModel, ASlidingWindowAddsItsMaskAndScores) {
@@ -116,6 +144,19 @@ TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
 }
 
+TEST(MemoryModel, Fp32ResidualNeedsBf16AndKeepsFp32LayerInputs) {
+  MemoryFlags flags;
+  flags.fp32_residual = true;
+  for (const char* p : {"fp32", "amp-bf16"}) {
+    flags.precision = p;
+    EXPECT_THROW(resolve(flags, kSmall, 1), BadInput) << p;
+  }
+  flags.precision = "bf16";
+  EXPECT_EQ(resolve(flags, kSmall, 1).activation_bytes(), 4);
+  flags.fp32_residual = false;
+  EXPECT_EQ(resolve(flags, kSmall, 1).activation_bytes(), 2);
+}
+
 // memory_args writes the flags add_memory_flags reads: what the planner prints as MEMORY_ARGS gives the trainer
 // the very features it planned.
 TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
@@ -127,10 +168,12 @@ TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
     return f;
   };
   auto same = [](const Features& a, const Features& b) {
-    return std::tie(a.bf16, a.sharding, a.offload_optimizer, a.activation_checkpointing, a.offload_checkpoints,
-                    a.mlp_tile_tokens, a.logits_chunk_tokens, a.prefetch) ==
-           std::tie(b.bf16, b.sharding, b.offload_optimizer, b.activation_checkpointing, b.offload_checkpoints,
-                    b.mlp_tile_tokens, b.logits_chunk_tokens, b.prefetch);
+    return std::tie(a.bf16, a.bf16_activations, a.reduce_bf16, a.fp32_residual, a.sharding, a.offload_optimizer,
+                    a.activation_checkpointing, a.offload_checkpoints, a.mlp_tile_tokens, a.logits_chunk_tokens,
+                    a.prefetch) ==
+           std::tie(b.bf16, b.bf16_activations, b.reduce_bf16, b.fp32_residual, b.sharding, b.offload_optimizer,
+                    b.activation_checkpointing, b.offload_checkpoints, b.mlp_tile_tokens, b.logits_chunk_tokens,
+                    b.prefetch);
   };
   MemoryFlags all;
   all.sharding = "hybrid_shard", all.offload_optimizer = true, all.offload_checkpoints = -1;
@@ -140,11 +183,15 @@ TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
   sized.logits_chunk_tokens = 7, sized.prefetch = "on";
   MemoryFlags replicated;
   replicated.sharding = "no_shard", replicated.tiled_logits = true;
+  MemoryFlags bf16;   // --precision travels apart (the sbatch's PRECISION)
+  bf16.precision = "bf16", bf16.reduce_dtype = "bf16", bf16.fp32_residual = true;
   EXPECT_EQ(memory_args(MemoryFlags{}), "");
   EXPECT_EQ(memory_args(all), "--sharding hybrid_shard --offload-optimizer --offload-checkpoints -1 --tiled-mlp "
                               "--tiled-logits --prefetch off");
-  for (const MemoryFlags& f : {MemoryFlags{}, all, sized, replicated}) {
-    const MemoryFlags back = parse(memory_args(f));
+  EXPECT_EQ(memory_args(bf16), "--reduce-dtype bf16 --fp32-residual");
+  for (const MemoryFlags& f : {MemoryFlags{}, all, sized, replicated, bf16}) {
+    MemoryFlags back = parse(memory_args(f));
+    back.precision = f.precision;
     EXPECT_TRUE(same(resolve(back, kSmall, 4), resolve(f, kSmall, 4))) << memory_args(f);
     EXPECT_EQ(memory_args(back), memory_args(f));
   }
@@ -211,18 +258,18 @@ TEST(Calibration, TheFitRecoversTheConstantsThatMadeThePeaks) {
   std::vector<Measurement> points;
   for (CalibrationSet set : kCalibrationSets)
     for (std::int64_t s : {2048, 8192}) {
-      const Breakdown b = predict(kSmall, Layout{}, resolve(calibration_flags(set, false, 256), kSmall, 1), truth, s);
+      const Breakdown b = predict(kSmall, Layout{}, resolve(calibration_flags(set, "fp32", 256), kSmall, 1), truth, s);
       points.push_back({set, s, b.device() + b.host()});
     }
   Profile base = load_profile("cpu");
-  const Profile got = fit_profile(kSmall, points, false, 256, base);
+  const Profile got = fit_profile(kSmall, points, "fp32", 256, base);
   EXPECT_NEAR(got.saved_factor, truth.saved_factor, 1e-6);
   EXPECT_NEAR(got.work_factor, truth.work_factor, 1e-6);
   EXPECT_NEAR(got.mlp_factor, truth.mlp_factor, 1e-6);
   EXPECT_NEAR(got.loss_factor, truth.loss_factor, 1e-6);
   EXPECT_NEAR(static_cast<double>(got.host_fixed), static_cast<double>(truth.host_fixed), 4096);
   points.resize(6);
-  EXPECT_THROW(fit_profile(kSmall, points, false, 256, base), BadInput);
+  EXPECT_THROW(fit_profile(kSmall, points, "fp32", 256, base), BadInput);
 }
 
 // ALST's limits (arXiv 2506.13996 Tables 1-4; † the ArcticTraining recipes' max_length, whose 70B and 32B results

@@ -102,7 +102,12 @@ TEST(NcclVersion, CodesAndTheRunTimeCheck) {
 TEST(Precision, NamesAndDtypes) {
   EXPECT_EQ(model::compute_dtype(model::precision_from_name("fp32")), torch::kFloat);
   EXPECT_EQ(model::compute_dtype(model::precision_from_name("bf16")), torch::kBFloat16);
-  EXPECT_EQ(bad_input_of([] { model::precision_from_name("fp8"); }), "--precision fp8: unknown precision — HINT: use fp32 or bf16");
+  EXPECT_EQ(model::compute_dtype(model::precision_from_name("amp-bf16")), torch::kBFloat16);
+  EXPECT_EQ(model::weight_dtype(model::precision_from_name("bf16")), torch::kBFloat16);     // norms, biases, table
+  EXPECT_EQ(model::weight_dtype(model::precision_from_name("amp-bf16")), torch::kFloat);    // autocast: fp32 weights
+  EXPECT_FALSE(model::autocasts(model::Precision::kBf16));
+  EXPECT_EQ(bad_input_of([] { model::precision_from_name("fp8"); }),
+            "--precision fp8: unknown precision — HINT: use fp32, bf16 or amp-bf16");
 }
 
 TEST(Precision, Bf16AutocastAppliesInsideItsScopeOnly) {
@@ -112,7 +117,11 @@ TEST(Precision, Bf16AutocastAppliesInsideItsScopeOnly) {
     EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kFloat);
   }
   {
-    const model::AutocastScope bf16(model::Precision::kBf16, torch::kCPU);
+    const model::AutocastScope bf16(model::Precision::kBf16, torch::kCPU);   // the bf16 model: no autocast
+    EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kFloat);
+  }
+  {
+    const model::AutocastScope bf16(model::Precision::kAmpBf16, torch::kCPU);
     EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
     EXPECT_EQ(at::matmul(a, b).scalar_type(), torch::kBFloat16);
   }

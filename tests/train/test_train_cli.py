@@ -1,7 +1,7 @@
 """ulysses-train end to end through its command line under mpiexec, on the sample corpus and tiny model:
 SP=4 tracks SP=1 for 20 steps, a SIGUSR1 mid-run saves and exits 3 and the resumed run reproduces the
-uninterrupted losses exactly, one killed rank ends all ranks, bf16 mixed precision at SP=2 tracks fp32 and
-logs MFU, and every bad input exits 2 with its reason.
+uninterrupted losses exactly, one killed rank ends all ranks, bf16 (the model in bf16) and amp-bf16 (autocast)
+at SP=2 track fp32 and log MFU, and every bad input exits 2 with its reason.
 
 usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
@@ -241,14 +241,19 @@ class Train(PackedSample):
         self.run_ok(train_cmd(1, self.data, fp32, "--steps", 5, "--device", "cpu"), env=env)
         p = self.run_ok(train_cmd(2, self.data, bf16, "--sp", 2, "--steps", 5, "--precision", "bf16",
                                   "--peak-tflops", 2), env=env)
+        amp = self.root / "amp-bf16"   # the autocast path beside the bf16 model
+        self.run_ok(train_cmd(2, self.data, amp, "--sp", 2, "--steps", 5, "--precision", "amp-bf16"), env=env)
         for needle in ["device cpu; precision bf16; collectives mpi", "attention: fused SDPA per document",
                        "MFU against 2.0 TFLOPS per device (--peak-tflops)"]:
             self.assertIn(needle, p.stderr)
-        a, b = losses(fp32), losses(bf16)
-        self.assertEqual(len(b), 5)
-        for step, (x, y) in enumerate(zip(a, b), 1):
+        a, b, c = losses(fp32), losses(bf16), losses(amp)
+        self.assertEqual((len(b), len(c)), (5, 5))
+        for step, (x, y, z) in enumerate(zip(a, b, c), 1):
             self.assertLessEqual(abs(x - y), 2e-2 * abs(x), f"step {step}: fp32 {x} vs bf16 {y}")
-        self.assertNotEqual(a, b, "bf16 reproduced fp32 exactly: autocast did not take effect")
+            self.assertLessEqual(abs(x - z), 2e-2 * abs(x), f"step {step}: fp32 {x} vs amp-bf16 {z}")
+        self.assertNotEqual(a, b, "bf16 reproduced fp32 exactly: the model did not run in bf16")
+        self.assertNotEqual(a, c, "amp-bf16 reproduced fp32 exactly: autocast did not take effect")
+        self.assertNotEqual(b, c, "bf16 and amp-bf16 gave the same losses: one of them is not what it says")
         m = json.loads((bf16 / "metrics.jsonl").read_text().splitlines()[-1])
         self.assertAlmostEqual(m["mfu"], m["tflops_per_device"] / 2, places=9)
         self.assertAlmostEqual(m["tflops_per_device"], m["tflops"] / 2, places=9)
@@ -446,6 +451,24 @@ class Train(PackedSample):
         self.assertIn("--resume auto: no checkpoint under", p.stderr)
         p = self.run_ok(train_cmd(2, self.data, run, "--sp", 2, "--steps", 4, "--resume", "auto", "--dry-run"))
         self.assertIn(f"--resume auto: found {ckpts / 'step-0000004'}", p.stderr)
+
+    def test_resume_across_precisions(self):
+        """The checkpoint holds the fp32 masters in every precision: an fp32 run resumed in bf16, and that run's
+        checkpoint resumed in fp32 again, track the uninterrupted fp32 run (bf16 rounding: 2e-2)."""
+        env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")
+        fp32, half, back = self.root / "p-fp32", self.root / "p-bf16", self.root / "p-back"
+        self.run_ok(train_cmd(1, self.data, fp32, "--steps", 6, "--save-every", 2), env=env)
+        p = self.run_ok(train_cmd(1, self.data, half, "--steps", 4, "--save-every", 2, "--precision", "bf16",
+                                  "--resume", fp32 / "checkpoints" / "step-0000002"), env=env)
+        self.assertIn("resumed from", p.stderr)
+        self.assertIn('precision "fp32" → "bf16"', p.stderr)
+        p = self.run_ok(train_cmd(1, self.data, back, "--steps", 6, "--resume", half / "checkpoints" / "latest"), env=env)
+        self.assertIn('precision "bf16" → "fp32"', p.stderr)
+        want, got = losses(fp32)[2:], losses(half) + losses(back)
+        self.assertEqual(len(got), 4)
+        for step, (x, y) in enumerate(zip(want, got), 3):
+            self.assertLessEqual(abs(x - y), 2e-2 * abs(x), f"step {step}: fp32 {x} vs resumed across precisions {y}")
+        self.assertNotEqual(want[:2], got[:2], "the bf16 steps reproduced fp32 exactly: bf16 did not take effect")
 
     def test_resume_lists_changes_and_data_order_changes_need_allow_changes(self):
         run = self.root / "changes"

@@ -14,8 +14,13 @@ Sides (each in its own process):
   off    ours, SP=1, no memory feature (today's default path)
   C      ours, SP=1, --activation-checkpointing --tiled-mlp --logits-chunk-tokens N
   D      ours, SP=4 (4 ranks), the same features, per rank
+  amp    ours, SP=1, every feature of C and every layer input offloaded (--offload-checkpoints -1), --precision
+         amp-bf16 (autocast over fp32: the residual stream and the kept inputs fp32)
+  bf16   the same, --precision bf16 (the model in bf16)
 B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
-(target >= 1.2), b_C/b_D (target >= 3.5), and the step time of C over off at the longest S (target <= 1.4).
+(target >= 1.2), b_C/b_D (target >= 3.5), b_amp/b_bf16 (target >= 1.8), and the step time of C over off at the
+longest S (target <= 1.4). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
+offload line) are checked against 4·hidden and 2·hidden.
 Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
 S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; said so when unavailable).
 
@@ -39,6 +44,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -52,7 +58,10 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_s
           "head_dim": 64, "hidden_act": "silu", "max_position_embeddings": 65536, "rms_norm_eps": 1e-5,
           "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-SIDES = ["A", "B", "off", "C", "D"]
+SIDES = ["A", "B", "off", "C", "D", "amp", "bf16"]
+PRECISION = {"amp": "amp-bf16", "bf16": "bf16"}   # the bf16 sides' --precision; the others run fp32
+# bf16 matmuls on CPUs whose AMX the kernel leaves off (as the tests' environment; docs/training.md)
+BF16_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -88,16 +97,20 @@ def run_ours(a, work, data, side, S, cgroup=None):
     ranks = 4 if side == "D" else 1
     features = [] if side == "off" else ["--activation-checkpointing", "--tiled-mlp",
                                          "--logits-chunk-tokens", str(a.loss_chunk)]
+    if side in PRECISION:
+        features += ["--offload-checkpoints", "-1", "--precision", PRECISION[side]]
     out = work / f"run-{side}-{S}"
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["mpiexec", "-n", str(ranks), f"{a.build}/src/train/ulysses-train", "--data", str(data), "--model-config",
            str(work / "config.json"), "--output", str(out), "--sp", str(ranks), "--steps", "2", "--lr", "1e-4",
            "--threads", str(max(1, a.threads // ranks))] + features
-    p = run(cmd, cgroup)
+    p = run(cmd, cgroup, BF16_ENV if side in PRECISION else {})
     if p.returncode != 0:
         return {"error": f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}"}
     m = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"peak_rss_mib": max(x["peak_rss_mib"] for x in m), "step_seconds": [x["seconds"] for x in m]}
+    offloaded = re.findall(r"checkpoint offload: (\d+) bytes of layer inputs", p.stderr)
+    return {"peak_rss_mib": max(x["peak_rss_mib"] for x in m), "step_seconds": [x["seconds"] for x in m],
+            "offloaded_bytes": int(offloaded[-1]) if offloaded else 0}
 
 
 def run_hf(a, work, side, S, cgroup=None):
@@ -109,8 +122,8 @@ def run_hf(a, work, side, S, cgroup=None):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run(cmd, cgroup):
-    env = dict(os.environ, **MALLOC)
+def run(cmd, cgroup, extra_env=None):
+    env = dict(os.environ, **MALLOC, **(extra_env or {}))
     join = (lambda: pathlib.Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
     return subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=join)
 
@@ -165,7 +178,8 @@ def main():
     lengths = [int(x) for x in a.lengths.split(",")]
     b_reason = alst_unavailable(a.python)
     print(f"model: {json.dumps({k: CONFIG[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size')})}")
-    print(f"S = {lengths}; 2 steps, fp32, CPU, {a.threads} threads; loss chunk {a.loss_chunk} tokens (B, C, D); "
+    print(f"S = {lengths}; 2 steps, fp32 (amp: amp-bf16, bf16: bf16), CPU, {a.threads} threads; loss chunk "
+          f"{a.loss_chunk} tokens (B, C, D, amp, bf16); "
           f"malloc {MALLOC}")
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
@@ -195,7 +209,8 @@ def main():
             fits[side] = (fa, fb, star)
             print(f"{side:>4} {fa:9.1f} {fb:14.1f} {100 * worst:18.1f}% {star:10.0f}")
         print()
-        for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5")):
+        for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5"),
+                                 ("amp", "bf16", ">= 1.8")):
             if num in fits and den in fits and min(fits[num][1], fits[den][1]) <= 0:
                 flat = num if fits[num][1] <= 0 else den
                 print(f"RATIO bytes per token {num}/{den}: not measurable ({flat}'s peak does not grow over these lengths)")
@@ -203,6 +218,7 @@ def main():
                 print(f"RATIO bytes per token {num}/{den} = {fits[num][1] / fits[den][1]:.2f}  (target {target})")
             else:
                 print(f"RATIO bytes per token {num}/{den}: not measured ({num if num not in fits else den} did not run)")
+        offload_mismatch = check_offloaded(res)
         both = [S for S in lengths if "error" not in res["C"][S] and "error" not in res["off"][S]]
         if both:
             S = max(both)
@@ -216,6 +232,23 @@ def main():
                   if "error" in r and not (side == "B" and b_reason)]
         if a.smoke and failed:
             sys.exit("smoke: these runs failed: " + ", ".join(failed))
+        if offload_mismatch:
+            sys.exit("the offloaded layer inputs are not the precision's bytes: " + ", ".join(offload_mismatch))
+
+
+def check_offloaded(res):
+    """Prints the host bytes each bf16 side offloaded per token per layer against 2·hidden (bf16) and 4·hidden
+    (amp-bf16: fp32 layer inputs); returns the runs where they differ."""
+    h, layers, wrong = CONFIG["hidden_size"], CONFIG["num_hidden_layers"], []
+    for side, element in (("amp", 4), ("bf16", 2)):
+        for S, r in res[side].items():
+            if "error" in r:
+                continue
+            per = r["offloaded_bytes"] / (S * layers)
+            print(f"offloaded per token per layer, {side} at S={S}: {per:g} bytes ({element}·hidden = {element * h})")
+            if per != element * h:
+                wrong.append(f"{side} at S={S}: {per:g} per token per layer, not {element * h}")
+    return wrong
 
 
 GPU_SIDES = ("A", "B", "C", "C+")
