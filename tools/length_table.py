@@ -78,25 +78,28 @@ def main():
         for name, c in MODELS.items():
             cfgs[name] = pathlib.Path(tmp, f"{name}.json")
             cfgs[name].write_text(json.dumps(c))
-        print("| model | H100s (SP) | published | planner, alst-h100 | ours, bf16 (h100) | ours / published | "
+        print("| model | H100s (SP) | published | planner, alst-h100 | error | ours, bf16 (h100) | ours / published | "
               "ours, amp-bf16 (h100) |")
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for model, nodes, gpus, sp, flags, figure, source in ROWS:
             cfg = cfgs[model]
             alst = longest(a, cfg, nodes, gpus, sp, flags, "alst-h100", "bf16", "off")
             bf16, bf16_text = ours(a, cfg, nodes, gpus, sp, flags, "bf16")
             _, amp_text = ours(a, cfg, nodes, gpus, sp, flags, "amp-bf16")
-            print(f"| {model} | {nodes * gpus} ({sp}) | {figure} ({source}) | {human(alst)} | {bf16_text} | "
+            error = f"{100 * (alst / tokens(figure) - 1):+.0f}%" if source == "ALST" else "—"
+            print(f"| {model} | {nodes * gpus} ({sp}) | {figure} ({source}) | {human(alst)} | {error} | {bf16_text} | "
                   f"{bf16 / tokens(figure):.2f} | {amp_text} |")
         print()
-        print("| features | ALST | planner, alst-h100 | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
-        print("|---|---|---|---|---|---|")
+        print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
+        print("|---|---|---|---|---|---|---|")
         for what, sp, flags, figure in ABLATION:
             cfg = cfgs["Llama-3.1-8B"]
             alst = longest(a, cfg, 1, 8, sp, flags, "alst-h100", "bf16", "off")
             bf16, bf16_text = ours(a, cfg, 1, 8, sp, flags, "bf16")
             _, amp_text = ours(a, cfg, 1, 8, sp, flags, "amp-bf16")
-            print(f"| {what} | {figure} | {human(alst)} | {bf16_text} | {bf16 / tokens(figure):.2f} | {amp_text} |")
+            error = f"{100 * (alst / tokens(figure) - 1):+.0f}%"
+            print(f"| {what} | {figure} | {human(alst)} | {error} | {bf16_text} | {bf16 / tokens(figure):.2f} | "
+                  f"{amp_text} |")
 
 
 if __name__ == "__main__":

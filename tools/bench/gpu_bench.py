@@ -323,9 +323,9 @@ class Runner:
             raise BenchError(f"ulysses-pack failed for S={S}: {last}", f"run it by hand: {' '.join(cmd)}")
         return out, cmd
 
-    def run_ours(self, S, ceiling, recompute, extra=(), name="ours"):
+    def run_ours(self, S, ceiling, recompute, extra=(), name="ours", precision=None):
         """One trainer run of S tokens; `extra` flags (memory_bench --gpu: the memory features) make another side,
-        `name`, timed apart. ceiling None: no --peak-tflops."""
+        `name`, timed apart. ceiling None: no --peak-tflops. precision: --precision (default the benchmark's)."""
         a = self.a
         total = a.warmup + a.steps
         data, pack_cmd = self.pack(S)
@@ -335,7 +335,7 @@ class Runner:
                "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
                "--save-every", "-1"]
         # one rank: nothing to shard, but said so; recomputation exactly as transformers' side of this length
-        cmd += ["--device", a.device, "--precision", a.precision, "--sharding", "no_shard"]
+        cmd += ["--device", a.device, "--precision", precision or a.precision, "--sharding", "no_shard"]
         cmd += [] if ceiling is None else ["--peak-tflops", f"{ceiling:.3f}"]
         if recompute:
             cmd += ["--activation-checkpointing"]

@@ -31,13 +31,15 @@ without it B is reported as not run, with the reason. --smoke (CI) runs S = 512,
 chunks and exits 1 when a side that can run here did not.
 
 --gpu: the same sides on one GPU (gpu_bench.py's runner: each run in its own process, an OOM a result), a
-Llama-3.2-1B shape (random init), bf16 compute over fp32 weights and AdamW, peak = the caching allocator's
-high-water mark (max_memory_allocated; the trainer's peak_gpu_mib is the same counter). From --gpu-start, S doubles
-for every side until it runs out of memory (ours: or its memory plan refuses it: --memory-profile picks the
-constants), reaches --max-length or would not finish within --time-limit. Sides A, B, C as above, and C+ = C with
-every layer input offloaded to host memory (--offload-checkpoints -1). Prints per side the longest S that ran, its
-tokens/s and peak, the fit peak = a + b·S over the lengths that ran, and RATIO lines for b_A/b_C, b_B/b_C and the
-longest lengths. --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
+Llama-3.2-1B shape (random init), the model in bf16 over fp32 masters and AdamW (C+amp: autocast), peak = the
+caching allocator's high-water mark (max_memory_allocated; the trainer's peak_gpu_mib is the same counter). From
+--gpu-start, S doubles for every side until it runs out of memory (ours: or its memory plan refuses it:
+--memory-profile picks the constants), reaches --max-length or would not finish within --time-limit. Sides A, B, C
+as above (ours in --precision bf16: the model in bf16), C+ = C with every layer input offloaded to host memory
+(--offload-checkpoints -1), and C+amp = C+ in --precision amp-bf16 (autocast over fp32: the path before the bf16
+model). Prints per side the longest S that ran, its tokens/s and peak, the fit peak = a + b·S over the lengths
+that ran, and RATIO lines for b_A/b_C, b_B/b_C and the longest lengths (C+/C+amp: the bf16 model against
+autocast). --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
 """
 import argparse
 import json
@@ -161,6 +163,8 @@ def main():
     ap.add_argument("--confirm-cap", action="store_true")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--smoke", action="store_true", help="tiny lengths; exit 1 if a side fails (CI)")
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help=f"the CPU sides to run, comma-separated (default all: {','.join(SIDES)}); e.g. amp,bf16")
     ap.add_argument("--gpu", action="store_true", help="the sides on one GPU, doubling S until each no longer fits")
     ap.add_argument("--gpu-start", type=int, default=16384, help="--gpu: the first length")
     ap.add_argument("--max-length", type=int, default=1 << 23, help="--gpu: the doubling stops here")
@@ -176,6 +180,10 @@ def main():
         a.lengths, a.loss_chunk = "512,1024", a.loss_chunk or 128
     a.loss_chunk = a.loss_chunk or 512
     lengths = [int(x) for x in a.lengths.split(",")]
+    sides = a.sides.split(",")
+    if not set(sides) <= set(SIDES):
+        return bad_input(f"--sides {a.sides}: unknown side {sorted(set(sides) - set(SIDES))[0]} — HINT: choose from "
+                         f"{','.join(SIDES)}")
     b_reason = alst_unavailable(a.python)
     print(f"model: {json.dumps({k: CONFIG[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size')})}")
     print(f"S = {lengths}; 2 steps, fp32 (amp: amp-bf16, bf16: bf16), CPU, {a.threads} threads; loss chunk "
@@ -187,7 +195,7 @@ def main():
         res = {s: {} for s in SIDES}
         for S in lengths:
             data = pack(a, work, S)
-            for side in SIDES:
+            for side in sides:
                 if side == "B" and b_reason:
                     res[side][S] = {"error": b_reason}
                 elif side in ("A", "B"):
@@ -199,7 +207,7 @@ def main():
                                                    if "error" not in r else f"not run: {r['error']}"), flush=True)
         fits = {}
         print(f"\n{'side':>4} {'a (MiB)':>9} {'b (KiB/token)':>14} {'worst fit residual':>19} {'S* at cap':>10}")
-        for side in SIDES:
+        for side in sides:
             pts = [(S, r["peak_rss_mib"]) for S, r in res[side].items() if "error" not in r]
             if len(pts) < 2:
                 print(f"{side:>4}  not fitted: {len(pts)} length(s) ran")
@@ -219,7 +227,8 @@ def main():
             else:
                 print(f"RATIO bytes per token {num}/{den}: not measured ({num if num not in fits else den} did not run)")
         offload_mismatch = check_offloaded(res)
-        both = [S for S in lengths if "error" not in res["C"][S] and "error" not in res["off"][S]]
+        both = [S for S in lengths if "error" not in res["C"].get(S, {"error": "not run"})
+                and "error" not in res["off"].get(S, {"error": "not run"})]
         if both:
             S = max(both)
             t = res["C"][S]["step_seconds"][-1] / res["off"][S]["step_seconds"][-1]
@@ -228,7 +237,7 @@ def main():
             confirm(a, work, fits)
         else:
             print(f"S* under a real {a.cap_gib:g} GiB cap: not confirmed in this run (--confirm-cap)")
-        failed = [f"{side} at S={S}" for side in SIDES for S, r in res[side].items()
+        failed = [f"{side} at S={S}" for side in sides for S, r in res[side].items()
                   if "error" in r and not (side == "B" and b_reason)]
         if a.smoke and failed:
             sys.exit("smoke: these runs failed: " + ", ".join(failed))
@@ -251,7 +260,7 @@ def check_offloaded(res):
     return wrong
 
 
-GPU_SIDES = ("A", "B", "C", "C+")
+GPU_SIDES = ("A", "B", "C", "C+", "C+amp")
 
 
 def gpu_main(a):
@@ -273,7 +282,10 @@ def gpu_main(a):
              "B": ("A + ALST's TiledMLP and tiled loss", lambda r, S: r.run_hf(S, True, chunk, name="B")),
              "C": ("ours: checkpointing, TiledMLP, tiled logits", lambda r, S: r.run_ours(S, None, True, ours, "C")),
              "C+": ("C + every layer input in host memory",
-                    lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+"))}
+                    lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+")),
+             "C+amp": ("C+ in amp-bf16: autocast over fp32 weights, fp32 layer inputs (the path before the bf16 model)",
+                       lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+amp",
+                                               "amp-bf16"))}
     try:
         a.train = find_tool(f"{a.build}/src/train/ulysses-train", "ulysses-train", "pass --build BUILD")
         a.pack = find_tool(f"{a.build}/src/pack/ulysses-pack", "ulysses-pack", "pass --build BUILD")
@@ -310,7 +322,7 @@ def gpu_search(a, work, sides, b_reason, start, top, chunk):
         print(f"  {side:>2}: {sides[side][0]}")
     if b_reason:
         print(f"   B: not run: {b_reason}")
-    runner = Runner(a, work, cfg, work / "config.json", dict(os.environ))
+    runner = Runner(a, work, cfg, work / "config.json", dict(os.environ, **BF16_ENV))
     res = {side: {} for side in GPU_SIDES}
     alive = [s for s in GPU_SIDES if not (s == "B" and b_reason)]
     try:
@@ -370,7 +382,7 @@ def gpu_report(res, b_reason, a):
         else:
             print(f"RATIO bytes per token {num}/{den} ({where}): not measured (fewer than two lengths ran, or a peak "
                   f"that does not grow)")
-    for num, den in (("C", "A"), ("C", "B"), ("C+", "B")):
+    for num, den in (("C", "A"), ("C", "B"), ("C+", "B"), ("C+", "C+amp")):
         if num in longest and den in longest:
             print(f"RATIO longest sequence {num}/{den} ({where}) = {longest[num] / longest[den]:.2f}  (target > 1: more "
                   f"tokens than {den}; {num} {stopped(res[num])}, {den} {stopped(res[den])})")
