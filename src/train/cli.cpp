@@ -17,8 +17,11 @@ Examples:
   srun --mpi=pmi2 ulysses-train --config run.toml --resume auto
   # fine-tune a Hugging Face model, SP=8 inside each node, DP across nodes
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
-  # one node of 8 GPUs, bf16 mixed precision, SP=8 over NCCL; MFU against the GPU's bf16 peak
+  # one node of 8 GPUs, the model in bf16 over fp32 masters, SP=8 over NCCL; MFU against the GPU's bf16 peak
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
+  # the same with gradients reduce-scattered in bf16 and the residual stream kept in fp32 (Megatron's flags)
+  srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --precision bf16 --reduce-dtype bf16 \
+      --fp32-residual
   # long sequences: recompute each layer in backward, the MLP over tiles, the loss over 1 GiB chunks of logits
   srun --mpi=pmi2 ulysses-train --config run.toml --activation-checkpointing --tiled-mlp --tiled-logits
   # debugging: 4 ranks share one GPU, collectives through MPI host staging

@@ -95,14 +95,23 @@ TEST(Bf16, SpEqualsSpOneAndTracksFp32) {
   const std::int64_t S = 16 * P;
   const fs::path dir = shared_dir(fmt::format("bf16-{}", P));
   write_dataset(dir, S, P);
-  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 8, 4));
   dist::ProcessGroups groups(RankLayout(P, P));
   comm::MpiCommunicator sp(groups.sp()), world(groups.world()), self(MPI_COMM_SELF);
   data::LoaderOptions par{SequenceParallel(groups.layout(), groups.rank(), &sp), 1, 0, 1, 1, 5, kVocab, "train"};
   data::LoaderOptions ref{SequenceParallel(), 1, 0, 1, 1, 5, kVocab, "train"};
-  for (const auto bf16 : {model::Precision::kBf16, model::Precision::kAmpBf16})
+  struct Case {
+    model::Precision precision;
+    Variant model;
+  };
+  // the bf16 model with GQA, one KV head replicated to P and Qwen3's q/k norms; amp-bf16 as it always was
+  for (const Case& c : {Case{model::Precision::kBf16, {"llama", 8, 4}}, Case{model::Precision::kBf16, {"llama", 4, 1}},
+                        Case{model::Precision::kBf16, {"qwen3", 4, 2}}, Case{model::Precision::kAmpBf16, {"llama", 8, 4}}})
     for (std::int64_t seq : {0, 1}) {
-      const std::string what = fmt::format("{}, sequence {}", bf16 == model::Precision::kBf16 ? "bf16" : "amp-bf16", seq);
+      const auto bf16 = c.precision;
+      const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, c.model.type, c.model.heads, c.model.kv));
+      const std::string what = fmt::format("{} {} H={} Hkv={}, sequence {}",
+                                           bf16 == model::Precision::kBf16 ? "bf16" : "amp-bf16", c.model.type,
+                                           c.model.heads, c.model.kv, seq);
       Result got = gradients(cfg, world, dir, par, seq, model::ModelOptions().precision(bf16));
       Result want = gradients(cfg, self, dir, ref, seq, model::ModelOptions().precision(bf16));
       Result fp32 = gradients(cfg, self, dir, ref, seq);
