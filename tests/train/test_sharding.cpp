@@ -120,6 +120,22 @@ TEST(ShardedBf16, EqualsReplicatedBf16) {
                 gradients(cfg, l.self, dir, reference(1, 5), seq, bf16), fmt::format("bf16 sequence {}", seq), 2e-2);
 }
 
+// Every memory feature of the model at the tiny model's sizes: checkpointing, the first layer's input offloaded, MLP
+// tiles of 5 tokens, loss chunks of 3.
+model::ModelOptions every_memory_feature(model::ModelOptions o = {}) {
+  return o.activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(5).logits_chunk_tokens(3);
+}
+
+// One sharded run: tied embeddings or not, the model's options, the optimizer offloaded, the SP degree, hybrid shards.
+struct Variant {
+  std::string name;
+  bool tied;
+  model::ModelOptions options;
+  bool offload;
+  int sp;
+  bool hybrid = false;
+};
+
 // The bf16 model (--precision bf16: every gathered weight bf16, norms and table included; bf16 activations), sharded
 // with the memory features on, the optimizer offloaded, gradients reduced in bf16 or hybrid, equals the replicated
 // bf16 model at SP=1 (its fp32 masters beside bf16 copies) to bf16 rounding: the sums over ranks and chunks round in
@@ -130,26 +146,17 @@ TEST(ShardedBf16, TheBf16ModelEqualsItsReplicatedRunWithEveryFeature) {
   const fs::path dir = shared_dir(fmt::format("shard-true-bf16-{}", P));
   write_dataset(dir, 16 * P, P);
   const auto bf16 = model::ModelOptions().precision(model::Precision::kBf16);
-  const auto features = model::ModelOptions(bf16).activation_checkpointing(true).offload_checkpoints(1)
-                            .mlp_tile_tokens(5).logits_chunk_tokens(3).prefetch(true);
-  struct Variant {
-    std::string name;
-    bool tied;
-    model::ModelOptions options;
-    bool offload;
-    int sp;
-  };
-  std::vector<Variant> variants{{"tied, every memory feature", true, features, false, P},
+  std::vector<Variant> variants{{"tied, every memory feature", true, every_memory_feature(bf16).prefetch(true), false, P},
                                 {"optimizer offloaded, reduced in bf16", false,
                                  model::ModelOptions(bf16).reduce_dtype(torch::kBFloat16), true, P}};
-  if (P == 4) variants.push_back({"hybrid SP=2 x DP=2", false, bf16, false, 2});
+  if (P == 4) variants.push_back({"hybrid SP=2 x DP=2", false, bf16, false, 2, true});
   for (const Variant& v : variants) {
     const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2, v.tied));
     Layout l(v.sp);
     const std::int64_t dp = P / v.sp;
     for (std::int64_t seq : {0, 1}) {
       const Result sharded = gradients(cfg, l.world, dir, l.loader(5), seq, v.options,
-                                       v.sp == P ? l.full(v.offload) : l.hybrid(v.offload));
+                                       v.hybrid ? l.hybrid(v.offload) : l.full(v.offload));
       const Result replicated = gradients(cfg, l.self, dir, reference(dp, 5), seq, bf16);
       expect_same(sharded, replicated, fmt::format("bf16, {}, sequence {}", v.name, seq), 2e-2);
       EXPECT_NE(replicated.loss, gradients(cfg, l.self, dir, reference(dp, 5), seq).loss)
@@ -168,16 +175,7 @@ TEST(Prefetch, EqualsNoPrefetchBitForBitAndTakesEveryUnitButTheEmbeddingsAhead) 
   if (P == 3) GTEST_SKIP() << "4 heads do not split over 3 SP ranks";
   const fs::path dir = shared_dir(fmt::format("shard-prefetch-{}", P));
   write_dataset(dir, 16 * P, P);
-  const auto features = model::ModelOptions().activation_checkpointing(true).offload_checkpoints(1)
-                            .mlp_tile_tokens(5).logits_chunk_tokens(3);
-  struct Variant {
-    std::string name;
-    bool tied;
-    model::ModelOptions options;
-    bool offload;
-    int sp;
-    bool hybrid;
-  };
+  const auto features = every_memory_feature();
   std::vector<Variant> variants{{"plain", false, {}, false, P, false},
                                 {"tied, every memory feature", true, features, false, P, false},
                                 {"optimizer offloaded", false, {}, true, P, false}};
