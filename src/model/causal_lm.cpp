@@ -61,7 +61,8 @@ DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                         const DecoderLayerWeights& w) {
   const double eps = input_layernorm->eps;
-  auto h = x + self_attn->forward(rms_norm_for_matmul(x, w.input_norm, eps), rope, plan, w.attention);   // [B, S/P, hidden]
+  const auto attended = self_attn->forward(rms_norm_for_matmul(x, w.input_norm, eps), rope, plan, w.attention);
+  auto h = x + attended;                                                                    // [B, S/P, hidden]
   if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
     return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, options_.mlp_tile_tokens(),
                            options_.precision()).view(h.sizes());

@@ -165,7 +165,8 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
             u.params.size());
   for (int gi : u.groups) {
     Group& g = groups_[gi];
-    torch::Tensor flat = torch::zeros({g.shard_numel * world()}, torch::dtype(reduce_dtype_).device(device_));   // [W*n]
+    torch::Tensor flat =   // [W*n] in the reduce dtype
+        torch::zeros({g.shard_numel * world()}, torch::dtype(reduce_dtype_).device(device_));
     for (std::size_t k = 0; k < grads.size(); ++k) {
       const Place& at = places_[u.params[k]];
       if (at.group == gi && grads[k].defined())

@@ -17,8 +17,8 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "bf16's activation bytes")
       ->check(CLI::IsMember({"fp32", "bf16", "amp-bf16"}))->capture_default_str();
   app.add_option("--reduce-dtype", o.reduce_dtype,
-                 "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's reduce_dtype):"
-                 " fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
+                 "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's "
+                 "reduce_dtype): fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_flag("--fp32-residual", o.fp32_residual,
                "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
