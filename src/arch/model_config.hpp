@@ -81,6 +81,11 @@ struct UlyssesHeads {
 };
 UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp);
 
+// Attention in G head groups (--attention-head-groups): each group holds H/G query heads and its own Hkv/G key/value
+// heads, and splits over P as a whole model's heads do: H % G == 0, Hkv % G == 0, and the group's heads pass the SP
+// rule above. BadInput naming the flag, the numbers and the valid G for this P.
+void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups);
+
 // ---- Parameters: names and shapes as transformers builds them --------------------------------------
 
 struct ParameterSpec {

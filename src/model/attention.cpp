@@ -1,15 +1,18 @@
 #include "model/attention.hpp"
 
+#include <array>
 #include <cmath>
 
 #include "core/error.hpp"
+#include "model/recompute.hpp"
 #include "model/ulysses.hpp"
 
 namespace ulysses::model {
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp)
-    : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), eps_(c.rms_norm_eps),
-      sp_degree_(sp.degree()), sp_(sp.group()) {
+AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups)
+    : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), head_groups_(head_groups),
+      eps_(c.rms_norm_eps), sp_degree_(sp.degree()), sp_(sp.group()) {
+  if (head_groups.groups != 1) arch::check_head_groups(c, sp_degree_, head_groups.groups);
   if (sp_degree_ > 1) {
     arch::check_heads_for_sp(c, sp_degree_, c.architecture);
     ULY_CHECK(sp_ != nullptr && sp_->size() == sp_degree_, "SP degree {} needs its group's communicator (size {})",
@@ -40,10 +43,67 @@ AttentionWeights AttentionImpl::weights() const {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                      const AttentionWeights& w) const {
+  const torch::Tensor heads = head_groups_.groups == 1 ? forward_heads(x, rope, plan, w)   // [B, S/P, H*D]
+                                                       : forward_in_groups(x, rope, plan, w);
+  return at::linear(heads, w.o, w.o_bias);   // [B, S/P, hidden]
+}
+
+namespace {
+
+// The tensors of AttentionWeights a group computes with, in one fixed order (o_proj runs once, on all groups' heads).
+std::array<torch::Tensor*, 8> slots(AttentionWeights& w) {
+  return {&w.q, &w.k, &w.v, &w.q_bias, &w.k_bias, &w.v_bias, &w.q_norm, &w.k_norm};
+}
+
+}  // namespace
+
+AttentionWeights AttentionImpl::group_weights(const AttentionWeights& w, std::int64_t group) const {
+  const std::int64_t D = head_dim_, q = heads_ / head_groups_.groups, kv = kv_heads_ / head_groups_.groups;
+  auto rows = [D](const torch::Tensor& t, std::int64_t first, std::int64_t n) {   // heads [first, first + n)
+    return t.defined() ? t.narrow(0, first * D, n * D) : t;
+  };
+  AttentionWeights g = w;
+  g.q = rows(w.q, group * q, q), g.q_bias = rows(w.q_bias, group * q, q);               // [q*D, hidden], [q*D]
+  g.k = rows(w.k, group * kv, kv), g.k_bias = rows(w.k_bias, group * kv, kv);           // [kv*D, hidden], [kv*D]
+  g.v = rows(w.v, group * kv, kv), g.v_bias = rows(w.v_bias, group * kv, kv);
+  g.o = g.o_bias = torch::Tensor();
+  return g;
+}
+
+torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const RopeTables& rope,
+                                               const AttentionPlan& plan, const AttentionWeights& w) const {
+  const auto self = std::static_pointer_cast<const AttentionImpl>(shared_from_this());
+  std::vector<torch::Tensor> outputs;   // per group: [B, S/P, H/G*D]
+  for (std::int64_t g = 0; g < head_groups_.groups; ++g) {
+    AttentionWeights gw = group_weights(w, g);
+    std::vector<torch::Tensor> handed;   // its defined tensors, in slot order
+    std::array<bool, 8> present{};
+    for (std::size_t i = 0; i < slots(gw).size(); ++i)
+      if ((present[i] = slots(gw)[i]->defined())) handed.push_back(*slots(gw)[i]);
+    // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there — no
+    // weight (a sharded unit's gathered weights must not outlive its run)
+    const ChunkForward group = [self, rope, plan, present](const Chunk&, const torch::Tensor& xn,
+                                                           const std::vector<torch::Tensor>& ws) {
+      AttentionWeights gw;
+      std::size_t next = 0;
+      for (std::size_t i = 0; i < present.size(); ++i)
+        if (present[i]) *slots(gw)[i] = ws[next++];
+      return torch::autograd::variable_list{self->forward_heads(xn, rope, plan, gw)};
+    };
+    Recompute recompute;
+    recompute.precision = head_groups_.precision;
+    outputs.push_back(recomputed(group, x, handed, recompute)[0]);
+  }
+  return at::cat(outputs, -1);   // [B, S/P, H*D]: group g's heads at g·H/G, as all heads at once
+}
+
+torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                           const AttentionWeights& w) const {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
-  auto q = at::linear(x, w.q, w.q_bias).view({B, s, heads_, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
-  auto k = at::linear(x, w.k, w.k_bias).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
-  auto v = at::linear(x, w.v, w.v_bias).view({B, s, kv_heads_, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+  const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
+  auto q = at::linear(x, w.q, w.q_bias).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
+  auto k = at::linear(x, w.k, w.k_bias).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+  auto v = at::linear(x, w.v, w.v_bias).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
   if (w.q_norm.defined()) {
     q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
     k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]
@@ -53,10 +113,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   const auto compute = v.scalar_type();
   q = apply_rope(q, rope).to(compute);
   k = apply_rope(k, rope).to(compute);
-  auto o_proj_of = [&](const torch::Tensor& out) {   // [B, S/P, H, D] -> [B, S/P, H*D] -> [B, S/P, hidden]
-    return at::linear(out.reshape({B, s, heads_ * head_dim_}), w.o, w.o_bias);
-  };
-  if (!sp_) return o_proj_of(attend(q, k, v, plan));   // P = 1: S/P = S
+  auto flat = [&](const torch::Tensor& out) { return out.reshape({B, s, heads * head_dim_}); };   // -> [B, S/P, H*D]
+  if (!sp_) return flat(attend(q, k, v, plan));   // P = 1: S/P = S
 
   const std::int64_t P = sp_degree_;
   k = replicate_kv_heads_for_sp(k, P);             // [B, S/P, max(Hkv, P), D]
@@ -64,7 +122,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   q = scatter_heads_gather_sequence(*sp_, q);      // [B, S, H/P, D]
   k = scatter_heads_gather_sequence(*sp_, k);      // [B, S, max(Hkv, P)/P, D]
   v = scatter_heads_gather_sequence(*sp_, v);      // [B, S, max(Hkv, P)/P, D]
-  return o_proj_of(scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan)));   // [B, S, H/P, D] -> [B, S/P, H, D]
+  return flat(scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan)));   // [B, S, H/P, D] -> [B, S/P, H, D]
 }
 
 // Local attention of h query heads over the whole sequence; each kv head serves h / hkv consecutive

@@ -11,6 +11,16 @@
 // the module and every backward pass through it. P = 1 calls no collective. The head rules are checked at
 // construction (BadInput with both numbers). Attention itself runs per document (document_attention.hpp):
 // fused causal SDPA calls, no S×S mask except for a sliding window.
+//
+// In head groups (--attention-head-groups G > 1, UPipe's head chunking): the heads run in G groups, group g holding
+// query heads [g·H/G, (g+1)·H/G) and its own key/value heads [g·Hkv/G, (g+1)·Hkv/G) (arch::check_head_groups). Each
+// group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k norm, RoPE, the all-to-alls,
+// attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs side by side. Each group is
+// one call of the recompute primitive (recompute.hpp): it keeps only the layer's normed input, and backward
+// recomputes and back-propagates one group at a time, so one group's activations are alive at once, in forward and in
+// backward (beside them, the heads' output [B, S/P, H·D] that o_proj reads, and its gradient). Every rank runs the
+// same groups in the same order. Exact: the same operations per head; only the input's gradient, summed over the
+// groups' q/k/v projections, is summed in another order (≤ 1e-6 relative in fp32).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -21,6 +31,7 @@
 #include "core/sequence_parallel.hpp"
 #include "model/document_attention.hpp"
 #include "model/layers.hpp"
+#include "model/precision.hpp"
 
 namespace ulysses::model {
 
@@ -33,8 +44,14 @@ struct AttentionWeights {
   torch::Tensor q_norm, k_norm;              // [D] (Qwen3)
 };
 
+// Attention in head groups: how many, and the precision each group's recomputation re-enters.
+struct HeadGroups {
+  std::int64_t groups = 1;
+  Precision precision = Precision::kFp32;
+};
+
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp);
+  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups = {});
 
   AttentionWeights weights() const;   // its own parameters
   // x [B, S/P, hidden], rope tables of this rank's tokens, the whole sequence's documents -> [B, S/P, hidden]
@@ -50,8 +67,15 @@ struct AttentionImpl : torch::nn::Module {
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const AttentionPlan& plan) const;
+  // The pipeline on the heads of w's q/k/v rows (all of them, or one group's) -> their output [B, S/P, heads·D]
+  torch::Tensor forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                              const AttentionWeights& w) const;
+  torch::Tensor forward_in_groups(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                  const AttentionWeights& w) const;
+  AttentionWeights group_weights(const AttentionWeights& w, std::int64_t group) const;   // views; no o_proj
 
   std::int64_t heads_, kv_heads_, head_dim_;
+  HeadGroups head_groups_;
   double eps_;                // of the q/k norms
   std::int64_t sp_degree_;    // P
   comm::Communicator* sp_;    // non-null only when P > 1

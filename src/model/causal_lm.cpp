@@ -15,7 +15,8 @@ namespace ulysses::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
     : options_(options) {
-  self_attn = register_module("self_attn", Attention(c, sp));
+  self_attn = register_module("self_attn", Attention(c, sp, HeadGroups{options.attention_head_groups(),
+                                                                        options.precision()}));
   mlp = register_module("mlp", Mlp(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));

@@ -9,6 +9,7 @@ ModelOptions model_options(const plan::Features& f, Precision precision, bool cu
       .precision(precision)
       .reduce_dtype(f.reduce_bf16 ? c10::kBFloat16 : c10::kFloat)
       .fp32_residual(f.fp32_residual)
+      .attention_head_groups(f.attention_head_groups)
       .prefetch(f.prefetches(cuda))
       .activation_checkpointing(f.activation_checkpointing)
       .offload_checkpoints(f.offload_checkpoints)

@@ -29,6 +29,9 @@ struct ModelOptions {
   // every layer's output (so each kept or offloaded layer input) fp32, each norm's output cast to the weights' bf16
   // for the matmuls it feeds. Nothing changes under fp32 or amp-bf16, whose residual stream is fp32 already.
   TORCH_ARG(bool, fp32_residual) = false;
+  // Attention in head groups (attention.hpp): each layer's attention over this many groups of heads, one group's
+  // activations alive at a time, in forward and in backward. 1 = all heads at once.
+  TORCH_ARG(std::int64_t, attention_head_groups) = 1;
   // Activation checkpointing per decoder layer (recompute.hpp): keep each layer's input, recompute the layer
   // in backward.
   TORCH_ARG(bool, activation_checkpointing) = false;

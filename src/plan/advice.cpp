@@ -12,7 +12,7 @@ namespace {
 bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p, const Machine& m,
           std::int64_t seq_len) {
   if (seq_len % sequence_unit(l.sp) != 0) return false;
-  return check_fit(predict(c, l, resolve(flags, c, l.world()), p, seq_len), l, m).fits;
+  return check_fit(predict(c, l, resolve(flags, c, l.world(), l.sp), p, seq_len), l, m).fits;
 }
 
 }  // namespace
@@ -44,12 +44,12 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
       {"--tiled-logits", [](MemoryFlags& f) { f.tiled_logits = true; }},
       {"--offload-checkpoints -1", [](MemoryFlags& f) { f.offload_checkpoints = -1; }},
   };
-  const Features now = resolve(flags, c, l.world());
+  const Features now = resolve(flags, c, l.world(), l.sp);
   for (const Change& ch : changes) {
     MemoryFlags f = flags;
     ch.apply(f);
     if (f.sharding == "no_shard" && f.offload_optimizer) continue;
-    const Features next = resolve(f, c, l.world());
+    const Features next = resolve(f, c, l.world(), l.sp);
     const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
                       next.activation_checkpointing == now.activation_checkpointing &&
                       next.mlp_tile_tokens == now.mlp_tile_tokens &&

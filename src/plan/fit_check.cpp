@@ -17,7 +17,7 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
                {device.cuda, device.cuda ? device.memory_bytes : 0, host.bytes},
                load_profile(profile.empty() ? default_profile_name(device.cuda, device.name) : profile),
                {}};
-  m.breakdown = predict(c, layout, resolve(flags, c, layout.world()), m.profile, seq_len);
+  m.breakdown = predict(c, layout, resolve(flags, c, layout.world(), layout.sp), m.profile, seq_len);
   const Fit fit = check_fit(m.breakdown, layout, m.machine);
   if (fit.fits) return m;
   const auto fix = suggest_fix(c, layout, flags, m.profile, m.machine, seq_len);

@@ -159,7 +159,7 @@ int run(Cli& o) {
   const up::Machine m = machine_of(o, host_source);
   const std::int64_t target = parse_length(o.seq_len, "--seq-len");
   const up::Layout l = layout_of(o, c, config_json, profile, m, target, why);
-  const up::Features f = up::resolve(o.flags, c, l.world());
+  const up::Features f = up::resolve(o.flags, c, l.world(), l.sp);
   const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
   const std::int64_t unit = up::sequence_unit(l.sp);
   const std::int64_t S = target > 0 ? (target + unit - 1) / unit * unit : longest;

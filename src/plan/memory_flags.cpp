@@ -20,6 +20,11 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's "
                  "reduce_dtype): fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--attention-head-groups", o.attention_head_groups,
+                 "Run each layer's attention in this many groups of heads (UPipe's head chunking): per group its q/k/v "
+                 "projections, RoPE, all-to-alls, attention and o_proj columns, recomputed group by group in backward, "
+                 "so one group's attention activations exist at a time; each group holds whole key/value heads. Exact")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
   app.add_flag("--fp32-residual", o.fp32_residual,
                "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
                "as Megatron's --fp32-residual-connection; twice the bytes of those, for less rounding in the sums of "
@@ -66,6 +71,7 @@ std::string memory_args(const MemoryFlags& f) {
   if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
   if (f.reduce_dtype != "fp32") s += " --reduce-dtype " + f.reduce_dtype;
   if (f.fp32_residual) s += " --fp32-residual";
+  if (f.attention_head_groups != 1) s += fmt::format(" --attention-head-groups {}", f.attention_head_groups);
   return s.empty() ? s : s.substr(1);
 }
 
@@ -81,7 +87,7 @@ Sharding resolve_sharding(const MemoryFlags& o, int world) {
   return o.sharding == "hybrid_shard" ? Sharding::kHybrid : Sharding::kNone;
 }
 
-Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world) {
+Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, int sp) {
   Features f;
   f.bf16 = o.precision == "bf16" || o.precision == "amp-bf16";
   f.bf16_activations = o.precision == "bf16";
@@ -91,6 +97,8 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world) {
                                "is {}, whose residual stream is fp32 already", o.precision),
                    "drop --fp32-residual, or pass --precision bf16");
   f.fp32_residual = o.fp32_residual;
+  if (o.attention_head_groups != 1) arch::check_head_groups(c, sp, o.attention_head_groups);
+  f.attention_head_groups = o.attention_head_groups;
   f.offload_optimizer = o.offload_optimizer;
   f.sharding = resolve_sharding(o, world);
   f.activation_checkpointing = o.activation_checkpointing || o.offload_checkpoints != 0 || f.sharding != Sharding::kNone;

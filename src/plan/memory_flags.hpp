@@ -25,6 +25,7 @@ struct MemoryFlags {
                                            // fp32 masters and AdamW in every mode (model/precision.hpp)
   std::string reduce_dtype = "fp32";       // the dtype gradients are summed over ranks in: fp32 or bf16
   bool fp32_residual = false;              // --precision bf16 with an fp32 residual stream
+  std::int64_t attention_head_groups = 1;  // each layer's attention in this many groups of heads
   std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: see above
   bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
@@ -53,6 +54,7 @@ struct Features {   // resolved
   bool bf16_activations = false;   // --precision bf16: every weight copy, activation and kept layer input in bf16
   bool reduce_bf16 = false;        // --reduce-dtype bf16
   bool fp32_residual = false;      // --fp32-residual: the bf16 model's residual stream and kept inputs in fp32
+  std::int64_t attention_head_groups = 1;   // --attention-head-groups
   Sharding sharding = Sharding::kNone;
   bool offload_optimizer = false;
   bool activation_checkpointing = false;
@@ -68,9 +70,10 @@ struct Features {   // resolved
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
   bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
 };
-// BadInput for --sharding no_shard with --offload-optimizer, and for --fp32-residual without --precision bf16.
+// BadInput for --sharding no_shard with --offload-optimizer, for --fp32-residual without --precision bf16, and for
+// head groups the model's heads cannot form at --sp `sp` (arch::check_head_groups).
 Sharding resolve_sharding(const MemoryFlags& flags, int world);
-Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world);
+Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world, int sp = 1);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).
 int shard_ranks(Sharding s, int world, int sp);
 // The chunk of about `bytes` of fp32 logits for a vocabulary of `vocab`: at least one token.

@@ -8,7 +8,8 @@ namespace {
 // Elements one layer holds per token of this rank, counted from its tensors (attention after the all-to-all
 // holds S tokens × H/P heads: the same element count as T tokens × H heads; KV heads replicated up to P).
 struct LayerCounts {
-  double attention = 0;   // per token: norms, q/k/v before and after RoPE and the all-to-all, output, o_proj
+  double attention = 0;   // per token: the norms, the heads' output o_proj reads and o_proj's: whole per layer
+  double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: per group
   double mlp_token = 0;   // per token: the MLP block's input and its norm
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back)
@@ -22,7 +23,8 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv) {
   const double q = static_cast<double>(c.num_heads) * d, kv = static_cast<double>(c.num_kv_heads) * d;
   const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
   LayerCounts n;
-  n.attention = 3 * h + 2 * (q + 2 * kv) + (qa + 2 * kva) + 2 * qa + (expanded_kv ? 2 * (qa - kva) : 0);
+  n.attention = 3 * h + qa;
+  n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = 2 * h;
   n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
@@ -77,7 +79,9 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
-  const double layer_tokens = T * (n.attention + n.mlp_token);
+  // head groups: one group's share of the heads' tensors is alive at a time (attention.hpp), in forward and backward
+  const double G = static_cast<double>(f.attention_head_groups);
+  const double layer_tokens = T * (n.attention + n.heads / G + n.mlp_token);
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
@@ -90,11 +94,13 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));
   } else {
     const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only
-    b.saved = bytes(act * L * (p.saved_factor * layer_tokens + p.mlp_factor * saved_mlp));
+    const double saved_heads = f.attention_head_groups > 1 ? 0.0 : T * n.heads;   // groups keep their input only
+    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token) + p.saved_factor * saved_heads +
+                               p.mlp_factor * saved_mlp));
   }
   const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
-  b.comm = bytes(act * T * n.a2a);
+  b.comm = bytes(act * T * n.a2a / G);   // one group's all-to-all buffers at a time
   b.device_fixed = p.device_fixed;
   b.host_states = states.host.total() / 16 * p.offload_bytes;   // 16 bytes a parameter: ours
   b.host_fixed = p.host_fixed;

@@ -10,10 +10,11 @@
 //                                  offloaded; plain: every layer's intermediates, saved_factor × counted (the
 //                                  MLP's: mlp_factor × counted, none with TiledMLP)
 //   layer working set              one layer's forward + backward: work_factor × counted + mlp_factor × the MLP's
-//                                  (its rows: one tile with TiledMLP, else T); with a sliding window (Mistral)
-//                                  also the [B, 1, S, S] mask and the scores of H/P heads, counted exactly
+//                                  (its rows: one tile with TiledMLP, else T); the heads' tensors (q, k, v, the
+//                                  all-to-alls, attention's output) / G with --attention-head-groups G; with a
+//                                  sliding window (Mistral) also the [B, 1, S, S] mask and the scores of H/P heads
 //   loss chunk                     loss_factor × rows × V × 4 (rows: one chunk with tiled logits, else T)
-//   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1)
+//   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1), of one head group
 //   fixed                          the profile's device_fixed (CUDA context, allocator, NCCL)
 // Host memory per rank: the offloaded optimizer states, the offloaded layer inputs and the process (the
 // profile's host_fixed). On a CPU device the host is the device: every byte above is host memory, and the

@@ -83,7 +83,7 @@ void read_model(Run& r) {
   r.config_path = model_config_path(r.o, r.from);
   r.config = arch::read_model_config(r.config_path);
   arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
-  r.features = plan::resolve(r.o.memory, r.config, r.layout.world());
+  r.features = plan::resolve(r.o.memory, r.config, r.layout.world(), static_cast<int>(r.layout.sp()));
   r.options = model::model_options(r.features, r.place.precision, r.place.device.is_cuda());
 }
 

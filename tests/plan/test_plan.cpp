@@ -144,6 +144,36 @@ TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
 }
 
+// Head groups: only the heads' tensors (q, k, v around the all-to-alls, attention's output) are per group, so the
+// working set and the all-to-all buffers fall with G towards the layer's own part; G must form whole KV-head groups
+// that split over --sp.
+TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_checkpoints = -1, flags.tiled_mlp = flags.tiled_logits = true;
+  const std::int64_t S = 1 << 20;
+  const Breakdown one = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
+  flags.attention_head_groups = 4;
+  const Breakdown four = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
+  // per token at SP 8: q, k, v (4096 + 2·1024) before and after RoPE, after the all-to-all (8 ranks × (4 + 2·1)
+  // heads × 128) and attention's output (4096): 2·6144 + 6144 + 4096 elements, 3/4 of them gone with 4 groups, in bf16
+  // (2 bytes), forward + backward (2), the profile's work factor
+  const std::int64_t T = S / 8, heads = 2 * 6144 + 6144 + 4096;
+  EXPECT_EQ(one.working - four.working, static_cast<std::int64_t>(2 * 2 * p.work_factor * T * heads * 3 / 4));
+  EXPECT_EQ(four.comm * 4, one.comm);
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  MemoryFlags all_heads = flags;
+  all_heads.attention_head_groups = 1;
+  EXPECT_GT(longest_sequence(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, m),
+            longest_sequence(kLlama8B, l, resolve(all_heads, kLlama8B, 8, 8), p, m));
+  // 32 query and 8 KV heads over SP 8: 4 groups of 8 query heads (2 KV heads, replicated to 8) split; 8 groups of 4
+  // query heads do not
+  flags.attention_head_groups = 8;
+  EXPECT_THROW(resolve(flags, kLlama8B, 8, 8), BadInput);
+  EXPECT_NO_THROW(resolve(flags, kLlama8B, 1, 1));
+}
+
 TEST(MemoryModel, Fp32ResidualNeedsBf16AndKeepsFp32LayerInputs) {
   MemoryFlags flags;
   flags.fp32_residual = true;

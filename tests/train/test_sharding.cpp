@@ -41,6 +41,22 @@ struct Layout {
   model::StatePlacement hybrid(bool offload = false) { return {&sp, &dp, torch::kCPU, offload}; }
 };
 
+// Every memory feature of the model at the tiny model's sizes: checkpointing, the first layer's input offloaded, MLP
+// tiles of 5 tokens, loss chunks of 3.
+model::ModelOptions every_memory_feature(model::ModelOptions o = {}) {
+  return o.activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(5).logits_chunk_tokens(3);
+}
+
+// One sharded run: tied embeddings or not, the model's options, the optimizer offloaded, the SP degree, hybrid shards.
+struct Variant {
+  std::string name;
+  bool tied;
+  model::ModelOptions options;
+  bool offload;
+  int sp;
+  bool hybrid = false;
+};
+
 struct Case {
   std::string name;
   bool tied;
@@ -74,6 +90,21 @@ INSTANTIATE_TEST_SUITE_P(
                            model::ModelOptions().activation_checkpointing(true).offload_checkpoints(2).mlp_tile_tokens(5).logits_chunk_tokens(3)},
                       Case{"offload_optimizer", false, model::ModelOptions(), true}),
     [](const auto& info) { return info.param.name; });
+
+// Attention in head groups over sharded units (each group's q/k/v rows are views of the gathered layer), with every
+// memory feature and prefetch on, full_shard at SP=P: equals the replicated model with all heads at once at SP=1.
+TEST(ShardedHeadGroups, EqualReplicatedAllHeadsAtOnce) {
+  const int P = world_size();
+  if (P == 3) GTEST_SKIP() << "8 heads do not split over 3 SP ranks";
+  const fs::path dir = shared_dir(fmt::format("shard-head-groups-{}", P));
+  write_dataset(dir, 16 * P, P);
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 8, 4));
+  Layout l(P);
+  const auto grouped = every_memory_feature().prefetch(true).attention_head_groups(2);
+  for (std::int64_t seq : {0, 1})
+    expect_same(gradients(cfg, l.world, dir, l.loader(5), seq, grouped, l.full()),
+                gradients(cfg, l.self, dir, reference(1, 5), seq), fmt::format("2 head groups, sequence {}", seq));
+}
 
 // World 4 as SP=2 × DP=2, sharded over every rank and inside each SP group (HSDP), against one rank
 // accumulating the same sequences.
@@ -119,22 +150,6 @@ TEST(ShardedBf16, EqualsReplicatedBf16) {
     expect_same(gradients(cfg, l.world, dir, l.loader(5), seq, bf16, l.full()),
                 gradients(cfg, l.self, dir, reference(1, 5), seq, bf16), fmt::format("bf16 sequence {}", seq), 2e-2);
 }
-
-// Every memory feature of the model at the tiny model's sizes: checkpointing, the first layer's input offloaded, MLP
-// tiles of 5 tokens, loss chunks of 3.
-model::ModelOptions every_memory_feature(model::ModelOptions o = {}) {
-  return o.activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(5).logits_chunk_tokens(3);
-}
-
-// One sharded run: tied embeddings or not, the model's options, the optimizer offloaded, the SP degree, hybrid shards.
-struct Variant {
-  std::string name;
-  bool tied;
-  model::ModelOptions options;
-  bool offload;
-  int sp;
-  bool hybrid = false;
-};
 
 // The bf16 model (--precision bf16: every gathered weight bf16, norms and table included; bf16 activations), sharded
 // with the memory features on, the optimizer offloaded, gradients reduced in bf16 or hybrid, equals the replicated
