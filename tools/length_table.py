@@ -2,7 +2,8 @@
 """The length tables of docs/cluster-guide.md, recomputed with ulysses-plan: the longest sequence each row's layout
 reaches with ALST's features (ZeRO-3, optimizer and every layer input offloaded, TiledMLP, tiled logits; 80 GiB
 H100s, 1.9 TiB host per node), for ALST's constants (profile alst-h100, --prefetch off) and for ours (profile h100)
-in --precision bf16 and amp-bf16, with --prefetch auto (on for a GPU) and, in parentheses, off.
+in --precision bf16 and amp-bf16, with --prefetch auto (on for a GPU) and, in parentheses, off; and ours in bf16 with
+the most attention head groups the heads allow at that SP degree (--attention-head-groups, arch::check_head_groups).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
 """
@@ -44,6 +45,17 @@ ABLATION = [("ZeRO-3, optimizer offload, checkpointing (SP 1)", 1, BASE, "32K"),
             ("all", 8, ALL, "3.7M")]
 
 
+def most_head_groups(cfg, sp):
+    """The largest G whose groups hold whole KV heads (or lie inside one) and split over sp (arch::check_head_groups)."""
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    def ok(g):
+        if heads % g or (kv % g and g % kv):
+            return False
+        gh, gkv = heads // g, max(kv // g, 1)
+        return gh % sp == 0 and (gkv % sp == 0 or sp % gkv == 0)
+    return max(g for g in range(1, heads + 1) if ok(g))
+
+
 def tokens(text):
     n = float(text.rstrip("†")[:-1]) * (1e3 if text.rstrip("†")[-1] == "K" else 1e6)
     return n
@@ -79,16 +91,19 @@ def main():
             cfgs[name] = pathlib.Path(tmp, f"{name}.json")
             cfgs[name].write_text(json.dumps(c))
         print("| model | H100s (SP) | published | planner, alst-h100 | error | ours, bf16 (h100) | ours / published | "
-              "ours, amp-bf16 (h100) |")
-        print("|---|---|---|---|---|---|---|---|")
+              "ours, amp-bf16 (h100) | ours, bf16, head groups | ours / published |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for model, nodes, gpus, sp, flags, figure, source in ROWS:
             cfg = cfgs[model]
             alst = longest(a, cfg, nodes, gpus, sp, flags, "alst-h100", "bf16", "off")
             bf16, bf16_text = ours(a, cfg, nodes, gpus, sp, flags, "bf16")
             _, amp_text = ours(a, cfg, nodes, gpus, sp, flags, "amp-bf16")
             error = f"{100 * (alst / tokens(figure) - 1):+.0f}%" if source == "ALST" else "—"
+            g = most_head_groups(MODELS[model], sp)
+            grouped, grouped_text = ours(a, cfg, nodes, gpus, sp, flags + ["--attention-head-groups", str(g)], "bf16")
             print(f"| {model} | {nodes * gpus} ({sp}) | {figure} ({source}) | {human(alst)} | {error} | {bf16_text} | "
-                  f"{bf16 / tokens(figure):.2f} | {amp_text} |")
+                  f"{bf16 / tokens(figure):.2f} | {amp_text} | {grouped_text}, G={g} | "
+                  f"{grouped / tokens(figure):.2f} |")
         print()
         print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
         print("|---|---|---|---|---|---|---|")

@@ -230,16 +230,16 @@ void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string
 void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups) {
   const std::int64_t heads = c.num_heads, kv = c.num_kv_heads;
   auto ok = [&](std::int64_t g) {
-    if (g < 1 || heads % g != 0 || kv % g != 0) return false;
-    const std::int64_t gh = heads / g, gkv = kv / g;
+    if (g < 1 || heads % g != 0 || (kv % g != 0 && g % kv != 0)) return false;
+    const std::int64_t gh = heads / g, gkv = std::max<std::int64_t>(kv / g, 1);
     return gh % sp == 0 && (gkv % sp == 0 || sp % gkv == 0);
   };
   if (ok(groups)) return;
   std::vector<std::string> valid;
-  for (std::int64_t g = 1; g <= kv; ++g)
+  for (std::int64_t g = 1; g <= heads; ++g)
     if (ok(g)) valid.push_back(std::to_string(g));
   throw BadInput(fmt::format("--attention-head-groups {}: {} attention heads and {} key/value heads do not form {} "
-                             "groups of whole key/value heads that each split over --sp {}",
+                             "groups, each of whole key/value heads or inside one, that split over --sp {}",
                              groups, heads, kv, groups, sp),
                  fmt::format("use --attention-head-groups {} at --sp {}", fmt::join(valid, ", "), sp));
 }

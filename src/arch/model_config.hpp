@@ -81,9 +81,10 @@ struct UlyssesHeads {
 };
 UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp);
 
-// Attention in G head groups (--attention-head-groups): each group holds H/G query heads and its own Hkv/G key/value
-// heads, and splits over P as a whole model's heads do: H % G == 0, Hkv % G == 0, and the group's heads pass the SP
-// rule above. BadInput naming the flag, the numbers and the valid G for this P.
+// Attention in G head groups (--attention-head-groups): each group holds H/G query heads and either its own Hkv/G
+// key/value heads (Hkv % G == 0) or, when G % Hkv == 0, the one key/value head its query heads share with the other
+// groups of that head; and the group's heads split over P as a whole model's heads do (the SP rule above, with
+// max(Hkv/G, 1) key/value heads). BadInput naming the flag, the numbers and the valid G for this P.
 void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups);
 
 // ---- Parameters: names and shapes as transformers builds them --------------------------------------

@@ -1,5 +1,6 @@
 #include "model/attention.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -58,14 +59,16 @@ std::array<torch::Tensor*, 8> slots(AttentionWeights& w) {
 }  // namespace
 
 AttentionWeights AttentionImpl::group_weights(const AttentionWeights& w, std::int64_t group) const {
-  const std::int64_t D = head_dim_, q = heads_ / head_groups_.groups, kv = kv_heads_ / head_groups_.groups;
+  const std::int64_t D = head_dim_, G = head_groups_.groups, q = heads_ / G;
+  // its own Hkv/G key/value heads, or the one it shares with the other groups of that head's query heads
+  const std::int64_t kv = std::max<std::int64_t>(kv_heads_ / G, 1), first_kv = group * kv_heads_ / G;
   auto rows = [D](const torch::Tensor& t, std::int64_t first, std::int64_t n) {   // heads [first, first + n)
     return t.defined() ? t.narrow(0, first * D, n * D) : t;
   };
   AttentionWeights g = w;
   g.q = rows(w.q, group * q, q), g.q_bias = rows(w.q_bias, group * q, q);               // [q*D, hidden], [q*D]
-  g.k = rows(w.k, group * kv, kv), g.k_bias = rows(w.k_bias, group * kv, kv);           // [kv*D, hidden], [kv*D]
-  g.v = rows(w.v, group * kv, kv), g.v_bias = rows(w.v_bias, group * kv, kv);
+  g.k = rows(w.k, first_kv, kv), g.k_bias = rows(w.k_bias, first_kv, kv);               // [kv*D, hidden], [kv*D]
+  g.v = rows(w.v, first_kv, kv), g.v_bias = rows(w.v_bias, first_kv, kv);
   g.o = g.o_bias = torch::Tensor();
   return g;
 }

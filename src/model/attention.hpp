@@ -13,7 +13,9 @@
 // fused causal SDPA calls, no S×S mask except for a sliding window.
 //
 // In head groups (--attention-head-groups G > 1, UPipe's head chunking): the heads run in G groups, group g holding
-// query heads [g·H/G, (g+1)·H/G) and its own key/value heads [g·Hkv/G, (g+1)·Hkv/G) (arch::check_head_groups). Each
+// query heads [g·H/G, (g+1)·H/G) and its own key/value heads [g·Hkv/G, (g+1)·Hkv/G) — or, with more groups than
+// key/value heads, the one head g·Hkv/G its query heads use, whose k/v projection each of its groups computes
+// (arch::check_head_groups). Each
 // group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k norm, RoPE, the all-to-alls,
 // attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs side by side. Each group is
 // one call of the recompute primitive (recompute.hpp): it keeps only the layer's normed input, and backward

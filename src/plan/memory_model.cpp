@@ -6,24 +6,28 @@ namespace ulysses::plan {
 namespace {
 
 // Elements one layer holds per token of this rank, counted from its tensors (attention after the all-to-all
-// holds S tokens × H/P heads: the same element count as T tokens × H heads; KV heads replicated up to P).
+// holds S tokens × H/P heads: the same element count as T tokens × H heads; KV heads replicated up to P). With G
+// head groups the heads' tensors are one group's: H/G query heads and max(Hkv/G, 1) KV heads.
 struct LayerCounts {
   double attention = 0;   // per token: the norms, the heads' output o_proj reads and o_proj's: whole per layer
-  double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: per group
+  double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: one group
   double mlp_token = 0;   // per token: the MLP block's input and its norm
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
-  double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back)
+  double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
 };
 
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
 // the query heads (model/document_attention.hpp).
-LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv) {
-  const auto heads = arch::ulysses_heads(c, sp);
+LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::int64_t groups) {
+  arch::ModelConfig group = c;   // one group's heads
+  group.num_heads = c.num_heads / groups;
+  group.num_kv_heads = std::max<std::int64_t>(c.num_kv_heads / groups, 1);
+  const auto heads = arch::ulysses_heads(group, sp);
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
-  const double q = static_cast<double>(c.num_heads) * d, kv = static_cast<double>(c.num_kv_heads) * d;
+  const double q = static_cast<double>(group.num_heads) * d, kv = static_cast<double>(group.num_kv_heads) * d;
   const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
   LayerCounts n;
-  n.attention = 3 * h + qa;
+  n.attention = 3 * h + static_cast<double>(c.num_heads) * d;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = 2 * h;
   n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
@@ -66,7 +70,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
-  const LayerCounts n = counts(c, l.sp, p.cuda && !f.bf16);
+  const LayerCounts n = counts(c, l.sp, p.cuda && !f.bf16, f.attention_head_groups);
   Breakdown b;
   b.weights = states.device.weights + replicated_copy_bytes(c, shards, f);
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
@@ -79,9 +83,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
-  // head groups: one group's share of the heads' tensors is alive at a time (attention.hpp), in forward and backward
-  const double G = static_cast<double>(f.attention_head_groups);
-  const double layer_tokens = T * (n.attention + n.heads / G + n.mlp_token);
+  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward
+  const double layer_tokens = T * (n.attention + n.heads + n.mlp_token);
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
@@ -100,7 +103,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
-  b.comm = bytes(act * T * n.a2a / G);   // one group's all-to-all buffers at a time
+  b.comm = bytes(act * T * n.a2a);   // one group's all-to-all buffers at a time
   b.device_fixed = p.device_fixed;
   b.host_states = states.host.total() / 16 * p.offload_bytes;   // 16 bytes a parameter: ours
   b.host_fixed = p.host_fixed;

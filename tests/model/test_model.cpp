@@ -645,6 +645,7 @@ TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
   gqa.num_heads = 8;
   gqa.o_bias = true;
   auto windowed = tiny_config(2, 5);          // 4 query heads, 2 KV heads, a window of 5
+  const auto mqa = tiny_config(1, std::nullopt);   // 4 query heads sharing one KV head
   const auto features = ModelOptions().activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(3)
                             .logits_chunk_tokens(5);
   struct Case {
@@ -657,7 +658,9 @@ TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
   for (const Case& c : {Case{"GQA, 2 groups", gqa, 2, 1, {}}, Case{"GQA, 4 groups (one KV head each)", gqa, 4, 1, {}},
                         Case{"GQA, 2 groups, KV replicated to 4 ranks", gqa, 2, 4, {}},
                         Case{"GQA, 4 groups, SP 2, every memory feature", gqa, 4, 2, features},
-                        Case{"sliding window, 2 groups, SP 2", windowed, 2, 2, {}}}) {
+                        Case{"sliding window, 2 groups, SP 2", windowed, 2, 2, {}},
+                        Case{"one KV head shared by 4 groups", mqa, 4, 1, features},
+                        Case{"one KV head shared by 2 groups, replicated to 2 ranks", mqa, 2, 2, {}}}) {
     Reference ref = plain_reference(c.config, 17);
     const LossAndGrads all = run_at_sp(ref.model, ref.batch, c.sp, c.options);
     const LossAndGrads grouped =
@@ -667,15 +670,17 @@ TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
   }
 }
 
-TEST(HeadGroups, GroupsOfWholeKvHeadsOnly) {
-  auto c = tiny_config(2, std::nullopt);   // 4 query heads, 2 KV heads
-  EXPECT_NO_THROW(CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(2)));
+// A group holds whole KV heads or lies inside one: 4 query heads over 2 KV heads form 1, 2 or 4 groups, not 3.
+TEST(HeadGroups, GroupsOfWholeKvHeadsOrInsideOne) {
+  auto c = tiny_config(2, std::nullopt);
+  for (const std::int64_t g : {1, 2, 4})
+    EXPECT_NO_THROW(CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(g))) << g;
   try {
-    CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(4));   // 4 groups of half a KV head
-    ADD_FAILURE() << "4 groups of 2 KV heads were accepted";
+    CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(3));
+    ADD_FAILURE() << "3 groups of 4 heads were accepted";
   } catch (const BadInput& e) {
-    EXPECT_NE(std::string(e.what()).find("--attention-head-groups 4"), std::string::npos) << e.what();
-    EXPECT_NE(e.hint().find("use --attention-head-groups 1, 2 at --sp 1"), std::string::npos) << e.hint();
+    EXPECT_NE(std::string(e.what()).find("--attention-head-groups 3"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("use --attention-head-groups 1, 2, 4 at --sp 1"), std::string::npos) << e.hint();
   }
 }
 

@@ -93,8 +93,8 @@ TEST(MemoryModel, Bf16HalvesTheLayerInputsOfAmpBf16) {
   const Breakdown autocast = predict(kLlama8B, l, resolve(amp, kLlama8B, 8), p, S);
   EXPECT_EQ(half.host_checkpoints, kLlama8B.num_layers * T * h * 2);
   EXPECT_EQ(autocast.host_checkpoints, kLlama8B.num_layers * T * h * 4);
-  // the largest unit gathered with its fp32 gradient: amp-bf16's is the fp32 table (V·h·(4 + 4)), bf16's the head, the
-  // bf16 lm_head and final norm ((V·h + h)·(2 + 4))
+  // the largest unit gathered with its fp32 gradient: amp-bf16's is the fp32 table (V·h·(4 + 4)), bf16's the head,
+  // the bf16 lm_head and final norm ((V·h + h)·(2 + 4))
   const std::int64_t V = kLlama8B.vocab_size;
   EXPECT_EQ(autocast.gathered - half.gathered, V * h * 8 - (V * h + h) * 6);
   bf16.sharding = amp.sharding = "no_shard";
@@ -156,12 +156,15 @@ TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
   const Breakdown one = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
   flags.attention_head_groups = 4;
   const Breakdown four = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
-  // per token at SP 8: q, k, v (4096 + 2·1024) before and after RoPE, after the all-to-all (8 ranks × (4 + 2·1)
-  // heads × 128) and attention's output (4096): 2·6144 + 6144 + 4096 elements, 3/4 of them gone with 4 groups, in bf16
-  // (2 bytes), forward + backward (2), the profile's work factor
-  const std::int64_t T = S / 8, heads = 2 * 6144 + 6144 + 4096;
-  EXPECT_EQ(one.working - four.working, static_cast<std::int64_t>(2 * 2 * p.work_factor * T * heads * 3 / 4));
-  EXPECT_EQ(four.comm * 4, one.comm);
+  // the heads' elements per token at SP 8: q, k, v before and after RoPE (2 × (q + 2 kv)), after the all-to-all
+  // (q + 2 × 8 ranks × max(kv heads, 8)/8 × 128: KV heads replicated to the ranks) and attention's output (q).
+  // All heads: q 4096, kv 1024; a group of 4: q 1024, kv 256 (2 heads, still replicated to 8 after the all-to-all)
+  const std::int64_t T = S / 8;
+  const std::int64_t all = 2 * (4096 + 2 * 1024) + (4096 + 2 * 1024) + 4096;
+  const std::int64_t group = 2 * (1024 + 2 * 256) + (1024 + 2 * 1024) + 1024;
+  EXPECT_EQ(one.working - four.working, static_cast<std::int64_t>(2 * 2 * p.work_factor * T * (all - group)));
+  EXPECT_EQ(one.comm, 2 * T * (2 * 4096 + 2 * 1024));   // what crosses the all-to-all, bf16
+  EXPECT_EQ(four.comm, 2 * T * (2 * 1024 + 2 * 1024));
   const Machine m{true, 80 * kGiB, 2048 * kGiB};
   MemoryFlags all_heads = flags;
   all_heads.attention_head_groups = 1;

@@ -655,6 +655,10 @@ class Train(PackedSample):
         self.expect_bad(cmd, "is outside the model's vocabulary of 200")
         self.expect_bad(train_cmd(3, self.data, out, "--sp", 3, "--dry-run"), "(4)", "(3)")
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
+        self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--attention-head-groups", 3, "--dry-run"),
+                        "--attention-head-groups 3", "use --attention-head-groups 1, 2 at --sp 2")
+        self.expect_bad(train_cmd(1, self.data, out, "--fp32-residual", "--dry-run"), "--fp32-residual",
+                        "--precision bf16")
         env = dict(os.environ, SLURM_NTASKS="4")
         self.expect_bad(train_cmd(1, self.data, out, "--dry-run"), "SLURM_NTASKS=4", env=env)
         cmd = train_cmd(1, self.data, out, "--dry-run")

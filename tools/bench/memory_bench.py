@@ -14,12 +14,15 @@ Sides (each in its own process):
   off    ours, SP=1, no memory feature (today's default path)
   C      ours, SP=1, --activation-checkpointing --tiled-mlp --logits-chunk-tokens N
   D      ours, SP=4 (4 ranks), the same features, per rank
+  G4     C with --attention-head-groups 4: each layer's attention in 4 groups of one query head (sharing the one
+         KV head), recomputed group by group
   amp    ours, SP=1, every feature of C and every layer input offloaded (--offload-checkpoints -1), --precision
          amp-bf16 (autocast over fp32: the residual stream and the kept inputs fp32)
   bf16   the same, --precision bf16 (the model in bf16)
 B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
-(target >= 1.2), b_C/b_D (target >= 3.5), b_amp/b_bf16 (target >= 1.8), and the step time of C over off at the
-longest S (target <= 1.4). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
+(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 1.2: the planner counts 1.27 for this model, whose
+per-layer tensors — the layer's input, norms, the heads' output, the MLP's rows — do not shrink with G),
+b_amp/b_bf16 (target >= 1.8), and the step time of C over off at the longest S (target <= 1.4). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
 offload line) are checked against 4·hidden and 2·hidden.
 Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
 S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; said so when unavailable).
@@ -37,9 +40,10 @@ caching allocator's high-water mark (max_memory_allocated; the trainer's peak_gp
 --memory-profile picks the constants), reaches --max-length or would not finish within --time-limit. Sides A, B, C
 as above (ours in --precision bf16: the model in bf16), C+ = C with every layer input offloaded to host memory
 (--offload-checkpoints -1), and C+amp = C+ in --precision amp-bf16 (autocast over fp32: the path before the bf16
-model). Prints per side the longest S that ran, its tokens/s and peak, the fit peak = a + b·S over the lengths
-that ran, and RATIO lines for b_A/b_C, b_B/b_C and the longest lengths (C+/C+amp: the bf16 model against
-autocast). --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
+model), and C+G4 = C+ with --attention-head-groups 4. Prints per side the longest S that ran, its tokens/s and peak,
+the fit peak = a + b·S over the lengths that ran, and RATIO lines for b_A/b_C, b_B/b_C, the longest lengths
+(C+/C+amp: the bf16 model against autocast; C+G4/C+: head groups against all heads at once) and the step time of
+C+G4 against C+ at the longest length both ran (target <= 1.1). --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
 """
 import argparse
 import json
@@ -60,7 +64,7 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_s
           "head_dim": 64, "hidden_act": "silu", "max_position_embeddings": 65536, "rms_norm_eps": 1e-5,
           "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-SIDES = ["A", "B", "off", "C", "D", "amp", "bf16"]
+SIDES = ["A", "B", "off", "C", "D", "G4", "amp", "bf16"]
 PRECISION = {"amp": "amp-bf16", "bf16": "bf16"}   # the bf16 sides' --precision; the others run fp32
 # bf16 matmuls on CPUs whose AMX the kernel leaves off (as the tests' environment; docs/training.md)
 BF16_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
@@ -101,6 +105,8 @@ def run_ours(a, work, data, side, S, cgroup=None):
                                          "--logits-chunk-tokens", str(a.loss_chunk)]
     if side in PRECISION:
         features += ["--offload-checkpoints", "-1", "--precision", PRECISION[side]]
+    if side == "G4":
+        features += ["--attention-head-groups", "4"]
     out = work / f"run-{side}-{S}"
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["mpiexec", "-n", str(ranks), f"{a.build}/src/train/ulysses-train", "--data", str(data), "--model-config",
@@ -218,7 +224,7 @@ def main():
             print(f"{side:>4} {fa:9.1f} {fb:14.1f} {100 * worst:18.1f}% {star:10.0f}")
         print()
         for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5"),
-                                 ("amp", "bf16", ">= 1.8")):
+                                 ("C", "G4", ">= 1.2"), ("amp", "bf16", ">= 1.8")):
             if num in fits and den in fits and min(fits[num][1], fits[den][1]) <= 0:
                 flat = num if fits[num][1] <= 0 else den
                 print(f"RATIO bytes per token {num}/{den}: not measurable ({flat}'s peak does not grow over these lengths)")
@@ -260,7 +266,7 @@ def check_offloaded(res):
     return wrong
 
 
-GPU_SIDES = ("A", "B", "C", "C+", "C+amp")
+GPU_SIDES = ("A", "B", "C", "C+", "C+amp", "C+G4")
 
 
 def gpu_main(a):
@@ -285,7 +291,11 @@ def gpu_main(a):
                     lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+")),
              "C+amp": ("C+ in amp-bf16: autocast over fp32 weights, fp32 layer inputs (the path before the bf16 model)",
                        lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1"], "C+amp",
-                                               "amp-bf16"))}
+                                               "amp-bf16")),
+             "C+G4": ("C+ with each layer's attention in 4 head groups (--attention-head-groups 4)",
+                      lambda r, S: r.run_ours(S, None, True,
+                                              ours + ["--offload-checkpoints", "-1", "--attention-head-groups", "4"],
+                                              "C+G4"))}
     try:
         a.train = find_tool(f"{a.build}/src/train/ulysses-train", "ulysses-train", "pass --build BUILD")
         a.pack = find_tool(f"{a.build}/src/pack/ulysses-pack", "ulysses-pack", "pass --build BUILD")
@@ -382,7 +392,14 @@ def gpu_report(res, b_reason, a):
         else:
             print(f"RATIO bytes per token {num}/{den} ({where}): not measured (fewer than two lengths ran, or a peak "
                   f"that does not grow)")
-    for num, den in (("C", "A"), ("C", "B"), ("C+", "B"), ("C+", "C+amp")):
+    both = [S for S, r in res["C+G4"].items() if r.get("status") == "ok" and res["C+"].get(S, {}).get("status") == "ok"]
+    if both:   # the same length: the groups' step time against all heads at once
+        S = max(both)
+        t = res["C+G4"][S]["step_seconds"][-1] / res["C+"][S]["step_seconds"][-1]
+        print(f"RATIO step time C+G4/C+ at S={S} ({where}) = {t:.2f}  (target <= 1.1)")
+    else:
+        print(f"RATIO step time C+G4/C+ ({where}): not measured (no length ran on both)")
+    for num, den in (("C", "A"), ("C", "B"), ("C+", "B"), ("C+", "C+amp"), ("C+G4", "C+")):
         if num in longest and den in longest:
             print(f"RATIO longest sequence {num}/{den} ({where}) = {longest[num] / longest[den]:.2f}  (target > 1: more "
                   f"tokens than {den}; {num} {stopped(res[num])}, {den} {stopped(res[den])})")
