@@ -14,7 +14,8 @@ and AdamW state, one sequence per step. Both sides always run with the same reco
 Each side of each length runs in a process of its own, so an out-of-memory in one cannot touch the other;
 it is reported as OOM in the table, not as a crash:
 
-  ours          ulysses-train --device cuda --precision bf16 --sp 1 --sharding no_shard, plus
+  ours          ulysses-train --device cuda --precision amp-bf16 --sp 1 --sharding no_shard (autocast over fp32
+                weights, as transformers' side: like for like; --precision bf16, the model in bf16, is lighter), plus
                 --activation-checkpointing in the search, on a dataset packed by ulysses-pack (one document
                 of exactly S tokens per sequence, so both sides do the same attention work)
   transformers  LlamaForCausalLM from the same config.json: sdpa attention, an all-ones attention mask (as a
@@ -130,6 +131,11 @@ def llama_1b_config(max_len):
                              "original_max_position_embeddings": 8192},
             "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True, "initializer_range": 0.02,
             "bos_token_id": 128000, "eos_token_id": 128001}
+
+
+def ours_precision(a):
+    """Ours' --precision beside transformers' autocast(bfloat16) over fp32 weights: amp-bf16, the same arithmetic."""
+    return "amp-bf16" if a.precision == "bf16" else a.precision
 
 
 def smoke_config(max_len):
@@ -704,7 +710,7 @@ def run_all(a, work, env):
     print(f"precision: {'bf16 compute, fp32 weights and AdamW state' if a.precision == 'bf16' else 'fp32'} on both "
           f"sides; transformers: sdpa, all-ones attention mask, "
           f"{'autocast(bfloat16), fused ' if a.precision == 'bf16' else ''}AdamW, clip 1.0; ours: --sp 1 --device "
-          f"{a.device} --precision {a.precision} --sharding no_shard")
+          f"{a.device} --precision {ours_precision(a)} --sharding no_shard")
     print(f"recomputation, the same on both sides: off at the fixed lengths (ours: {RECOMPUTE_OURS[False]}; "
           f"transformers: {RECOMPUTE_HF[False]}); on in the search for the longest that fits (ours: "
           f"{RECOMPUTE_OURS[True]}; transformers: {RECOMPUTE_HF[True]}){'' if a.search else ' [--no-search: not run]'}")
@@ -725,7 +731,8 @@ def run_all(a, work, env):
             print(f"{at}: skipped ({why})", flush=True)
             return {"status": "skipped", "message": why, "recompute": recompute}
         print(f"{at}: running ...", flush=True)
-        res = runner.run_ours(S, ceiling, recompute) if side == "ours" else runner.run_hf(S, recompute)
+        res = (runner.run_ours(S, ceiling, recompute, precision=ours_precision(a)) if side == "ours"
+               else runner.run_hf(S, recompute))
         summarize(res, a, cfg, S, ceiling, peak)
         kernel = res.get("attention") if side == "ours" else describe_sdpa(res.get("sdpa")) if res.get("sdpa") else None
         if kernel and said.get(side) != kernel:
