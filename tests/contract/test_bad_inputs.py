@@ -276,6 +276,13 @@ class Contract(unittest.TestCase):
             ("plan zero nodes", lambda: ([PLAN, "--model", CONFIG, "--nodes", 0], ["--nodes"], None)),
             ("plan bad size", lambda: ([PLAN, "--model", CONFIG, "--gpu-memory", "80QB"], ["--gpu-memory", "80QB"],
                                        None)),
+            # a mistyped flag is named, with the nearest one, whatever else is missing
+            ("pack flag typo", lambda: (pack(self.good, "--seq-length", 1024),
+                                        ["--seq-length is not a flag of ulysses-pack", "did you mean --seq-len?"], out())),
+            ("plan flag typo", lambda: ([PLAN, "--model", CONFIG, "--gpu-memroy", "80GB"],
+                                        ["--gpu-memroy is not a flag", "did you mean --gpu-memory?"], None)),
+            ("ckpt flag typo", lambda: ([CKPT, "inspect", self.dataset, "--no-tensor"],
+                                        ["--no-tensor is not a flag", "did you mean --no-tensors?"], None)),
         ]
 
     def test_every_bad_input_is_one_line_exit_2_and_nothing_left(self):

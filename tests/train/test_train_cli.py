@@ -659,6 +659,8 @@ class Train(PackedSample):
                         "--attention-head-groups 3", "use --attention-head-groups 1, 2 at --sp 2")
         self.expect_bad(train_cmd(1, self.data, out, "--fp32-residual", "--dry-run"), "--fp32-residual",
                         "--precision bf16")
+        self.expect_bad(train_cmd(1, self.data, out, "--save-evry", 1), "--save-evry is not a flag of ulysses-train",
+                        "did you mean --save-every?")
         env = dict(os.environ, SLURM_NTASKS="4")
         self.expect_bad(train_cmd(1, self.data, out, "--dry-run"), "SLURM_NTASKS=4", env=env)
         cmd = train_cmd(1, self.data, out, "--dry-run")
