@@ -22,8 +22,9 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--attention-head-groups", o.attention_head_groups,
                  "Run each layer's attention in this many groups of heads (UPipe's head chunking): per group its q/k/v "
-                 "projections, RoPE, all-to-alls, attention and o_proj columns, recomputed group by group in backward, "
-                 "so one group's attention activations exist at a time; each group holds whole key/value heads. Exact")
+                 "projections, RoPE, all-to-alls and attention, recomputed group by group in backward, so one group's "
+                 "attention activations exist at a time; each group holds whole key/value heads or lies inside one. "
+                 "Exact")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
   app.add_flag("--fp32-residual", o.fp32_residual,
                "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
