@@ -33,7 +33,8 @@ inline std::string unknown_flag(CLI::App& app, int argc, char** argv, std::vecto
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.size() <= 2 || !arg.starts_with("--")) continue;
-    const std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    const std::size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     if (std::find(known.begin(), known.end(), name) == known.end()) return name;
   }
   return "";

@@ -79,10 +79,11 @@ torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const Rop
   std::vector<torch::Tensor> outputs;   // per group: [B, S/P, H/G*D]
   for (std::int64_t g = 0; g < head_groups_.groups; ++g) {
     AttentionWeights gw = group_weights(w, g);
+    const auto tensors = slots(gw);
     std::vector<torch::Tensor> handed;   // its defined tensors, in slot order
     std::array<bool, 8> present{};
-    for (std::size_t i = 0; i < slots(gw).size(); ++i)
-      if ((present[i] = slots(gw)[i]->defined())) handed.push_back(*slots(gw)[i]);
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      if ((present[i] = tensors[i]->defined())) handed.push_back(*tensors[i]);
     // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there — no
     // weight (a sharded unit's gathered weights must not outlive its run)
     const ChunkForward group = [self, rope, plan, present](const Chunk&, const torch::Tensor& xn,
