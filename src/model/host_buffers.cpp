@@ -99,6 +99,14 @@ torch::Tensor HostBuffers::take(at::IntArrayRef sizes, c10::ScalarType dtype) {
   return torch::from_blob(p, sizes, [pool = pool_, bytes](void* q) { pool->returned(q, bytes); }, options);
 }
 
+void HostBuffers::wait_for_copies() const {
+#if ULYSSES_CUDA
+  if (!pool_->page_locked) return;
+  const c10::cuda::CUDAGuard on(pool_->device);
+  static_cast<void>(cudaDeviceSynchronize());
+#endif
+}
+
 std::int64_t HostBuffers::held_bytes() const {
   const std::lock_guard lock(pool_->mutex);
   return pool_->held;

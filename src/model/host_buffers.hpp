@@ -1,6 +1,6 @@
 // HostBuffers: host memory of exactly the bytes asked for, for what a run moves off its device — the layer inputs
-// of checkpoint offload (recompute.hpp), the fp32 master and gradient shards of optimizer offload
-// (sharded_states.hpp).
+// of checkpoint offload (recompute.hpp), the fp32 master and gradient shards of optimizer offload and the weight
+// copies of parameter offload (sharded_states.hpp).
 //
 // Why not torch's pinned memory: its caching host allocator rounds every block up to the next power of two and
 // keeps it (ATen/core/CachingHostAllocator.h, PowerOf2Ceil), so a 6.3 GiB layer input holds 8 GiB of page-locked
@@ -18,11 +18,13 @@
 //                               a new one (a page-locking failure is one line naming the bytes). When the tensor
 //                               and every view of it are gone, the buffer is kept (or given back)
 //   held_bytes()                bytes taken from the system and not given back: in use or kept
+//   wait_for_copies()           the host waits for the device's work (a GPU's; nothing on a CPU): every copy into or
+//                               out of a buffer issued without blocking is done, and the host may write them
 //
 // Reuse is immediate, not guarded by events, so a caller makes every device copy into or out of a buffer either
 // on one stream (checkpoint offload: its copies' side stream), which orders a buffer's next copy after its last,
 // or blocking (the optimizer's masters and gradient shards); the host touches a buffer only after a blocking
-// copy. Kept buffers go back to the system when the HostBuffers and every tensor from it are gone (on a GPU after a
+// copy or wait_for_copies() (the weight copies: read by copies over without blocking, written once a step). Kept buffers go back to the system when the HostBuffers and every tensor from it are gone (on a GPU after a
 // device synchronisation: no copy is still in flight).
 #pragma once
 
@@ -40,6 +42,7 @@ class HostBuffers {
   static HostBuffers for_copies(const c10::Device& device) { return {device, device.is_cuda()}; }
   torch::Tensor take(at::IntArrayRef sizes, c10::ScalarType dtype);
   std::int64_t held_bytes() const;
+  void wait_for_copies() const;
 
  private:
   struct Pool;

@@ -36,8 +36,9 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, const StateDt
                              const StatePlacement& sharding, const c10::Device& device, bool prefetch)
     : params_(params), shard_group_(sharding.shard_group), replica_group_(sharding.replica_group),
       gather_group_(sharding.gather_group ? sharding.gather_group : sharding.shard_group), reduce_dtype_(dtypes.reduce),
-      device_(device), offload_(sharding.offload_optimizer) {
+      device_(device), offload_(sharding.offload_optimizer), offload_params_(sharding.offload_params) {
   ULY_CHECK(shard_group_ != nullptr, "ShardedStates needs a shard group");
+  ULY_CHECK(offload_ || !offload_params_, "parameter offload needs optimizer offload (the copies come from its masters)");
   ULY_CHECK(gather_group_->size() == shard_group_->size() && gather_group_->rank() == shard_group_->rank(),
             "the gather group (rank {} of {}) must be the shard group's ranks (rank {} of {})", gather_group_->rank(),
             gather_group_->size(), shard_group_->rank(), shard_group_->size());
@@ -47,12 +48,14 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, const StateDt
   std::optional<HostBuffers> host;
   if (offload_) host.emplace(device_, /*keep=*/false);
   if (offload_) grad_host_.emplace(HostBuffers::for_copies(device_));
+  if (offload_params_) params_host_.emplace(device_, /*keep=*/false);
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
     g.master = host ? host->take({g.shard_numel}, torch::kFloat).zero_()
                     : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
     g.master.requires_grad_(true);
-    if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
+    if (offload_params_) g.compute = params_host_->take({g.shard_numel}, g.gather_dtype).zero_();
+    else if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
   if (offload_ && device_.is_cuda())   // the gradient shards' page-locked buffers, kept for the first backward
     for (const Group& g : groups_) static_cast<void>(grad_host_->take({g.shard_numel}, torch::kFloat));
@@ -61,6 +64,7 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, const StateDt
 
 void ShardedStates::refresh() {
   drop_prefetched();   // their all-gathers read the device copies about to change
+  if (params_host_) params_host_->wait_for_copies();   // copies over of the host copies may still be in flight
   torch::NoGradGuard no_grad;
   if (offload_)
     for (Group& g : groups_) g.compute.copy_(g.master.detach());
@@ -90,19 +94,28 @@ const ShardedStates::Place& ShardedStates::place(const std::string& name) const 
   return places_[static_cast<std::size_t>(it->second)];
 }
 
-std::vector<torch::Tensor> ShardedStates::gather_groups(int unit, const std::vector<torch::Tensor>& into) {
+std::vector<torch::Tensor> ShardedStates::gather_groups(int unit, const std::vector<torch::Tensor>& into,
+                                                        const std::vector<torch::Tensor>& staged) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat;   // per group of the unit: [numel] in its gather dtype
   for (std::size_t k = 0; k < units_[unit].groups.size(); ++k) {
     const Group& g = groups_[units_[unit].groups[k]];
-    const torch::Tensor shard = offload_ ? g.compute : g.master.detach().to(g.gather_dtype);   // [n] on the device
-    torch::Tensor all;                                                                         // [W*n]
-    if (into.empty()) {
-      all = world() > 1 ? gather_group_->all_gather(shard) : shard;
+    const torch::Tensor source = offload_ ? g.compute : g.master.detach();   // [n]: host memory with offload_params
+    torch::Tensor all;                                                       // [W*n]
+    if (world() == 1) {   // a copy (a cast, or one over from host memory) into the buffer, else none where it can
+      all = into.empty() ? source.to(device_, g.gather_dtype, /*non_blocking=*/true)
+                         : into[k].copy_(source, /*non_blocking=*/true);
     } else {
-      all = into[k];
-      if (world() > 1) gather_group_->all_gather_into(shard, all);
-      else all.copy_(shard);
+      torch::Tensor shard = source;   // [n] on the device, in the gather dtype
+      if (stages()) {
+        shard = staged.empty() ? torch::empty({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_))
+                               : staged[k];
+        shard.copy_(source, /*non_blocking=*/true);
+      } else if (!offload_) {
+        shard = source.to(g.gather_dtype);
+      }
+      all = into.empty() ? gather_group_->all_gather(shard) : into[k];
+      if (!into.empty()) gather_group_->all_gather_into(shard, all);
     }
     flat.push_back(all.narrow(0, 0, g.numel));
   }
@@ -114,14 +127,17 @@ void ShardedStates::prefetch(const std::vector<int>& units) {
   if (stale_) refresh();
   for (int u : units) {
     if (ahead_.count(u) > 0) continue;
-    std::vector<torch::Tensor> reads, into;   // the shards the all-gathers send; the buffers [W*n] they fill
+    std::vector<torch::Tensor> reads, into, staged;   // the shards the all-gathers send; the buffers [W*n] they fill;
+                                                      // the device shards [n] offloaded ones are copied into
     for (int gi : units_[u].groups) {
       const Group& g = groups_[gi];
-      reads.push_back(offload_ ? g.compute : g.master);
-      into.push_back(
-          SideStream::unfilled(torch::empty({g.shard_numel * world()}, torch::dtype(g.gather_dtype).device(device_))));
+      reads.push_back(offload_ ? g.compute : g.master);   // host copies are not the allocator's: launch skips them
+      const auto on_device = torch::dtype(g.gather_dtype).device(device_);
+      into.push_back(SideStream::unfilled(torch::empty({g.shard_numel * world()}, on_device)));
+      if (stages()) staged.push_back(SideStream::unfilled(torch::empty({g.shard_numel}, on_device)));
     }
-    ahead_[u] = side_->launch([this, u, &into] { return gather_groups(u, into); }, reads);
+    reads.insert(reads.end(), staged.begin(), staged.end());   // not reused before the side stream is done with them
+    ahead_[u] = side_->launch([this, u, &into, &staged] { return gather_groups(u, into, staged); }, reads);
   }
 }
 

@@ -31,6 +31,12 @@
 // a later one (gradient accumulation) is copied to the host and summed there. On a CPU device the host tensors are
 // separate buffers all the same, so CPU runs exercise the same path.
 //
+// Parameter offload (DeepSpeed's offload_param; needs optimizer offload): those copies live in host memory too
+// (page-locked, of exactly their bytes, on a GPU), so the device holds no shard between units; a gather copies the
+// unit's shards over (issued without blocking, on the side stream when prefetched) before its all-gather — at one
+// rank straight into the gathered buffer. refresh() makes the host wait for the device's copies before it writes
+// them. On a CPU device they are separate host buffers all the same, so CPU runs exercise the same path.
+//
 // Prefetch (FSDP's forward_prefetch + backward_prefetch, DeepSpeed's overlapped all-gathers): prefetch(units)
 // issues the all-gathers of the units that run next on a side stream (side_stream.hpp), where they overlap the
 // compute of the unit running now; gather() takes them. Their buffers are made on the compute stream before the
@@ -70,6 +76,7 @@ struct StatePlacement {
   comm::Communicator* replica_group = nullptr;   // ranks that hold the same shard (hybrid: the DP group)
   c10::Device device = c10::kCPU;                // where the gathered units (and the shards, unless offloaded) live
   bool offload_optimizer = false;                // masters, gradients and AdamW state in host memory
+  bool offload_params = false;                   // and the gather-dtype copies too (needs offload_optimizer)
   // The units' all-gathers (null: shard_group). Its own communicator where the shard group's also carries other
   // work on the compute stream — hybrid's SP group, whose all-to-alls would queue behind a prefetched gather.
   comm::Communicator* gather_group = nullptr;
@@ -93,7 +100,8 @@ class ShardedStates {
     std::int64_t numel = 0;           // of its parameters, unpadded
     std::int64_t shard_numel = 0;     // n = ceil(numel / W)
     torch::Tensor master;             // [n] fp32 on `device` (host when offloaded), requires grad; .grad: its gradient
-    torch::Tensor compute;            // [n] offloaded only: the device copy in gather_dtype that gather() sends
+    torch::Tensor compute;            // [n] offloaded only: the copy in gather_dtype that gather() sends (on the
+                                      // device; in host memory with offload_params)
     std::vector<int> slots;           // indices into parameters(), in flat order
   };
 
@@ -139,6 +147,9 @@ class ShardedStates {
   const std::vector<Parameter>& parameters() const { return params_; }
   int world() const { return shard_group_->size(); }
   bool offloaded() const { return offload_; }
+  // Host bytes of the gather-dtype copies (--offload-params), or 0: held by their own buffers, so tests can check
+  // that every copy is in host memory, and nothing besides
+  std::int64_t param_host_bytes() const { return params_host_ ? params_host_->held_bytes() : 0; }
 
  private:
   struct Unit {
@@ -156,8 +167,11 @@ class ShardedStates {
   // [lo, hi) in the group of the elements [begin, begin + count) of the parameter at `at` this rank holds
   std::pair<std::int64_t, std::int64_t> overlap(const Place& at, std::int64_t begin, std::int64_t count) const;
   void sum_over(comm::Communicator& group, torch::Tensor& t) const;   // an all-reduce of a host or device tensor
-  // Per group of the unit: its whole flat vector [numel]; `into`: buffers [W*n] made beforehand (or none).
-  std::vector<torch::Tensor> gather_groups(int unit, const std::vector<torch::Tensor>& into = {});
+  // Per group of the unit: its whole flat vector [numel]; `into`: buffers [W*n] made beforehand (or none), and
+  // `staged`: [n] each, where offloaded parameters are copied over before the all-gather (or none: made here).
+  std::vector<torch::Tensor> gather_groups(int unit, const std::vector<torch::Tensor>& into = {},
+                                           const std::vector<torch::Tensor>& staged = {});
+  bool stages() const { return offload_params_ && world() > 1; }   // gathers copy a shard over first
   void drop_prefetched();                               // waits for (on the device) and frees what was not taken
 
   std::vector<Parameter> params_;
@@ -171,8 +185,10 @@ class ShardedStates {
   c10::ScalarType reduce_dtype_ = c10::kFloat;
   c10::Device device_ = c10::kCPU;
   bool offload_ = false;
+  bool offload_params_ = false;
   bool stale_ = false;   // offloaded: a load changed masters since the last refresh
   std::optional<HostBuffers> grad_host_;   // offload only: the gradient shards' host memory (for_copies)
+  std::optional<HostBuffers> params_host_;   // offload_params only: the gather-dtype copies' host memory
   std::unique_ptr<SideStream> side_;   // prefetch only
   std::map<int, Ahead> ahead_;         // unit -> its gathered groups, issued ahead
   std::int64_t taken_ahead_ = 0;

@@ -39,6 +39,7 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
   const std::vector<Change> changes = {
       {"--sharding full_shard", [](MemoryFlags& f) { f.sharding = "full_shard"; }},
       {"--offload-optimizer", [](MemoryFlags& f) { f.offload_optimizer = true; }},
+      {"--offload-params", [](MemoryFlags& f) { f.offload_params = true; }},
       {"--activation-checkpointing", [](MemoryFlags& f) { f.activation_checkpointing = true; }},
       {"--tiled-mlp", [](MemoryFlags& f) { f.tiled_mlp = true; }},
       {"--tiled-logits", [](MemoryFlags& f) { f.tiled_logits = true; }},
@@ -48,9 +49,10 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
   for (const Change& ch : changes) {
     MemoryFlags f = flags;
     ch.apply(f);
-    if (f.sharding == "no_shard" && f.offload_optimizer) continue;
+    if (f.sharding == "no_shard" && (f.offload_optimizer || f.offload_params)) continue;
     const Features next = resolve(f, c, l.world(), l.sp);
     const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
+                      next.offload_params == now.offload_params &&
                       next.activation_checkpointing == now.activation_checkpointing &&
                       next.mlp_tile_tokens == now.mlp_tile_tokens &&
                       next.logits_chunk_tokens == now.logits_chunk_tokens &&

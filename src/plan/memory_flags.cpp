@@ -37,6 +37,10 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
   app.add_flag("--offload-optimizer", o.offload_optimizer,
                "Keep the fp32 master shards, their gradients and AdamW state in host memory and run AdamW on the CPU "
                "(DeepSpeed's offload_optimizer); the device keeps a compute-dtype copy of its shards. Implies sharding");
+  app.add_flag("--offload-params", o.offload_params,
+               "Keep the compute-dtype copy of the weight shards in page-locked host memory too (DeepSpeed's "
+               "offload_param): the device holds no weights but the unit running (and the next, prefetched); each "
+               "unit's shard is copied over before its all-gather. Implies --offload-optimizer. Exact");
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "Keep only each decoder layer's input; recompute the layer in backward (HF gradient_checkpointing)");
   app.add_option("--offload-checkpoints", o.offload_checkpoints,
@@ -62,7 +66,8 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
 std::string memory_args(const MemoryFlags& f) {
   std::string s;
   if (f.sharding != "auto") s += " --sharding " + f.sharding;
-  if (f.offload_optimizer) s += " --offload-optimizer";
+  if (f.offload_params) s += " --offload-params";
+  else if (f.offload_optimizer) s += " --offload-optimizer";
   if (f.activation_checkpointing) s += " --activation-checkpointing";
   if (f.offload_checkpoints != 0) s += fmt::format(" --offload-checkpoints {}", f.offload_checkpoints);
   if (f.mlp_tile_tokens > 0) s += fmt::format(" --mlp-tile-tokens {}", f.mlp_tile_tokens);
@@ -81,10 +86,12 @@ const char* sharding_name(Sharding s) {
 }
 
 Sharding resolve_sharding(const MemoryFlags& o, int world) {
-  if (o.sharding == "no_shard" && o.offload_optimizer)
-    throw BadInput("--offload-optimizer offloads the shards of sharded states, and --sharding is no_shard",
+  const bool offload = o.offload_optimizer || o.offload_params;
+  if (o.sharding == "no_shard" && offload)
+    throw BadInput(fmt::format("{} offloads the shards of sharded states, and --sharding is no_shard",
+                               o.offload_params ? "--offload-params" : "--offload-optimizer"),
                    "drop --sharding no_shard (auto shards; at one rank it means full_shard over that rank)");
-  if (o.sharding == "full_shard" || (o.sharding == "auto" && (world > 1 || o.offload_optimizer))) return Sharding::kFull;
+  if (o.sharding == "full_shard" || (o.sharding == "auto" && (world > 1 || offload))) return Sharding::kFull;
   return o.sharding == "hybrid_shard" ? Sharding::kHybrid : Sharding::kNone;
 }
 
@@ -100,7 +107,8 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, in
   f.fp32_residual = o.fp32_residual;
   if (o.attention_head_groups != 1) arch::check_head_groups(c, sp, o.attention_head_groups);
   f.attention_head_groups = o.attention_head_groups;
-  f.offload_optimizer = o.offload_optimizer;
+  f.offload_optimizer = o.offload_optimizer || o.offload_params;
+  f.offload_params = o.offload_params;
   f.sharding = resolve_sharding(o, world);
   f.activation_checkpointing = o.activation_checkpointing || o.offload_checkpoints != 0 || f.sharding != Sharding::kNone;
   f.offload_checkpoints = o.offload_checkpoints < 0 ? c.num_layers : std::min(o.offload_checkpoints, c.num_layers);

@@ -3,6 +3,7 @@
 // features. resolve() turns the flags into what actually happens — the rules live here once, so the planner's
 // arithmetic and the trainer's model agree by construction:
 //   sharding auto      full_shard when world > 1 or the optimizer is offloaded (FSDP's names; DeepSpeed ZeRO-3)
+//   --offload-params   implies --offload-optimizer (the weights' copies are made from the host masters)
 //   sharded states     always recompute each layer in backward (their weights are gathered again there)
 //   --offload-checkpoints N (or -1: every layer) implies --activation-checkpointing
 //   --mlp-tile-tokens / --logits-chunk-tokens imply --tiled-mlp / --tiled-logits; their defaults: a tile of
@@ -28,6 +29,7 @@ struct MemoryFlags {
   std::int64_t attention_head_groups = 1;  // each layer's attention in this many groups of heads
   std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: see above
   bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory
+  bool offload_params = false;             // and the shards' compute-dtype copies too (DeepSpeed's offload_param)
   bool activation_checkpointing = false;   // keep each decoder layer's input only; recompute it in backward
   std::int64_t offload_checkpoints = 0;    // keep the first N layers' inputs in host memory (-1: all)
   bool tiled_mlp = false;                  // each layer's norm + MLP over token tiles (ALST's TiledMLP)
@@ -57,6 +59,7 @@ struct Features {   // resolved
   std::int64_t attention_head_groups = 1;   // --attention-head-groups
   Sharding sharding = Sharding::kNone;
   bool offload_optimizer = false;
+  bool offload_params = false;     // the device keeps no weight shard: each unit's comes from host memory to run
   bool activation_checkpointing = false;
   std::int64_t offload_checkpoints = 0;   // layers, ≤ num_layers
   std::int64_t mlp_tile_tokens = 0;       // 0: untiled
@@ -70,8 +73,8 @@ struct Features {   // resolved
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
   bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
 };
-// BadInput for --sharding no_shard with --offload-optimizer, for --fp32-residual without --precision bf16, and for
-// head groups the model's heads cannot form at --sp `sp` (arch::check_head_groups).
+// BadInput for --sharding no_shard with --offload-optimizer or --offload-params, for --fp32-residual without
+// --precision bf16, and for head groups the model's heads cannot form at --sp `sp` (arch::check_head_groups).
 Sharding resolve_sharding(const MemoryFlags& flags, int world);
 Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world, int sp = 1);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).

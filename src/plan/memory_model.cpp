@@ -66,7 +66,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
                   std::int64_t seq_len) {
   const int shards = shard_ranks(f.sharding, l.world(), l.sp);
   const GatherBytes gather{f.compute_bytes(), f.other_weight_bytes()};
-  const StatePlan states = plan_states(c, shards, f.offload_optimizer, gather);
+  const StatePlan states = plan_states(c, shards, {f.offload_optimizer, f.offload_params}, gather);
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
@@ -81,6 +81,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     // the largest unit whole with its fp32 gradient, and (prefetch) the next unit beside it — always a layer in
     // backward, and in forward never more than that
     b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);
+    // --offload-params over more than one rank: the shard copied over from host memory before its all-gather
+    if (f.offload_params && shards > 1) b.gathered += (u.gathered_bytes + shards - 1) / shards;
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
   // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward
@@ -105,7 +107,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
   b.comm = bytes(act * T * n.a2a);   // one group's all-to-all buffers at a time
   b.device_fixed = p.device_fixed;
-  b.host_states = states.host.total() / 16 * p.offload_bytes;   // 16 bytes a parameter: ours
+  b.host_states = states.host.total() / 16 * p.offload_bytes + states.host_copies;   // 16 bytes a parameter: ours
   b.host_fixed = p.host_fixed;
   return b;
 }

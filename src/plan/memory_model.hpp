@@ -5,7 +5,7 @@
 //   weights, gradients, optimizer  plan_states: the exact shard arithmetic (+ the bf16 copies autocast keeps
 //                                  of replicated weights)
 //   gathered units                 sharded: the largest unit gathered whole in its gather dtypes, with its fp32
-//                                  gradient before the reduce-scatter
+//                                  gradient before the reduce-scatter (--offload-params: + its shard copied over)
 //   saved activations              checkpointing: the kept layer inputs, ckpt_bytes × hidden × T per layer not
 //                                  offloaded; plain: every layer's intermediates, saved_factor × counted (the
 //                                  MLP's: mlp_factor × counted, none with TiledMLP)
@@ -16,9 +16,9 @@
 //   loss chunk                     loss_factor × rows × V × 4 (rows: one chunk with tiled logits, else T)
 //   communication buffers          the all-to-all's send and receive buffers of q, k, v (P > 1), of one head group
 //   fixed                          the profile's device_fixed (CUDA context, allocator, NCCL)
-// Host memory per rank: the offloaded optimizer states, the offloaded layer inputs and the process (the
-// profile's host_fixed). On a CPU device the host is the device: every byte above is host memory, and the
-// node's memory is shared by its ranks.
+// Host memory per rank: the offloaded optimizer states (and --offload-params' copies), the offloaded layer inputs
+// and the process (the profile's host_fixed). On a CPU device the host is the device: every byte above is host
+// memory, and the node's memory is shared by its ranks.
 //
 // "counted" is element arithmetic over the layer's tensors (memory_model.cpp); the factors that turn counts
 // into bytes and the fixed costs are a Profile: measured by `ulysses-train --calibrate-memory` (two lengths ×

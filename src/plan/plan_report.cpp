@@ -44,7 +44,7 @@ std::string features_line(const Features& f, const arch::ModelConfig& c, const L
   const int shards = shard_ranks(f.sharding, l.world(), l.sp);
   s += shards > 0 ? fmt::format("; {} over {} rank{}", sharding_name(f.sharding), shards, shards == 1 ? "" : "s")
                   : "; no_shard (replicated states)";
-  if (f.offload_optimizer) s += "; optimizer offloaded";
+  if (f.offload_optimizer) s += f.offload_params ? "; optimizer and parameters offloaded" : "; optimizer offloaded";
   if (f.activation_checkpointing)
     s += f.offload_checkpoints > 0 ? fmt::format("; checkpointing ({} of {} layer inputs in host memory)",
                                                  f.offload_checkpoints, c.num_layers)

@@ -91,11 +91,12 @@ UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, GatherByt
   return largest;
 }
 
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, GatherBytes bytes) {
+StatePlan plan_states(const arch::ModelConfig& c, int shards, Offload offload, GatherBytes bytes) {
   const ShardSize size = shards > 0 ? shard_size(state_layout(parameters_of(c)), shards, bytes)
                                     : ShardSize{arch::parameter_count(c), 0};
   const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
-  if (offload_optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
+  if (offload.params) return {{}, fp32, size.compute_copy_bytes};
+  if (offload.optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
   return {fp32, {}};
 }
 

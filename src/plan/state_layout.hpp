@@ -76,10 +76,14 @@ struct StateBytes {   // per rank, in one place (device or host memory)
 };
 // Model-state bytes per rank: fp32 weights, fp32 gradients and two fp32 AdamW moments, replicated (shards = 0)
 // or sharded over `shards` ranks; with the optimizer offloaded all of that is host memory and the device keeps
-// the shards' compute-dtype copies.
+// the shards' compute-dtype copies — unless the parameters are offloaded too: then those copies are host memory.
 struct StatePlan {
   StateBytes device, host;
+  std::int64_t host_copies = 0;   // --offload-params: the shards' compute-dtype copies, page-locked
 };
-StatePlan plan_states(const arch::ModelConfig& c, int shards, bool offload_optimizer, GatherBytes bytes);
+struct Offload {
+  bool optimizer = false, params = false;   // params implies optimizer (plan::resolve)
+};
+StatePlan plan_states(const arch::ModelConfig& c, int shards, Offload offload, GatherBytes bytes);
 
 }  // namespace ulysses::plan

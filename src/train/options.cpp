@@ -26,6 +26,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"attention_head_groups", o.memory.attention_head_groups},
           {"tiled_logits", o.memory.tiled_logits},  {"logits_chunk_tokens", o.memory.logits_chunk_tokens},
           {"sharding", o.memory.sharding}, {"offload_optimizer", o.memory.offload_optimizer},
+          {"offload_params", o.memory.offload_params},
           {"activation_checkpointing", o.memory.activation_checkpointing},
           {"offload_checkpoints", o.memory.offload_checkpoints},
           {"tiled_mlp", o.memory.tiled_mlp},        {"mlp_tile_tokens", o.memory.mlp_tile_tokens},

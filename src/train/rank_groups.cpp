@@ -21,10 +21,10 @@ comm::Communicator* RankGroups::shard() const {
   return nullptr;
 }
 
-model::StatePlacement RankGroups::states_on(const c10::Device& device, bool offload_optimizer) const {
+model::StatePlacement RankGroups::states_on(const c10::Device& device, const plan::Features& f) const {
   if (!shard()) return {};
-  return {.shard_group = shard(), .replica_group = replicas(), .device = device, .offload_optimizer = offload_optimizer,
-          .gather_group = gather()};
+  return {.shard_group = shard(), .replica_group = replicas(), .device = device,
+          .offload_optimizer = f.offload_optimizer, .offload_params = f.offload_params, .gather_group = gather()};
 }
 
 }  // namespace ulysses::train

@@ -38,8 +38,8 @@ class RankGroups {
   comm::Communicator* gather() const { return gather_ ? gather_.get() : shard(); }
   plan::Sharding sharding() const { return sharding_; }
 
-  // Where a sharded model's states live (an empty placement when not sharded).
-  model::StatePlacement states_on(const c10::Device& device, bool offload_optimizer) const;
+  // Where a sharded model's states live (an empty placement when not sharded); what is offloaded, from `offload`.
+  model::StatePlacement states_on(const c10::Device& device, const plan::Features& offload) const;
 
  private:
   plan::Sharding sharding_;

@@ -119,7 +119,7 @@ void check_memory(Run& r) {
 // The model, sharded or not, with its initial weights (seeded, or --init-from).
 void build_model(Run& r) {
   r.model = model::CausalLm(r.config, r.sp, r.options,
-                            r.groups->states_on(r.place.device, r.features.offload_optimizer));
+                            r.groups->states_on(r.place.device, r.features));
   if (r.o.init_from.empty()) model::init_weights(r.model, r.o.seed);
   else model::load_hf_weights(r.model, r.o.init_from);
 }

@@ -31,16 +31,22 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 TEST(StateLayout, ShardsAreCeilOfEachGroupAndReplicatedIsSixteenBytesAParameter) {
   const std::int64_t n = arch::parameter_count(kSmall);
-  const StatePlan replicated = plan_states(kSmall, 0, false, {4, 4});
+  const StatePlan replicated = plan_states(kSmall, 0, {}, {4, 4});
   EXPECT_EQ(replicated.device.total(), 16 * n);
   EXPECT_EQ(replicated.host.total(), 0);
   const StateLayout layout = state_layout(parameters_of(kSmall));
   std::int64_t expected = 0;
   for (const auto& g : layout.groups) expected += (g.numel + 2) / 3;
-  EXPECT_EQ(plan_states(kSmall, 3, false, {4, 4}).device.total(), 16 * expected);
-  const StatePlan offloaded = plan_states(kSmall, 3, true, {2, 4});
+  EXPECT_EQ(plan_states(kSmall, 3, {}, {4, 4}).device.total(), 16 * expected);
+  const StatePlan offloaded = plan_states(kSmall, 3, {.optimizer = true}, {2, 4});
   EXPECT_EQ(offloaded.host.total(), 16 * expected);
   EXPECT_LT(offloaded.device.total(), 4 * expected);   // bf16 matrices, fp32 others
+  EXPECT_EQ(offloaded.host_copies, 0);
+  // --offload-params: the same copies, in host memory; nothing of the states left on the device
+  const StatePlan params = plan_states(kSmall, 3, {.optimizer = true, .params = true}, {2, 4});
+  EXPECT_EQ(params.device.total(), 0);
+  EXPECT_EQ(params.host.total(), offloaded.host.total());
+  EXPECT_EQ(params.host_copies, offloaded.device.total());
   EXPECT_EQ(layout.units.size(), static_cast<std::size_t>(kSmall.num_layers + 2));
 }
 
@@ -142,6 +148,32 @@ TEST(MemoryModel, NoShardWithOffloadIsBadInput) {
   flags.sharding = "no_shard";
   flags.offload_optimizer = true;
   EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
+  flags.offload_optimizer = false, flags.offload_params = true;
+  EXPECT_THROW(resolve(flags, kSmall, 2), BadInput);
+}
+
+// --offload-params implies the optimizer's offload and shards at one rank; the device keeps none of the shards'
+// copies (its weights line is 0) and host memory holds them, so one H100 fits a longer 8B sequence.
+TEST(MemoryModel, OffloadParamsMovesTheWeightCopiesToTheHost) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 1, 1, 1};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
+  flags.tiled_mlp = flags.tiled_logits = true;
+  const std::int64_t S = 256 << 10;
+  const Breakdown on_device = predict(kLlama8B, l, resolve(flags, kLlama8B, 1), p, S);
+  MemoryFlags params = flags;
+  params.offload_optimizer = false, params.offload_params = true;
+  const Features f = resolve(params, kLlama8B, 1);
+  EXPECT_TRUE(f.offload_optimizer);
+  EXPECT_EQ(f.sharding, Sharding::kFull);
+  const Breakdown offloaded = predict(kLlama8B, l, f, p, S);
+  EXPECT_GT(on_device.weights, 2 * 7 * kGiB);   // the bf16 copy of 8B parameters
+  EXPECT_EQ(offloaded.weights, 0);
+  EXPECT_EQ(offloaded.host_states - on_device.host_states, on_device.weights);
+  EXPECT_EQ(offloaded.device(), on_device.device() - on_device.weights);   // one rank: no shard is copied over
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  EXPECT_GT(longest_sequence(kLlama8B, l, f, p, m), longest_sequence(kLlama8B, l, resolve(flags, kLlama8B, 1), p, m));
 }
 
 // Head groups: only the heads' tensors (q, k, v around the all-to-alls, attention's output) are per group, so the
@@ -202,11 +234,11 @@ TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
   };
   auto same = [](const Features& a, const Features& b) {
     return std::tie(a.bf16, a.bf16_activations, a.reduce_bf16, a.fp32_residual, a.sharding, a.offload_optimizer,
-                    a.activation_checkpointing, a.offload_checkpoints, a.mlp_tile_tokens, a.logits_chunk_tokens,
-                    a.prefetch) ==
+                    a.offload_params, a.activation_checkpointing, a.offload_checkpoints, a.mlp_tile_tokens,
+                    a.logits_chunk_tokens, a.prefetch, a.attention_head_groups) ==
            std::tie(b.bf16, b.bf16_activations, b.reduce_bf16, b.fp32_residual, b.sharding, b.offload_optimizer,
-                    b.activation_checkpointing, b.offload_checkpoints, b.mlp_tile_tokens, b.logits_chunk_tokens,
-                    b.prefetch);
+                    b.offload_params, b.activation_checkpointing, b.offload_checkpoints, b.mlp_tile_tokens,
+                    b.logits_chunk_tokens, b.prefetch, b.attention_head_groups);
   };
   MemoryFlags all;
   all.sharding = "hybrid_shard", all.offload_optimizer = true, all.offload_checkpoints = -1;
@@ -218,11 +250,14 @@ TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
   replicated.sharding = "no_shard", replicated.tiled_logits = true;
   MemoryFlags bf16;   // --precision travels apart (the sbatch's PRECISION)
   bf16.precision = "bf16", bf16.reduce_dtype = "bf16", bf16.fp32_residual = true;
+  MemoryFlags params;
+  params.offload_params = true, params.attention_head_groups = 2;
   EXPECT_EQ(memory_args(MemoryFlags{}), "");
+  EXPECT_EQ(memory_args(params), "--offload-params --attention-head-groups 2");
   EXPECT_EQ(memory_args(all), "--sharding hybrid_shard --offload-optimizer --offload-checkpoints -1 --tiled-mlp "
                               "--tiled-logits --prefetch off");
   EXPECT_EQ(memory_args(bf16), "--reduce-dtype bf16 --fp32-residual");
-  for (const MemoryFlags& f : {MemoryFlags{}, all, sized, replicated, bf16}) {
+  for (const MemoryFlags& f : {MemoryFlags{}, all, sized, replicated, bf16, params}) {
     MemoryFlags back = parse(memory_args(f));
     back.precision = f.precision;
     EXPECT_TRUE(same(resolve(back, kSmall, 4), resolve(f, kSmall, 4))) << memory_args(f);

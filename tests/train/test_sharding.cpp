@@ -4,7 +4,8 @@
 // SP=2 × DP=2 sharded over every rank and inside each SP group (hybrid), and over 3 ranks (shards padded);
 // with the memory features on, tied embeddings, bf16, the optimizer offloaded to host memory (a separate
 // host buffer on CPU, the same code path); 20 optimizer steps track the replicated run; and the sharded
-// AdamW update, offloaded or not, equals the replicated one bit for bit. Prefetching the next unit's gather
+// AdamW update, offloaded or not, equals the replicated one bit for bit; offloading the parameters too changes
+// nothing, bit for bit, and leaves their copies in host memory only. Prefetching the next unit's gather
 // changes nothing, bit for bit, and never serves a gather issued before the shards changed. The trainer's rank
 // groups answer each purpose with RankLayout's ranks.
 #include "spmd_fixtures.hpp"
@@ -290,6 +291,56 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   EXPECT_GT(std::abs(want_losses.front() - want_losses.back()), 1e-3) << "the run did not train";
 }
 
+// Parameter offload (--offload-params): the weights' gather-dtype copies are host buffers of exactly their bytes, so
+// the device keeps none of them between units, and three optimizer steps equal optimizer offload alone bit for bit —
+// losses and every weight — in fp32 and bf16, with prefetch and without, sharded over every rank (at 3 ranks every
+// shard padded) and at one rank (the copy over goes straight into the gathered buffer).
+TEST(OffloadParams, HostCopiesOnlyAndStepsEqualOptimizerOffloadBitForBit) {
+  const int P = world_size();
+  const fs::path dir = shared_dir(fmt::format("shard-offload-params-{}", P));
+  write_dataset(dir, 16 * P, P);
+  const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2, /*tied=*/true));
+  Layout l(1);
+  using Part = train::ModelStates::Part;
+  auto run = [&](comm::Communicator& group, const data::LoaderOptions& lo, const model::ModelOptions& o, bool params) {
+    model::CausalLm m(cfg, lo.sp, o, model::StatePlacement{&group, nullptr, torch::kCPU, true, params});
+    model::init_weights(m, 11);
+    const auto& ss = *m->sharded_states();
+    std::int64_t copy_bytes = 0;   // every group's [n] copy in its gather dtype
+    for (const auto& g : ss.groups())
+      copy_bytes += g.shard_numel * static_cast<std::int64_t>(c10::elementSize(g.gather_dtype));
+    train::ModelStates states(m, group, {0.9, 0.95, 1e-8, 0.1});
+    data::DataLoader loader(dir, lo);
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      losses.push_back(train::compute_gradients(m, loader, lo.grad_accum, states, torch::kCPU).mean());
+      states.clip(1.0);
+      states.step(1e-2);
+      loader.advance_step();
+      EXPECT_EQ(ss.param_host_bytes(), params ? copy_bytes : 0) << "after step " << step + 1;
+    }
+    std::map<std::string, torch::Tensor> weights;
+    states.for_each_whole(Part::kWeights, [&](const std::string& n, const torch::Tensor& t) { weights[n] = t.clone(); });
+    return std::make_pair(losses, weights);
+  };
+  for (const model::Precision precision : {model::Precision::kFp32, model::Precision::kBf16})
+    for (const bool prefetch : {false, true})
+      for (const bool one_rank : {false, true}) {
+        const auto o = model::ModelOptions().precision(precision).prefetch(prefetch);
+        comm::Communicator& group = one_rank ? static_cast<comm::Communicator&>(l.self) : l.world;
+        const data::LoaderOptions lo = one_rank ? reference(P, 5) : l.loader(5);
+        const std::string what = fmt::format("{}, prefetch {}, {} rank(s)",
+                                             precision == model::Precision::kBf16 ? "bf16" : "fp32", prefetch,
+                                             one_rank ? 1 : P);
+        const auto [want_losses, want] = run(group, lo, o, false);
+        const auto [got_losses, got] = run(group, lo, o, true);
+        EXPECT_EQ(got_losses, want_losses) << what;
+        EXPECT_NE(want_losses.front(), want_losses.back()) << what << ": the run did not train";
+        ASSERT_EQ(got.size(), want.size());
+        for (const auto& [name, w] : want) EXPECT_TRUE(torch::equal(got.at(name), w)) << what << ": " << name;
+      }
+}
+
 // The same gradients in: the sharded AdamW update (over flat shards, decay per group) equals the replicated
 // update bit for bit, weights and both moments.
 class ShardedAdamW : public ::testing::TestWithParam<bool> {};
@@ -361,7 +412,7 @@ TEST(RankGroups, AnswerByPurposeForEachShardingMode) {
     const std::string what = fmt::format("sharding {}", static_cast<int>(mode));
     EXPECT_EQ(members(g.sequence(), me), layout.sp_group_of(me)) << what;
     EXPECT_EQ(members(g.loss(), me), everyone) << what;
-    const model::StatePlacement states = g.states_on(torch::kCPU, false);
+    const model::StatePlacement states = g.states_on(torch::kCPU, plan::Features{});
     if (mode == plan::Sharding::kNone) {
       EXPECT_EQ(g.shard(), nullptr) << what;
       EXPECT_FALSE(states.enabled()) << what;

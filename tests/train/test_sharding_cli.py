@@ -2,7 +2,8 @@
 a checkpoint saved by 4 ranks sharding their states resumes unsharded at 2 ranks and sharded at 1 rank, and the
 losses continue as the uninterrupted run's; merge + export-hf of a sharded run's checkpoint equals the export of
 an unsharded run's byte for byte (same seed, lr 0: the weights are the seeded init); kill -9 during a sharded save
-leaves `latest` on an intact checkpoint that resumes; --offload-optimizer trains as the plain run does.
+leaves `latest` on an intact checkpoint that resumes; --offload-optimizer trains as the plain run does, and
+--offload-params as --offload-optimizer, bit for bit.
 
 usage: test_sharding_cli.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
@@ -94,6 +95,11 @@ class ShardedCli(PackedSample):
         self.assertIn("optimizer offloaded", p.stderr)
         self.assertIn("offloaded model states", p.stderr)
         self.assert_track(losses(offloaded), losses(plain), "offloaded optimizer")
+        # the parameters too: the same run bit for bit in what the log prints (their copies in host memory)
+        params = self.root / "offloaded-params"
+        p = self.run_ok(train_cmd(2, self.data, params, "--sp", 2, "--steps", 10, "--offload-params"))
+        self.assertIn("optimizer and parameters offloaded", p.stderr)
+        self.assertEqual(losses(params), losses(offloaded))
         # accumulating: a step's first gradient of each shard is copied into its own host buffer, the second added
         plain, offloaded = self.root / "plain-accum", self.root / "offloaded-accum"
         self.run_ok(train_cmd(1, self.data, plain, "--grad-accum", 2, "--steps", 10, "--sharding", "no_shard"))
@@ -136,10 +142,11 @@ class ShardedCli(PackedSample):
             self.assertFalse((self.root / "big").exists())
 
     def test_offload_without_sharding_is_bad_input(self):
-        p = self.run_ok(train_cmd(2, self.data, self.root / "bad", "--sp", 2, "--offload-optimizer",
-                                  "--sharding", "no_shard", "--dry-run"), code=2)
-        self.assertIn("--offload-optimizer", p.stderr)
-        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        for flag in ("--offload-optimizer", "--offload-params"):
+            p = self.run_ok(train_cmd(2, self.data, self.root / "bad", "--sp", 2, flag, "--sharding", "no_shard",
+                                      "--dry-run"), code=2)
+            self.assertIn(flag, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
 if __name__ == "__main__":
