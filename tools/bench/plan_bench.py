@@ -3,8 +3,9 @@
 
 On this machine (CPU, fp32): a profile is calibrated first (ulysses-train --calibrate-memory at --calibrate
 lengths), then memory_bench's model (Llama-3.1-8B's ratios scaled down) trains 2 steps at every S of --lengths ×
-{plain, all features: checkpointing + TiledMLP + tiled logits} × {SP 1, SP 2}; each run's peak RSS per rank (the
-largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
+{plain, all features: checkpointing + TiledMLP + tiled logits (both replicated), sharded with the optimizer and
+parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits} × {SP 1, SP 2}; each run's peak RSS
+per rank (the largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
 memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints every point and
 
   RATIO predicted/measured peak, median over the grid = 0.99  (target 0.9-1.1)
@@ -51,7 +52,11 @@ sys.path.insert(0, str(HERE))
 from memory_bench import CONFIG, MALLOC, pack  # noqa: E402   # the same model, malloc settings and data
 from gpu_bench import failure_status_of, llama_1b_config, smoke_config  # noqa: E402   # the GPU benchmark's model
 
-ALL_FEATURES = ["--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens", "256"]
+ALL_FEATURES = ["--sharding", "no_shard", "--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens",
+                "256"]
+# sharded (full_shard over the SP ranks) with the optimizer and parameters offloaded and attention in 2 head groups
+GROUPED_OFFLOAD = ["--offload-params", "--attention-head-groups", "2", "--tiled-mlp", "--logits-chunk-tokens", "256"]
+FEATURE_SETS = (("plain", ["--sharding", "no_shard"]), ("all", ALL_FEATURES), ("G2+offload", GROUPED_OFFLOAD))
 
 
 def run(cmd):
@@ -61,19 +66,18 @@ def run(cmd):
     return p
 
 
-def measured(a, work, data, sp, features):
-    out = work / f"run-{sp}-{len(features)}-{data.name}"
+def measured(a, work, data, sp, name, features):
+    out = work / f"run-{sp}-{name}-{data.name}"
     run(["mpiexec", "-n", sp, f"{a.build}/src/train/ulysses-train", "--data", data, "--model-config",
          work / "config.json", "--output", out, "--sp", sp, "--steps", 2, "--threads", max(1, a.threads // sp),
-         "--sharding", "no_shard", *features])
+         *features])
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return max(m["peak_rss_mib"] for m in metrics) * 2**20
 
 
 def predicted(a, work, profile, S, sp, features):
     p = run([f"{a.build}/src/plan/ulysses-plan", "--model", work / "config.json", "--device", "cpu",
-             "--gpus-per-node", sp, "--sp", sp, "--seq-len", S, "--profile", profile, "--sharding", "no_shard",
-             *features, "--json"])
+             "--gpus-per-node", sp, "--sp", sp, "--seq-len", S, "--profile", profile, *features, "--json"])
     return json.loads(p.stdout)["memory_per_rank"]
 
 
@@ -112,12 +116,12 @@ def main():
         ratios = []
         for S in lengths:
             data = pack(a, work, S)
-            for name, features in (("plain", []), ("all", ALL_FEATURES)):
+            for name, features in FEATURE_SETS:
                 for sp in (1, 2):
-                    m = measured(a, work, data, sp, features)
+                    m = measured(a, work, data, sp, name, features)
                     r = predicted(a, work, profile, S, sp, features) / m
                     ratios.append(r)
-                    print(f"  S={S:6d} {name:>5} SP {sp}: measured {m / 2**20:8.1f} MiB, predicted/measured {r:.3f}",
+                    print(f"  S={S:6d} {name:>10} SP {sp}: measured {m / 2**20:8.1f} MiB, predicted/measured {r:.3f}",
                           flush=True)
     print(f"RATIO predicted/measured peak, median over the grid = {statistics.median(ratios):.3f}  (target 0.9-1.1)")
     worst = max(ratios, key=lambda r: abs(r - 1))
