@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The length tables of docs/cluster-guide.md, recomputed with ulysses-plan: the longest sequence each row's layout
 reaches with ALST's features (ZeRO-3, optimizer and every layer input offloaded, TiledMLP, tiled logits; 80 GiB
-H100s, 1.9 TiB host per node), for ALST's constants (profile alst-h100, --prefetch off) and for ours (profile h100)
-in --precision bf16 and amp-bf16, with --prefetch auto (on for a GPU) and, in parentheses, off; and ours in bf16 with
-the most attention head groups the heads allow at that SP degree (--attention-head-groups, arch::check_head_groups).
+H100s — or 141 GB H200s where the row says so —, 1.9 TiB host per node), for ALST's constants (profile alst-h100,
+--prefetch off) and for ours (profile h100 or h200) in --precision bf16 and amp-bf16, with --prefetch auto (on for a
+GPU) and, in parentheses, off; and ours in bf16 with attention in head groups (--attention-head-groups auto: the
+least G that fits the longest length), with the parameters offloaded too (--offload-params) where that reaches further,
+and what stops the next length (ulysses-plan's refusal one unit past it).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
 """
@@ -29,13 +31,17 @@ MODELS = {"Llama-3.1-8B": llama(4096, 14336, 32, 32, 8, 128256),
                              model_type="qwen3")}
 ALL = ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-mlp", "--tiled-logits"]
 BASE = ["--offload-optimizer", "--activation-checkpointing"]
-# (model, nodes, gpus per node, SP, flags, the published figure, its source)
-ROWS = [("Llama-3.1-8B", 1, 1, 1, ALL, "500K", "ALST"), ("Llama-3.1-8B", 1, 8, 8, ALL, "3.7M", "ALST"),
-        ("Llama-3.1-8B", 1, 8, 8, ALL, "5M", "UPipe"), ("Llama-3.1-8B", 4, 8, 32, ALL, "15M", "ALST"),
+LONGEST = ["--attention-head-groups", "auto", "--offload-params"]
+# (model, nodes, gpus per node, SP, flags, the published figure, its source[, GPU]); UPipe's 8M and 4M: its README's
+# two-node benchmarks (torchtitan/exps/*/run_all_multinode_*.sh, 8 GPUs a node)
+ROWS = [("Llama-3.1-8B", 1, 1, 1, ALL, "500K", "ALST"), ("Llama-3.1-8B", 1, 1, 1, ALL, "1.2M", "ALST", "H200"),
+        ("Llama-3.1-8B", 1, 8, 8, ALL, "3.7M", "ALST"), ("Llama-3.1-8B", 1, 8, 8, ALL, "5M", "UPipe"),
+        ("Llama-3.1-8B", 2, 8, 16, ALL, "8M", "UPipe"), ("Llama-3.1-8B", 4, 8, 32, ALL, "15M", "ALST"),
         ("Llama-3.1-70B", 1, 8, 8, BASE + ["--tiled-mlp", "--tiled-logits"], "200K†", "ALST"),
         ("Llama-3.1-70B", 2, 8, 16, ALL, "1.2M†", "ALST"), ("Llama-3.1-70B", 4, 8, 32, ALL, "4M†", "ALST"),
         ("Qwen3-32B", 1, 8, 8, ALL, "1.55M†", "ALST"), ("Qwen3-32B", 2, 8, 16, ALL, "4M†", "ALST"),
-        ("Qwen3-32B", 4, 8, 32, ALL, "7M†", "ALST")]
+        ("Qwen3-32B", 2, 8, 16, ALL, "4M", "UPipe"), ("Qwen3-32B", 4, 8, 32, ALL, "7M†", "ALST")]
+GPU_MEMORY = {"H100": "80GiB", "H200": "141GB"}
 ABLATION = [("ZeRO-3, optimizer offload, checkpointing (SP 1)", 1, BASE, "32K"),
             ("+ tiled logits and loss", 1, BASE + ["--tiled-logits"], "160K"),
             ("+ Ulysses SP 8", 8, BASE + ["--tiled-logits"], "1.1M"),
@@ -43,17 +49,6 @@ ABLATION = [("ZeRO-3, optimizer offload, checkpointing (SP 1)", 1, BASE, "32K"),
             ("SP + tiled logits + layer-input offload (no TiledMLP)", 8,
              ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-logits"], "2.4M"),
             ("all", 8, ALL, "3.7M")]
-
-
-def most_head_groups(cfg, sp):
-    """The largest G whose groups hold whole KV heads (or lie inside one) and split over sp (arch::check_head_groups)."""
-    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    def ok(g):
-        if heads % g or (kv % g and g % kv):
-            return False
-        gh, gkv = heads // g, max(kv // g, 1)
-        return gh % sp == 0 and (gkv % sp == 0 or sp % gkv == 0)
-    return max(g for g in range(1, heads + 1) if ok(g))
 
 
 def tokens(text):
@@ -65,20 +60,50 @@ def human(n):
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
 
 
-def longest(a, cfg, nodes, gpus, sp, flags, profile, precision, prefetch):
+def plan(a, cfg, nodes, gpus, sp, flags, profile, precision, prefetch, gpu="H100"):
+    """ulysses-plan --json's answer for the row's layout: its longest length and the head groups it settles."""
     cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", str(cfg), "--nodes", str(nodes), "--gpus-per-node",
            str(gpus), "--sp", str(sp), "--precision", precision, "--host-memory", "1.9TiB", "--profile", profile,
-           "--prefetch", prefetch] + flags
+           "--gpu-memory", GPU_MEMORY[gpu], "--prefetch", prefetch, "--json"] + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(r"longest sequence that fits: (\d+) tokens", p.stdout)
-    if not m:
-        sys.exit(f"{' '.join(cmd)}: no longest sequence in its output (exit {p.returncode}): {p.stderr.strip()}")
-    return int(m.group(1))
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
 
 
-def ours(a, cfg, nodes, gpus, sp, flags, precision):
-    on, off = (longest(a, cfg, nodes, gpus, sp, flags, "h100", precision, x) for x in ("auto", "off"))
-    return on, f"{human(on)} ({human(off)})"
+def longest(*args, **kw):
+    return plan(*args, **kw)["longest"]
+
+
+def ours(a, cfg, nodes, gpus, sp, flags, precision, gpu="H100"):
+    """(the length with --prefetch auto, its text with --prefetch off beside it, the head groups with auto)."""
+    profile = gpu.lower()
+    on, off = (plan(a, cfg, nodes, gpus, sp, flags, profile, precision, x, gpu) for x in ("auto", "off"))
+    return on["longest"], f"{human(on['longest'])} ({human(off['longest'])})", on["attention_head_groups"]
+
+
+def binds(a, cfg, nodes, gpus, sp, flags, gpu, length):
+    """What stops the next length (one SP unit past `length`): ulysses-plan's refusal, shortened."""
+    cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", str(cfg), "--nodes", str(nodes), "--gpus-per-node",
+           str(gpus), "--sp", str(sp), "--precision", "bf16", "--host-memory", "1.9TiB", "--profile", gpu.lower(),
+           "--gpu-memory", GPU_MEMORY[gpu], "--seq-len", str(length + 64 * sp)] + flags
+    err = subprocess.run(cmd, capture_output=True, text=True).stderr
+    m = re.search(r"(GPU|host) memory needs ([\d.]+ \w+) of ([\d.]+ \w+) usable", err)
+    if m:
+        return f"{m.group(1)} memory ({m.group(3)} usable)"
+    m = re.search(r"the (.+?) \[", err)
+    return f"2^31 elements: {m.group(1)}" if m else err.strip()[:80]
+
+
+def best(a, cfg, nodes, gpus, sp, flags, gpu):
+    """Ours at its longest: head groups (auto), with the parameters offloaded where that reaches further (it moves
+    2 bytes a parameter from the GPU to the node's host memory): (length, its text, what binds next)."""
+    tries = []
+    for extra in (["--attention-head-groups", "auto"], LONGEST):
+        length, text, g = ours(a, cfg, nodes, gpus, sp, flags + extra, "bf16", gpu)
+        tries.append((length, f"{text}, G={g}" + (", params offloaded" if extra == LONGEST else ""), extra))
+    length, text, extra = max(tries, key=lambda t: t[0])
+    return length, text, binds(a, cfg, nodes, gpus, sp, flags + extra, gpu, length)
 
 
 def main():
@@ -90,28 +115,27 @@ def main():
         for name, c in MODELS.items():
             cfgs[name] = pathlib.Path(tmp, f"{name}.json")
             cfgs[name].write_text(json.dumps(c))
-        print("| model | H100s (SP) | published | planner, alst-h100 | error | ours, bf16 (h100) | ours / published | "
-              "ours, amp-bf16 (h100) | ours, bf16, head groups | ours / published |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for model, nodes, gpus, sp, flags, figure, source in ROWS:
-            cfg = cfgs[model]
-            alst = longest(a, cfg, nodes, gpus, sp, flags, "alst-h100", "bf16", "off")
-            bf16, bf16_text = ours(a, cfg, nodes, gpus, sp, flags, "bf16")
-            _, amp_text = ours(a, cfg, nodes, gpus, sp, flags, "amp-bf16")
+        print("| model | GPUs (SP) | published | planner, alst-h100 | error | ours, bf16 | ours / published | "
+              "ours, amp-bf16 | ours, bf16, head groups (+ parameter offload) | ours / published | what binds |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for model, nodes, gpus, sp, flags, figure, source, *rest in ROWS:
+            cfg, gpu = cfgs[model], (rest or ["H100"])[0]
+            alst = longest(a, cfg, nodes, gpus, sp, flags, "alst-h100", "bf16", "off", gpu)
+            bf16, bf16_text, _ = ours(a, cfg, nodes, gpus, sp, flags, "bf16", gpu)
+            _, amp_text, _ = ours(a, cfg, nodes, gpus, sp, flags, "amp-bf16", gpu)
             error = f"{100 * (alst / tokens(figure) - 1):+.0f}%" if source == "ALST" else "—"
-            g = most_head_groups(MODELS[model], sp)
-            grouped, grouped_text = ours(a, cfg, nodes, gpus, sp, flags + ["--attention-head-groups", str(g)], "bf16")
-            print(f"| {model} | {nodes * gpus} ({sp}) | {figure} ({source}) | {human(alst)} | {error} | {bf16_text} | "
-                  f"{bf16 / tokens(figure):.2f} | {amp_text} | {grouped_text}, G={g} | "
-                  f"{grouped / tokens(figure):.2f} |")
+            longest_ours, best_text, bound = best(a, cfg, nodes, gpus, sp, flags, gpu)
+            print(f"| {model} | {nodes * gpus} {gpu} ({sp}) | {figure} ({source}) | {human(alst)} | {error} | "
+                  f"{bf16_text} | {bf16 / tokens(figure):.2f} | {amp_text} | {best_text} | "
+                  f"{longest_ours / tokens(figure):.2f} | {bound} |")
         print()
         print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
         print("|---|---|---|---|---|---|---|")
         for what, sp, flags, figure in ABLATION:
             cfg = cfgs["Llama-3.1-8B"]
             alst = longest(a, cfg, 1, 8, sp, flags, "alst-h100", "bf16", "off")
-            bf16, bf16_text = ours(a, cfg, 1, 8, sp, flags, "bf16")
-            _, amp_text = ours(a, cfg, 1, 8, sp, flags, "amp-bf16")
+            bf16, bf16_text, _ = ours(a, cfg, 1, 8, sp, flags, "bf16")
+            _, amp_text, _ = ours(a, cfg, 1, 8, sp, flags, "amp-bf16")
             error = f"{100 * (alst / tokens(figure) - 1):+.0f}%"
             print(f"| {what} | {figure} | {human(alst)} | {error} | {bf16_text} | {bf16 / tokens(figure):.2f} | "
                   f"{amp_text} |")

@@ -227,20 +227,23 @@ void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string
   throw BadInput(fmt::format("{}: {}", source, why), fmt::format("use --sp {}", fmt::join(valid, ", ")));
 }
 
-void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups) {
+std::vector<std::int64_t> valid_head_groups(const ModelConfig& c, std::int64_t sp) {
   const std::int64_t heads = c.num_heads, kv = c.num_kv_heads;
-  auto ok = [&](std::int64_t g) {
-    if (g < 1 || heads % g != 0 || (kv % g != 0 && g % kv != 0)) return false;
+  std::vector<std::int64_t> out;
+  for (std::int64_t g = 1; g <= heads; ++g) {
+    if (heads % g != 0 || (kv % g != 0 && g % kv != 0)) continue;
     const std::int64_t gh = heads / g, gkv = std::max<std::int64_t>(kv / g, 1);
-    return gh % sp == 0 && (gkv % sp == 0 || sp % gkv == 0);
-  };
-  if (ok(groups)) return;
-  std::vector<std::string> valid;
-  for (std::int64_t g = 1; g <= heads; ++g)
-    if (ok(g)) valid.push_back(std::to_string(g));
+    if (gh % sp == 0 && (gkv % sp == 0 || sp % gkv == 0)) out.push_back(g);
+  }
+  return out;
+}
+
+void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups) {
+  const std::vector<std::int64_t> valid = valid_head_groups(c, sp);
+  if (std::find(valid.begin(), valid.end(), groups) != valid.end()) return;
   throw BadInput(fmt::format("--attention-head-groups {}: {} attention heads and {} key/value heads do not form {} "
                              "groups, each of whole key/value heads or inside one, that split over --sp {}",
-                             groups, heads, kv, groups, sp),
+                             groups, c.num_heads, c.num_kv_heads, groups, sp),
                  fmt::format("use --attention-head-groups {} at --sp {}", fmt::join(valid, ", "), sp));
 }
 

@@ -86,6 +86,7 @@ UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp);
 // groups of that head; and the group's heads split over P as a whole model's heads do (the SP rule above, with
 // max(Hkv/G, 1) key/value heads). BadInput naming the flag, the numbers and the valid G for this P.
 void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups);
+std::vector<std::int64_t> valid_head_groups(const ModelConfig& c, std::int64_t sp);   // those G, ascending (1 first)
 
 // ---- Parameters: names and shapes as transformers builds them --------------------------------------
 

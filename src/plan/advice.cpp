@@ -1,21 +1,56 @@
 #include "plan/advice.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "plan/tensor_limit.hpp"
 
 namespace ulysses::plan {
 namespace {
 
+bool head_groups_allowed(const arch::ModelConfig& c, int sp, std::int64_t groups) {
+  const std::vector<std::int64_t> valid = arch::valid_head_groups(c, sp);
+  return std::find(valid.begin(), valid.end(), groups) != valid.end();
+}
+
+// The memory plan of settled flags fits and no kernel's tensor passes the limit.
+bool fits_settled(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p,
+                  const Machine& m, std::int64_t seq_len) {
+  const Features f = resolve(flags, c, l.world(), l.sp);
+  if (p.limits_tensors && past_tensor_limit(c, l, f, seq_len)) return false;
+  return check_fit(predict(c, l, f, p, seq_len), l, m).fits;
+}
+
 bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p, const Machine& m,
           std::int64_t seq_len) {
   if (seq_len % sequence_unit(l.sp) != 0) return false;
-  return check_fit(predict(c, l, resolve(flags, c, l.world(), l.sp), p, seq_len), l, m).fits;
+  const MemoryFlags settled = settle_head_groups(c, l, flags, p, m, seq_len);
+  if (!head_groups_allowed(c, l.sp, settled.attention_head_groups)) return false;
+  return fits_settled(c, l, settled, p, m, seq_len);
 }
 
 }  // namespace
+
+MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                               const Profile& p, const Machine& m, std::int64_t seq_len) {
+  if (flags.attention_head_groups != kAutoHeadGroups) return flags;
+  const std::vector<std::int64_t> valid = arch::valid_head_groups(c, l.sp);
+  MemoryFlags f = flags;
+  f.attention_head_groups = valid.empty() ? 1 : valid.back();   // none: the heads do not split (refused elsewhere)
+  if (valid.empty() || seq_len <= 0) return f;
+  std::optional<std::int64_t> under;   // the least G under the tensor limit
+  for (const std::int64_t g : valid) {
+    f.attention_head_groups = g;
+    if (p.limits_tensors && past_tensor_limit(c, l, resolve(f, c, l.world(), l.sp), seq_len)) continue;
+    if (!under) under = g;
+    if (fits_settled(c, l, f, p, m, seq_len)) return f;
+  }
+  f.attention_head_groups = under.value_or(valid.back());
+  return f;
+}
 
 std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world) {
   std::vector<int> out;
@@ -39,20 +74,22 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
   const std::vector<Change> changes = {
       {"--sharding full_shard", [](MemoryFlags& f) { f.sharding = "full_shard"; }},
       {"--offload-optimizer", [](MemoryFlags& f) { f.offload_optimizer = true; }},
-      {"--offload-params", [](MemoryFlags& f) { f.offload_params = true; }},
       {"--activation-checkpointing", [](MemoryFlags& f) { f.activation_checkpointing = true; }},
       {"--tiled-mlp", [](MemoryFlags& f) { f.tiled_mlp = true; }},
       {"--tiled-logits", [](MemoryFlags& f) { f.tiled_logits = true; }},
       {"--offload-checkpoints -1", [](MemoryFlags& f) { f.offload_checkpoints = -1; }},
+      {"--attention-head-groups auto", [](MemoryFlags& f) { f.attention_head_groups = kAutoHeadGroups; }},
+      {"--offload-params", [](MemoryFlags& f) { f.offload_params = true; }},
   };
-  const Features now = resolve(flags, c, l.world(), l.sp);
+  const Features now = resolve(settle_head_groups(c, l, flags, p, m, seq_len), c, l.world(), l.sp);
   for (const Change& ch : changes) {
     MemoryFlags f = flags;
     ch.apply(f);
     if (f.sharding == "no_shard" && (f.offload_optimizer || f.offload_params)) continue;
-    const Features next = resolve(f, c, l.world(), l.sp);
+    const Features next = resolve(settle_head_groups(c, l, f, p, m, seq_len), c, l.world(), l.sp);
     const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
                       next.offload_params == now.offload_params &&
+                      next.attention_head_groups == now.attention_head_groups &&
                       next.activation_checkpointing == now.activation_checkpointing &&
                       next.mlp_tile_tokens == now.mlp_tile_tokens &&
                       next.logits_chunk_tokens == now.logits_chunk_tokens &&

@@ -11,11 +11,22 @@
 
 namespace ulysses::plan {
 
+// "Fits" here means: S is a multiple of sequence_unit, the memory plan fits and no kernel's tensor passes 2^31
+// elements (tensor_limit.hpp); an explicit head-group count the heads cannot form at that SP degree does not fit.
+
 // The first single change that makes S fit, as the flag to pass ("--offload-optimizer", "--sp 8", ...), in
 // this order: shard the states, offload the optimizer, checkpoint, TiledMLP, tiled logits, offload every
-// layer's input, a larger SP degree among the ranks there are, more nodes (up to 16× as many). nullopt: none does.
+// layer's input, attention in head groups (auto), offload the parameters, a larger SP degree among the ranks there
+// are, more nodes (up to 16× as many). nullopt: none does.
 std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                        const Profile& p, const Machine& m, std::int64_t seq_len);
+
+// --attention-head-groups auto made a number for this layout (other values are returned as they are): the least G
+// the heads allow (arch::valid_head_groups) whose tensors stay under 2^31 elements and whose plan fits at seq_len;
+// where none fits memory, the least under the tensor limit (the memory refusal then says what binds), else the
+// largest. seq_len 0 (the longest length is wanted): the largest G, whose memory is the least at every length.
+MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                               const Profile& p, const Machine& m, std::int64_t seq_len);
 
 // SP degrees the model's heads allow (H % P == 0, Hkv % P == 0 or P % Hkv == 0) that divide `world`.
 std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world);

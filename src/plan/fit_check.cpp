@@ -6,6 +6,7 @@
 #include "core/log.hpp"
 #include "plan/advice.hpp"
 #include "plan/host_memory.hpp"
+#include "plan/tensor_limit.hpp"
 
 namespace ulysses::plan {
 
@@ -16,10 +17,16 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
   MemoryPlan m{layout,
                {device.cuda, device.cuda ? device.memory_bytes : 0, host.bytes},
                load_profile(profile.empty() ? default_profile_name(device.cuda, device.name) : profile),
+               {},
                {}};
-  m.breakdown = predict(c, layout, resolve(flags, c, layout.world(), layout.sp), m.profile, seq_len);
+  m.features = resolve(settle_head_groups(c, layout, flags, m.profile, m.machine, seq_len), c, layout.world(),
+                       layout.sp);
+  m.breakdown = predict(c, layout, m.features, m.profile, seq_len);
   const Fit fit = check_fit(m.breakdown, layout, m.machine);
-  if (fit.fits) return m;
+  if (fit.fits || !refuse) {   // a tensor past the limit is refused either way (memory first: its advice covers both)
+    if (m.profile.limits_tensors) check_tensor_limit(c, layout, m.features, seq_len);
+    if (fit.fits) return m;
+  }
   const auto fix = suggest_fix(c, layout, flags, m.profile, m.machine, seq_len);
   auto size = [](std::int64_t b) { return human_bytes(static_cast<std::uint64_t>(b)); };
   const std::string where =

@@ -27,12 +27,14 @@ struct MemoryPlan {
   Layout layout;
   Machine machine;
   Profile profile;
+  Features features;   // the flags resolved, --attention-head-groups auto settled at this length and machine
   Breakdown breakdown;
   std::string unfit;   // refuse = false: the refusal's line (its hint too) when the plan does not fit, else empty
 };
 
 // BadInput when the plan does not fit (see above), or with refuse = false (ulysses-train --ignore-memory-plan) the
-// plan with that line in `unfit`. `profile`: a name or file, "" for the device's default.
+// plan with that line in `unfit`; BadInput either way when a kernel's tensor would pass 2^31 elements (a crash, not
+// a plan: tensor_limit.hpp). `profile`: a name or file, "" for the device's default.
 MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flags, const Layout& layout,
                              const RankDevice& device, const std::string& profile, std::int64_t seq_len,
                              bool refuse = true);

@@ -19,6 +19,7 @@
 #include "plan/host_memory.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/plan_report.hpp"
+#include "plan/tensor_limit.hpp"
 
 namespace up = ulysses::plan;
 namespace fs = std::filesystem;
@@ -102,7 +103,7 @@ nlohmann::json plan_json(const up::Breakdown& b, const up::Layout& l, const up::
   const std::int64_t rank = m.cuda ? b.host() : b.host() + b.device();
   return {{"seq_len", S}, {"sp", l.sp}, {"nodes", l.nodes}, {"ranks_per_node", l.ranks_per_node},
           {"device_per_rank", b.device()}, {"host_per_rank", b.host()}, {"memory_per_rank", m.cuda ? b.device() : rank},
-          {"host_per_node", rank * l.ranks_per_node}, {"fits", up::check_fit(b, l, m).fits}, {"longest", longest},
+          {"host_per_node", rank * l.ranks_per_node}, {"fits", S > 0 && S <= longest}, {"longest", longest},
           {"device", device}, {"host", host}};
 }
 
@@ -159,14 +160,18 @@ int run(Cli& o) {
   const up::Machine m = machine_of(o, host_source);
   const std::int64_t target = parse_length(o.seq_len, "--seq-len");
   const up::Layout l = layout_of(o, c, config_json, profile, m, target, why);
-  const up::Features f = up::resolve(o.flags, c, l.world(), l.sp);
-  const std::int64_t longest = up::longest_sequence(c, l, f, profile, m);
+  // --attention-head-groups auto: the largest G for the longest length, the least that fits at --seq-len
+  const std::int64_t longest = up::longest_sequence(
+      c, l, up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, 0), c, l.world(), l.sp), profile, m);
   const std::int64_t unit = up::sequence_unit(l.sp);
   const std::int64_t S = target > 0 ? (target + unit - 1) / unit * unit : longest;
+  const up::Features f = up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, S), c, l.world(), l.sp);
   if (o.json) {
     const up::Breakdown b = up::predict(c, l, f, profile, S);
-    fmt::print("{}\n", plan_json(b, l, m, S, longest).dump());
-    return target > 0 && !up::check_fit(b, l, m).fits ? ulysses::kExitBadInput : 0;
+    nlohmann::json out = plan_json(b, l, m, S, longest);
+    out["attention_head_groups"] = f.attention_head_groups;
+    fmt::print("{}\n", out.dump());
+    return target > 0 && S > longest ? ulysses::kExitBadInput : 0;
   }
   fmt::print("model {} ({}): {:.2f}B parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
              config_json.string(), c.architecture, static_cast<double>(ulysses::arch::parameter_count(c)) / 1e9,
@@ -198,6 +203,7 @@ int run(Cli& o) {
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);
+    if (fit.fits && profile.limits_tensors) up::check_tensor_limit(c, l, f, S);   // a tensor past 2^31 elements
     const auto fix = up::suggest_fix(c, l, o.flags, profile, m, S);
     throw ulysses::BadInput(
         fmt::format("--seq-len {} does not fit: {} memory needs {} of {} usable; the longest that fits is {}", S,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -24,8 +25,21 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "Run each layer's attention in this many groups of heads (UPipe's head chunking): per group its q/k/v "
                  "projections, RoPE, all-to-alls and attention, recomputed group by group in backward, so one group's "
                  "attention activations exist at a time; each group holds whole key/value heads or lies inside one. "
-                 "Exact")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+                 "auto: the least G the heads allow that keeps every kernel's tensor under 2^31 elements and fits "
+                 "memory at the data's length. Exact")
+      ->transform(CLI::Validator([](std::string& text) -> std::string {
+        if (text == "auto") {
+          text = std::to_string(kAutoHeadGroups);
+          return "";
+        }
+        std::size_t used = 0;
+        try {
+          if (std::stoll(text, &used) >= 1 && used == text.size()) return "";
+        } catch (const std::exception&) {
+        }
+        return "a number of groups (1 or more) or auto";
+      }, "G|auto"))
+      ->capture_default_str();
   app.add_flag("--fp32-residual", o.fp32_residual,
                "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
                "as Megatron's --fp32-residual-connection; twice the bytes of those, for less rounding in the sums of "
@@ -77,8 +91,12 @@ std::string memory_args(const MemoryFlags& f) {
   if (f.prefetch != "auto") s += " --prefetch " + f.prefetch;
   if (f.reduce_dtype != "fp32") s += " --reduce-dtype " + f.reduce_dtype;
   if (f.fp32_residual) s += " --fp32-residual";
-  if (f.attention_head_groups != 1) s += fmt::format(" --attention-head-groups {}", f.attention_head_groups);
+  if (f.attention_head_groups != 1) s += " --attention-head-groups " + head_groups_name(f.attention_head_groups);
   return s.empty() ? s : s.substr(1);
+}
+
+std::string head_groups_name(std::int64_t groups) {
+  return groups == kAutoHeadGroups ? "auto" : std::to_string(groups);
 }
 
 const char* sharding_name(Sharding s) {
@@ -105,6 +123,7 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, in
                                "is {}, whose residual stream is fp32 already", o.precision),
                    "drop --fp32-residual, or pass --precision bf16");
   f.fp32_residual = o.fp32_residual;
+  ULY_CHECK(o.attention_head_groups != kAutoHeadGroups, "--attention-head-groups auto is settled before resolve");
   if (o.attention_head_groups != 1) arch::check_head_groups(c, sp, o.attention_head_groups);
   f.attention_head_groups = o.attention_head_groups;
   f.offload_optimizer = o.offload_optimizer || o.offload_params;

@@ -21,12 +21,15 @@
 
 namespace ulysses::plan {
 
+inline constexpr std::int64_t kAutoHeadGroups = 0;   // --attention-head-groups auto
+
 struct MemoryFlags {
   std::string precision = "fp32";          // fp32, bf16 (the model in bf16) or amp-bf16 (autocast over fp32);
                                            // fp32 masters and AdamW in every mode (model/precision.hpp)
   std::string reduce_dtype = "fp32";       // the dtype gradients are summed over ranks in: fp32 or bf16
   bool fp32_residual = false;              // --precision bf16 with an fp32 residual stream
-  std::int64_t attention_head_groups = 1;  // each layer's attention in this many groups of heads
+  std::int64_t attention_head_groups = 1;  // each layer's attention in this many groups of heads; kAutoHeadGroups:
+                                           // the least that fits (settle_head_groups, plan/advice.hpp)
   std::string sharding = "auto";           // full_shard, hybrid_shard, no_shard; auto: see above
   bool offload_optimizer = false;          // sharded masters, gradients and AdamW state in host memory
   bool offload_params = false;             // and the shards' compute-dtype copies too (DeepSpeed's offload_param)
@@ -42,6 +45,7 @@ void add_memory_flags(CLI::App& app, MemoryFlags& flags);
 // The command-line flags that give `flags` back through add_memory_flags, --precision left out (the sbatch's
 // PRECISION variable carries it): the sbatch's MEMORY_ARGS. Defaults are not written; "" when all are defaults.
 std::string memory_args(const MemoryFlags& flags);
+std::string head_groups_name(std::int64_t groups);   // "auto" or the number
 
 enum class Sharding { kNone, kFull, kHybrid };
 const char* sharding_name(Sharding s);
@@ -75,6 +79,7 @@ struct Features {   // resolved
 };
 // BadInput for --sharding no_shard with --offload-optimizer or --offload-params, for --fp32-residual without
 // --precision bf16, and for head groups the model's heads cannot form at --sp `sp` (arch::check_head_groups).
+// --attention-head-groups auto must be settled first (settle_head_groups: it depends on the length and the machine).
 Sharding resolve_sharding(const MemoryFlags& flags, int world);
 Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world, int sp = 1);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "plan/tensor_limit.hpp"
+
 namespace ulysses::plan {
 namespace {
 
@@ -124,7 +126,10 @@ std::int64_t sequence_unit(int sp) { return std::int64_t{64} * sp; }
 std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                               const Machine& m, std::int64_t ceiling) {
   const std::int64_t unit = sequence_unit(l.sp);
-  auto fits = [&](std::int64_t k) { return check_fit(predict(c, l, f, p, k * unit), l, m).fits; };
+  auto fits = [&](std::int64_t k) {
+    return !(p.limits_tensors && past_tensor_limit(c, l, f, k * unit)) &&
+           check_fit(predict(c, l, f, p, k * unit), l, m).fits;
+  };
   std::int64_t lo = 0, hi = ceiling / unit;   // fits(lo) (or lo == 0), invariant: the answer is in [lo, hi]
   if (hi >= 1 && fits(hi)) return hi * unit;
   while (hi - lo > 1) {   // memory grows with S: bisect

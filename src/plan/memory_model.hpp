@@ -77,7 +77,8 @@ Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m);
 
 // Multiples of what packing needs (P × 64 tokens: ulysses-pack's default alignment).
 std::int64_t sequence_unit(int sp);
-// The longest sequence that fits, a multiple of sequence_unit(sp), up to `ceiling`; 0 when nothing fits.
+// The longest sequence that fits — memory, and no kernel's tensor past 2^31 elements (tensor_limit.hpp; where the
+// profile's stack has the limit) —, a multiple of sequence_unit(sp), up to `ceiling`; 0 when nothing fits.
 std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                               const Machine& m, std::int64_t ceiling = std::int64_t{1} << 32);
 

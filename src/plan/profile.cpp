@@ -39,7 +39,7 @@ std::vector<Profile> builtins() {
                      .cuda = true,
                      .saved_factor = 1.0, .work_factor = 0.6, .mlp_factor = 0.3, .loss_factor = 3.0,
                      .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 2,
-                     .offload_bytes = 24};
+                     .offload_bytes = 24, .limits_tensors = false};
   return {cpu, h100, h200, alst};
 }
 

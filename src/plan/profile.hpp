@@ -29,6 +29,9 @@ struct Profile {
   // ours: the residual stream's dtype, counted from the precision (4 in fp32 and amp-bf16, 2 in bf16).
   int checkpoint_bytes = 0;
   int offload_bytes = 16;          // host bytes per offloaded parameter (ours: fp32 master, gradient, 2 moments)
+  // The 2^31-element rule (tensor_limit.hpp) bounds the lengths: ours. alst-h100 models a stack whose measured
+  // limits pass it (2.4M tokens on 8 GPUs without TiledMLP: a 4.3e9-element MLP intermediate per rank).
+  bool limits_tensors = true;
   nlohmann::json measurements = nlohmann::json::array();   // a calibration's points, kept for the record
 };
 

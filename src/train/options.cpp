@@ -23,7 +23,8 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"eval_every", o.eval_every},      {"eval_sequences", o.eval_sequences},
           {"device", o.device},              {"precision", o.memory.precision},
           {"reduce_dtype", o.memory.reduce_dtype}, {"fp32_residual", o.memory.fp32_residual},
-          {"attention_head_groups", o.memory.attention_head_groups},
+          {"attention_head_groups", o.memory.attention_head_groups == plan::kAutoHeadGroups
+                                        ? nlohmann::json("auto") : nlohmann::json(o.memory.attention_head_groups)},
           {"tiled_logits", o.memory.tiled_logits},  {"logits_chunk_tokens", o.memory.logits_chunk_tokens},
           {"sharding", o.memory.sharding}, {"offload_optimizer", o.memory.offload_optimizer},
           {"offload_params", o.memory.offload_params},

@@ -75,7 +75,7 @@ bool make_groups(Run& r, const dist::ProcessGroups& groups) {
   return true;
 }
 
-// The model description against --sp, the resolved memory features, and what --resume continues.
+// The model description against --sp, and what --resume continues.
 void read_model(Run& r) {
   r.from = resume_from(r.o);
   r.end = job_end_time(r.o.end_time);
@@ -83,8 +83,6 @@ void read_model(Run& r) {
   r.config_path = model_config_path(r.o, r.from);
   r.config = arch::read_model_config(r.config_path);
   arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
-  r.features = plan::resolve(r.o.memory, r.config, r.layout.world(), static_cast<int>(r.layout.sp()));
-  r.options = model::model_options(r.features, r.place.precision, r.place.device.is_cuda());
 }
 
 // The training split and, with --eval-every, the validation split: S against --sp, ids against the vocabulary.
@@ -99,8 +97,9 @@ void open_data(Run& r) {
                                                   .vocab_size = r.config.vocab_size, .split = "valid"});
 }
 
-// This rank's memory plan at the data's length; a BadInput when it cannot fit (unless --ignore-memory-plan: then the
-// first rank of each node that does not fit warns).
+// This rank's memory plan at the data's length, and the features it resolves (the model is built with those); a
+// BadInput when it cannot fit (unless --ignore-memory-plan: then the first rank of each node that does not fit
+// warns).
 void check_memory(Run& r) {
   const Topology& topo = r.place.topo;
   const int ranks_here = topo.ranks_on_node(topo.place(r.rank).node);
@@ -114,6 +113,8 @@ void check_memory(Run& r) {
                                      r.o.memory_profile, r.data->seq_len(), !r.o.ignore_memory_plan);
   if (topo.place(r.rank).local_rank == 0 && !r.memory.unfit.empty())   // each node's plan, by its first rank
     log_info("warning: running anyway (--ignore-memory-plan): {}", r.memory.unfit);
+  r.features = r.memory.features;   // --attention-head-groups auto: settled at the data's length
+  r.options = model::model_options(r.features, r.place.precision, device.is_cuda());
 }
 
 // The model, sharded or not, with its initial weights (seeded, or --init-from).

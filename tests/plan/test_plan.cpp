@@ -12,6 +12,7 @@
 #include "plan/calibration.hpp"
 #include "plan/memory_flags.hpp"
 #include "plan/memory_model.hpp"
+#include "plan/tensor_limit.hpp"
 
 namespace ulysses::plan {
 namespace {
@@ -209,6 +210,61 @@ TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
   EXPECT_NO_THROW(resolve(flags, kLlama8B, 1, 1));
 }
 
+// The sizes of a 6M-token Llama-3.1-8B run on 8 GPUs (SP 8, micro-batch 1), every kernel tensor counted: q of all
+// 4 heads a rank attends with passes 2^31 elements; 2 head groups bring it under; the MLP tile, the logits chunk
+// and the embedding gradient are far under at their defaults and pass with whole rows.
+TEST(TensorLimit, TheCountsOfASixMillionTokenEightBRun) {
+  const Layout l{1, 8, 8, 1};
+  const std::int64_t S = 6 << 20, T = S / 8;
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
+  flags.tiled_mlp = flags.tiled_logits = true;
+  auto count = [&](const MemoryFlags& f, const std::string& prefix) {
+    for (const KernelTensor& t : kernel_tensors(kLlama8B, l, resolve(f, kLlama8B, 8, 8), S))
+      if (t.name.rfind(prefix, 0) == 0) return t.elements;
+    ADD_FAILURE() << "no tensor named " << prefix;
+    return std::int64_t{0};
+  };
+  EXPECT_EQ(count(flags, "q of one head group"), S * 4 * 128);   // 3,221,225,472
+  EXPECT_EQ(count(flags, "MLP tile"), 4096 * 14336);
+  EXPECT_EQ(count(flags, "logits chunk"), default_logits_chunk_tokens(128256) * 128256);
+  EXPECT_EQ(count(flags, "embedding gradient"), std::int64_t{128256} * 4096);
+  const auto past = past_tensor_limit(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), S);
+  ASSERT_TRUE(past.has_value());
+  EXPECT_EQ(past->elements, S * 4 * 128);
+  EXPECT_THROW(check_tensor_limit(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), S), BadInput);
+  MemoryFlags grouped = flags;
+  grouped.attention_head_groups = 2;
+  EXPECT_EQ(count(grouped, "q of one head group"), S * 2 * 128);
+  EXPECT_FALSE(past_tensor_limit(kLlama8B, l, resolve(grouped, kLlama8B, 8, 8), S).has_value());
+  MemoryFlags whole = grouped;   // no tiles: T rows of the intermediate and of the vocabulary
+  whole.tiled_mlp = whole.tiled_logits = false;
+  EXPECT_EQ(count(whole, "MLP tile"), T * 14336);
+  EXPECT_EQ(count(whole, "logits chunk"), T * 128256);
+  EXPECT_EQ(past_tensor_limit(kLlama8B, l, resolve(whole, kLlama8B, 8, 8), S)->elements, T * 128256);
+}
+
+// The longest length stops where a tensor would pass the limit even with memory to spare; auto head groups take the
+// least G under the limit that fits, and the largest for the longest length.
+TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  const Machine endless{true, std::int64_t{1} << 50, std::int64_t{1} << 50}, h100{true, 80 * kGiB, 2048 * kGiB};
+  MemoryFlags flags;
+  flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
+  flags.tiled_mlp = flags.tiled_logits = true;
+  const std::int64_t limit_s = kMaxTensorElements / (4 * 128) / 512 * 512;   // q: S × 4 heads × 128
+  EXPECT_EQ(longest_sequence(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, endless), limit_s);
+  MemoryFlags autos = flags;
+  autos.attention_head_groups = kAutoHeadGroups;
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, endless, 6 << 20).attention_head_groups, 2);   // the limit
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 1 << 20).attention_head_groups, 1);      // fits whole
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 3 << 20).attention_head_groups, 2);      // memory
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 0).attention_head_groups, 4);   // valid at SP 8: 1, 2, 4
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, flags, p, h100, 3 << 20).attention_head_groups, 1);   // given: kept
+  EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "--attention-head-groups auto");
+}
+
 TEST(MemoryModel, Fp32ResidualNeedsBf16AndKeepsFp32LayerInputs) {
   MemoryFlags flags;
   flags.fp32_residual = true;
@@ -254,6 +310,11 @@ TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {
   params.offload_params = true, params.attention_head_groups = 2;
   EXPECT_EQ(memory_args(MemoryFlags{}), "");
   EXPECT_EQ(memory_args(params), "--offload-params --attention-head-groups 2");
+  MemoryFlags autos;
+  autos.attention_head_groups = kAutoHeadGroups;
+  EXPECT_EQ(memory_args(autos), "--attention-head-groups auto");
+  EXPECT_EQ(parse(memory_args(autos)).attention_head_groups, kAutoHeadGroups);
+  EXPECT_THROW(parse("--attention-head-groups 0"), CLI::ValidationError);
   EXPECT_EQ(memory_args(all), "--sharding hybrid_shard --offload-optimizer --offload-checkpoints -1 --tiled-mlp "
                               "--tiled-logits --prefetch off");
   EXPECT_EQ(memory_args(bf16), "--reduce-dtype bf16 --fp32-residual");

@@ -2,6 +2,8 @@
 
 - An 8B config at 4 × 8 H100 and 1M tokens with slurm/train_1m.sbatch's flags fits; without sharding it does not:
   exit 2, one line naming the flag; both in ≤ 2 s and ≤ 200 MiB (the planner is torch-free).
+- A run whose attention input would pass 2^31 elements (8B, 6M tokens, 8 GPUs) is one line naming the tensor and
+  the flag; --attention-head-groups auto takes the least G that fits.
 - ulysses-train refuses an 8B config at 8 CPU ranks before building anything (the same arithmetic): its torch-free
   front in ≤ 2 s and ≤ 200 MiB per rank, with the line the trainer itself (ulysses-train-core) prints.
 
@@ -93,10 +95,35 @@ class PlanCli(TempDirCase):
         self.assertGreaterEqual(plan["longest"], 4 << 20)
         self.assertLessEqual(plan["nodes"], 8)
 
+    def test_a_tensor_past_2_31_elements_is_refused_and_auto_head_groups_keep_under(self):
+        """8B at 6M tokens on 8 GPUs: q of all a rank's heads after the all-to-all is 6M × 4 × 128 = 3.2e9 elements;
+        one line naming it and the flag, exit 2, where the memory would fit (GPUs of 1 TiB; where it does not, the
+        memory's line comes first). With --attention-head-groups auto the plan takes G = 2 at 3M on 80 GiB H100s (where
+        G = 1's tensors are under the limit but its memory is not) and G = 1 at 1M."""
+        base = [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, *SBATCH_FLAGS]
+        p = subprocess.run(list(map(str, base + ["--seq-len", "6M", "--gpu-memory", "1TiB", "--host-memory", "4TiB"])),
+                           capture_output=True, text=True)
+        base += ["--host-memory", "1.9TiB"]
+        self.assertEqual(p.returncode, 2, p.stderr)
+        one_error_line(self, p.stderr, ["q of one head group after the all-to-all", "3221225472 elements",
+                                        "2^31 - 1", "--attention-head-groups"], self.root / "nothing")
+        p = subprocess.run(list(map(str, base + ["--attention-head-groups", "auto", "--seq-len", "3M", "--json"])),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        plan = json.loads(p.stdout)
+        self.assertTrue(plan["fits"])
+        self.assertEqual(plan["attention_head_groups"], 2)
+        p = subprocess.run(list(map(str, base + ["--attention-head-groups", "auto", "--seq-len", "1M"])),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("head groups", p.stdout)   # G = 1 fits at 1M: auto takes the least
+        self.assertIn("--attention-head-groups auto", p.stdout)   # the printed MEMORY_ARGS settle at the data's length
+
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),
                               (["--gpu-memory", "huge"], "--gpu-memory"), (["--profile", "nowhere.json"], "nowhere.json"),
-                              (["--sp", "choose"], "--sp choose needs a target")):
+                              (["--sp", "choose"], "--sp choose needs a target"),
+                              (["--attention-head-groups", "some"], "--attention-head-groups")):
             p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, *extra])), capture_output=True, text=True)
             self.assertEqual(p.returncode, 2, (extra, p.stderr))
             one_error_line(self, p.stderr, [needle], self.root / "nothing")
