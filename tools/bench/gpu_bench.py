@@ -340,8 +340,10 @@ class Runner:
         cmd = [str(a.train), "--data", str(data), "--model-config", str(self.cfg_path), "--output", str(out),
                "--sp", "1", "--steps", str(total), "--micro-batch", "1", "--lr", "1e-4", "--warmup", "0",
                "--save-every", "-1"]
-        # one rank: nothing to shard, but said so; recomputation exactly as transformers' side of this length
-        cmd += ["--device", a.device, "--precision", precision or a.precision, "--sharding", "no_shard"]
+        # one rank: nothing to shard, but said so (unless `extra` offloads: that shards over the one rank);
+        # recomputation exactly as transformers' side of this length
+        cmd += ["--device", a.device, "--precision", precision or a.precision]
+        cmd += [] if {"--offload-params", "--offload-optimizer"} & set(extra) else ["--sharding", "no_shard"]
         cmd += [] if ceiling is None else ["--peak-tflops", f"{ceiling:.3f}"]
         if recompute:
             cmd += ["--activation-checkpointing"]

@@ -40,9 +40,11 @@ caching allocator's high-water mark (max_memory_allocated; the trainer's peak_gp
 --memory-profile picks the constants), reaches --max-length or would not finish within --time-limit. Sides A, B, C
 as above (ours in --precision bf16: the model in bf16), C+ = C with every layer input offloaded to host memory
 (--offload-checkpoints -1), and C+amp = C+ in --precision amp-bf16 (autocast over fp32: the path before the bf16
-model), and C+G4 = C+ with --attention-head-groups 4. Prints per side the longest S that ran, its tokens/s and peak,
+model), C+G4 = C+ with --attention-head-groups 4, and C+auto = C+ with --attention-head-groups auto and
+--offload-params (our longest on one GPU). Prints per side the longest S that ran, its tokens/s and peak,
 the fit peak = a + b·S over the lengths that ran, and RATIO lines for b_A/b_C, b_B/b_C, the longest lengths
-(C+/C+amp: the bf16 model against autocast; C+G4/C+: head groups against all heads at once) and the step time of
+(C+/C+amp: the bf16 model against autocast; C+G4/C+: head groups against all heads at once; C+auto against C+ and
+against ALST's B) and the step time of
 C+G4 against C+ at the longest length both ran (target <= 1.1). --gpu --smoke runs it on the CPU (tiny Llama, fp32, 256 to 1024 tokens) so CI keeps it working.
 """
 import argparse
@@ -266,7 +268,7 @@ def check_offloaded(res):
     return wrong
 
 
-GPU_SIDES = ("A", "B", "C", "C+", "C+amp", "C+G4")
+GPU_SIDES = ("A", "B", "C", "C+", "C+amp", "C+G4", "C+auto")
 
 
 def gpu_main(a):
@@ -295,7 +297,11 @@ def gpu_main(a):
              "C+G4": ("C+ with each layer's attention in 4 head groups (--attention-head-groups 4)",
                       lambda r, S: r.run_ours(S, None, True,
                                               ours + ["--offload-checkpoints", "-1", "--attention-head-groups", "4"],
-                                              "C+G4"))}
+                                              "C+G4")),
+             "C+auto": ("C+ with --attention-head-groups auto (the least G that fits) and the parameters offloaded",
+                        lambda r, S: r.run_ours(S, None, True, ours + ["--offload-checkpoints", "-1",
+                                                                      "--attention-head-groups", "auto",
+                                                                      "--offload-params"], "C+auto"))}
     try:
         a.train = find_tool(f"{a.build}/src/train/ulysses-train", "ulysses-train", "pass --build BUILD")
         a.pack = find_tool(f"{a.build}/src/pack/ulysses-pack", "ulysses-pack", "pass --build BUILD")
@@ -399,7 +405,8 @@ def gpu_report(res, b_reason, a):
         print(f"RATIO step time C+G4/C+ at S={S} ({where}) = {t:.2f}  (target <= 1.1)")
     else:
         print(f"RATIO step time C+G4/C+ ({where}): not measured (no length ran on both)")
-    for num, den in (("C", "A"), ("C", "B"), ("C+", "B"), ("C+", "C+amp"), ("C+G4", "C+")):
+    for num, den in (("C", "A"), ("C", "B"), ("C+", "B"), ("C+", "C+amp"), ("C+G4", "C+"), ("C+auto", "C+"),
+                     ("C+auto", "B")):
         if num in longest and den in longest:
             print(f"RATIO longest sequence {num}/{den} ({where}) = {longest[num] / longest[den]:.2f}  (target > 1: more "
                   f"tokens than {den}; {num} {stopped(res[num])}, {den} {stopped(res[den])})")

@@ -9,7 +9,8 @@
 #      (the bundle's wheels) and ours, doubling S until each no longer fits; ours with step 3's calibrated profile
 #      (MEMORY_PROFILE, else $OUT or .device/profile.json), in --precision bf16 (the model in bf16) and, all layer
 #      inputs offloaded, against amp-bf16 (autocast): "RATIO longest sequence C+/C+amp", and with attention in 4 head
-#      groups: "RATIO longest sequence C+G4/C+", "RATIO step time C+G4/C+"
+#      groups: "RATIO longest sequence C+G4/C+", "RATIO step time C+G4/C+"; with --attention-head-groups auto and
+#      --offload-params (our longest): "RATIO longest sequence C+auto/C+", "C+auto/B"
 #   4. tools/bench/gpu_bench.py: ours against transformers, one length, no search
 # in that order (GPU_CHECKS: the steps to run, default "1 2 3 5 4"). GPU_CHECKS_SECONDS (default 570) is the time
 # for all of them: each step gets at most its own limit (90, 150, 260, 300, 100 s) and at most what is left; one
