@@ -65,13 +65,16 @@ std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world) {
   return out;
 }
 
-std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
-                                       const Profile& p, const Machine& m, std::int64_t seq_len) {
-  struct Change {
-    std::string flag;
-    std::function<void(MemoryFlags&)> apply;
-  };
-  const std::vector<Change> changes = {
+namespace {
+
+struct Change {
+  std::string flag;
+  std::function<void(MemoryFlags&)> apply;
+};
+
+// The memory changes in the order advice tries them (advice.hpp)
+const std::vector<Change>& memory_changes() {
+  static const std::vector<Change> changes = {
       {"--sharding full_shard", [](MemoryFlags& f) { f.sharding = "full_shard"; }},
       {"--offload-optimizer", [](MemoryFlags& f) { f.offload_optimizer = true; }},
       {"--activation-checkpointing", [](MemoryFlags& f) { f.activation_checkpointing = true; }},
@@ -81,20 +84,67 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
       {"--attention-head-groups auto", [](MemoryFlags& f) { f.attention_head_groups = kAutoHeadGroups; }},
       {"--offload-params", [](MemoryFlags& f) { f.offload_params = true; }},
   };
+  return changes;
+}
+
+}  // namespace
+
+namespace {
+
+// `change` applied to `flags`, when it is allowed and changes what runs (the memory features resolved at S)
+std::optional<MemoryFlags> changed(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                   const Change& change, const Profile& p, const Machine& m, std::int64_t seq_len) {
+  MemoryFlags f = flags;
+  change.apply(f);
+  if (f.sharding == "no_shard" && (f.offload_optimizer || f.offload_params)) return std::nullopt;
   const Features now = resolve(settle_head_groups(c, l, flags, p, m, seq_len), c, l.world(), l.sp);
-  for (const Change& ch : changes) {
-    MemoryFlags f = flags;
-    ch.apply(f);
-    if (f.sharding == "no_shard" && (f.offload_optimizer || f.offload_params)) continue;
-    const Features next = resolve(settle_head_groups(c, l, f, p, m, seq_len), c, l.world(), l.sp);
-    const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
-                      next.offload_params == now.offload_params &&
-                      next.attention_head_groups == now.attention_head_groups &&
-                      next.activation_checkpointing == now.activation_checkpointing &&
-                      next.mlp_tile_tokens == now.mlp_tile_tokens &&
-                      next.logits_chunk_tokens == now.logits_chunk_tokens &&
-                      next.offload_checkpoints == now.offload_checkpoints;
-    if (!same && fits(c, l, f, p, m, seq_len)) return ch.flag;
+  const Features next = resolve(settle_head_groups(c, l, f, p, m, seq_len), c, l.world(), l.sp);
+  const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
+                    next.offload_params == now.offload_params &&
+                    next.attention_head_groups == now.attention_head_groups &&
+                    next.activation_checkpointing == now.activation_checkpointing &&
+                    next.mlp_tile_tokens == now.mlp_tile_tokens &&
+                    next.logits_chunk_tokens == now.logits_chunk_tokens &&
+                    next.offload_checkpoints == now.offload_checkpoints;
+  return same ? std::nullopt : std::optional(f);
+}
+
+// "--a --b 3 --c" -> {"--a", "--b 3", "--c"}: each flag with its value
+std::vector<std::string> flag_words(const std::string& args) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at < args.size()) {
+    const std::size_t next = args.find(" --", at);
+    out.push_back(args.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    at = next == std::string::npos ? args.size() : next + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<MemoryFlags> choose_memory_flags(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                               const Profile& p, const Machine& m, std::int64_t seq_len) {
+  MemoryFlags f = flags;
+  for (const Change& ch : memory_changes()) {
+    if (fits(c, l, f, p, m, seq_len)) return f;
+    if (auto next = changed(c, l, f, ch, p, m, seq_len)) f = *next;
+  }
+  return fits(c, l, f, p, m, seq_len) ? std::optional(f) : std::nullopt;
+}
+
+std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                       const Profile& p, const Machine& m, std::int64_t seq_len) {
+  for (const Change& ch : memory_changes()) {
+    const auto f = changed(c, l, flags, ch, p, m, seq_len);
+    if (f && fits(c, l, *f, p, m, seq_len)) return ch.flag;
+  }
+  if (const auto chosen = choose_memory_flags(c, l, flags, p, m, seq_len)) {   // several flags together
+    std::string added;
+    const std::string given = " " + memory_args(flags) + " ";
+    for (const std::string& flag : flag_words(memory_args(*chosen)))
+      if (given.find(" " + flag + " ") == std::string::npos) added += (added.empty() ? "" : " ") + flag;
+    return added;
   }
   for (int sp : valid_sp_degrees(c, l.world())) {
     Layout bigger = l;
@@ -107,7 +157,8 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
     for (int sp : valid_sp_degrees(c, more.world())) {
       more.sp = sp;
       if (sp >= l.sp && fits(c, more, flags, p, m, seq_len))
-        return fmt::format("{} nodes with --sp {} (world {})", nodes, sp, more.world());
+        return fmt::format("--nodes {} --sp {} ({} GPUs in all, {} a node)", nodes, sp, more.world(),
+                           l.ranks_per_node);
     }
   }
   return std::nullopt;

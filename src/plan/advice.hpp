@@ -14,12 +14,21 @@ namespace ulysses::plan {
 // "Fits" here means: S is a multiple of sequence_unit, the memory plan fits and no kernel's tensor passes 2^31
 // elements (tensor_limit.hpp); an explicit head-group count the heads cannot form at that SP degree does not fit.
 
-// The first single change that makes S fit, as the flag to pass ("--offload-optimizer", "--sp 8", ...), in
-// this order: shard the states, offload the optimizer, checkpoint, TiledMLP, tiled logits, offload every
-// layer's input, attention in head groups (auto), offload the parameters, a larger SP degree among the ranks there
-// are, more nodes (up to 16× as many). nullopt: none does.
+// What makes S fit, as the flags to pass, memory flags before hardware: the first single change in this order —
+// shard the states, offload the optimizer, checkpoint, TiledMLP, tiled logits, offload every layer's input,
+// attention in head groups (auto), offload the parameters —, else the flags choose_memory_flags adds together
+// ("--offload-optimizer --tiled-mlp --tiled-logits"), else a larger SP degree among the ranks there are ("--sp 8"),
+// else more nodes, up to 16× as many, said in totals ("--nodes 4 --sp 32 (32 GPUs in all, 8 a node)"). nullopt:
+// none does.
 std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                        const Profile& p, const Machine& m, std::int64_t seq_len);
+
+// The memory flags to run with (ulysses-plan --choose-memory-flags, the sbatch's MEMORY_ARGS=choose): `flags` with
+// suggest_fix's changes added one after another in its order, each kept that changes what runs, until S fits — the
+// first of that chain that fits; nullopt when even all of them do not. --sharding no_shard stays (the offloads are
+// then skipped).
+std::optional<MemoryFlags> choose_memory_flags(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
+                                               const Profile& p, const Machine& m, std::int64_t seq_len);
 
 // --attention-head-groups auto made a number for this layout (other values are returned as they are): the least G
 // the heads allow (arch::valid_head_groups) whose tensors stay under 2^31 elements and whose plan fits at seq_len;

@@ -36,6 +36,8 @@ Examples:
   # which SP degree and how many nodes reach 4M tokens with the fewest GPUs
   ulysses-plan --model config.json --nodes 8 --sp choose --seq-len 4M --precision bf16 --offload-optimizer \
       --offload-checkpoints -1 --tiled-mlp --tiled-logits
+  # the memory flags that make 1M fit one node of 8 H100 (printed as MEMORY_ARGS for slurm/train_1m.sbatch)
+  ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --seq-len 1M --precision bf16 --choose-memory-flags
   # ranks on this CPU machine (its memory), with the profile measured here by ulysses-train --calibrate-memory
   ulysses-plan --model config.json --device cpu --gpus-per-node 4 --sp 4 --profile cpu-profile.json
 
@@ -48,7 +50,7 @@ struct Cli {
   std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
   std::int64_t micro_batch = 1;
   std::string corpus = "CORPUS", data = "DATA";
-  bool json = false;
+  bool json = false, choose_flags = false;
   up::MemoryFlags flags;
 };
 
@@ -92,6 +94,10 @@ void set_up(CLI::App& app, Cli& o) {
   app.add_option("--corpus", o.corpus, "Tokenized corpus named in the printed ulysses-pack command")->capture_default_str();
   app.add_option("--data", o.data, "Packed dataset directory named in the printed commands")->capture_default_str();
   app.add_flag("--json", o.json, "Print the plan as one JSON object (bytes per category, per rank and node) instead");
+  app.add_flag("--choose-memory-flags", o.choose_flags,
+               "Add memory flags to the given ones, in the advice's order (shard, offload the optimizer, checkpoint, "
+               "TiledMLP, tiled logits, offload every layer input, head groups, offload the parameters), until "
+               "--seq-len fits, and plan with those (its MEMORY_ARGS line: what slurm/train_1m.sbatch runs with)");
   up::add_memory_flags(app, o.flags);
 }
 
@@ -151,6 +157,21 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
   return l;
 }
 
+// --choose-memory-flags: o.flags become the chosen ones (BadInput when none fit, or without --seq-len).
+void choose_flags(Cli& o, const ulysses::arch::ModelConfig& c, const up::Layout& l, const up::Profile& profile,
+                  const up::Machine& m, std::int64_t target) {
+  if (target == 0)
+    throw ulysses::BadInput("--choose-memory-flags needs the length to fit", "add --seq-len, e.g. --seq-len 1M");
+  const std::int64_t unit = up::sequence_unit(l.sp), S = (target + unit - 1) / unit * unit;
+  const auto chosen = up::choose_memory_flags(c, l, o.flags, profile, m, S);
+  if (!chosen)
+    throw ulysses::BadInput(fmt::format("--choose-memory-flags: no memory flags make S = {} fit SP {} on {} node{} of "
+                                        "{} (every one of them on: see the plan without it)",
+                                        S, l.sp, l.nodes, l.nodes == 1 ? "" : "s", l.ranks_per_node),
+                            "more nodes, a larger SP degree, or a shorter --seq-len");
+  o.flags = *chosen;
+}
+
 int run(Cli& o) {
   const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
   const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
@@ -160,6 +181,7 @@ int run(Cli& o) {
   const up::Machine m = machine_of(o, host_source);
   const std::int64_t target = parse_length(o.seq_len, "--seq-len");
   const up::Layout l = layout_of(o, c, config_json, profile, m, target, why);
+  if (o.choose_flags) choose_flags(o, c, l, profile, m, target);
   // --attention-head-groups auto: the largest G for the longest length, the least that fits at --seq-len
   const std::int64_t longest = up::longest_sequence(
       c, l, up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, 0), c, l.world(), l.sp), profile, m);

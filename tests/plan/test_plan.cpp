@@ -265,6 +265,25 @@ TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
   EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "--attention-head-groups auto");
 }
 
+// The memory flags chosen for a length: the advice's changes kept one after another until it fits, none that changes
+// nothing (checkpointing comes with sharding), and none when even all of them do not fit.
+TEST(Advice, ChosenMemoryFlagsAreTheFirstOfTheChainThatFits) {
+  const Profile p = load_profile("h100");
+  const Layout l{1, 8, 8, 1};
+  const Machine m{true, 80 * kGiB, 2048 * kGiB};
+  MemoryFlags bf16;
+  bf16.precision = "bf16";
+  const auto one_m = choose_memory_flags(kLlama8B, l, bf16, p, m, 1 << 20);
+  ASSERT_TRUE(one_m.has_value());
+  EXPECT_EQ(memory_args(*one_m), "--offload-optimizer --tiled-mlp --tiled-logits");
+  const auto three_m = choose_memory_flags(kLlama8B, l, bf16, p, m, 3 << 20);
+  ASSERT_TRUE(three_m.has_value());
+  EXPECT_EQ(memory_args(*three_m),
+            "--offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits --attention-head-groups auto");
+  EXPECT_FALSE(choose_memory_flags(kLlama8B, l, bf16, p, m, 8 << 20).has_value());
+  EXPECT_EQ(memory_args(*choose_memory_flags(kLlama8B, l, *three_m, p, m, 1 << 20)), memory_args(*three_m));
+}
+
 TEST(MemoryModel, Fp32ResidualNeedsBf16AndKeepsFp32LayerInputs) {
   MemoryFlags flags;
   flags.fp32_residual = true;
@@ -353,6 +372,14 @@ TEST(Advice, TheSuggestedFlagMakesItFit) {
   EXPECT_EQ(*fix, "--sharding full_shard");
   flags.sharding = "full_shard";
   EXPECT_TRUE(check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 32768), l, m).fits);
+  // no single flag fits 1M on one node, three together do: those before any hardware
+  MemoryFlags bare;
+  bare.precision = "bf16";
+  EXPECT_EQ(suggest_fix(kLlama8B, l, bare, p, m, 1 << 20), "--offload-optimizer --tiled-mlp --tiled-logits");
+  // no memory flag fits 6M on one node: nodes, said in totals
+  MemoryFlags all = bare;
+  all.offload_optimizer = true, all.offload_checkpoints = -1, all.tiled_mlp = all.tiled_logits = true;
+  EXPECT_EQ(suggest_fix(kLlama8B, l, all, p, m, 6 << 20), "--nodes 4 --sp 32 (32 GPUs in all, 8 a node)");
 }
 
 TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {

@@ -64,6 +64,11 @@ class PlanCli(TempDirCase):
         one_error_line(self, p.stderr, ["--seq-len 1048576 does not fit", "GPU memory", "--sharding full_shard"],
                        self.root / "nothing")
         self.assertEqual(p.returncode, 2)
+        # no memory flag at all: the flags that fit together, before any hardware (issue: "add 4 nodes" misled)
+        p = subprocess.run(list(map(str, base + ["--precision", "bf16"])), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        one_error_line(self, p.stderr, ["HINT: add --offload-optimizer --tiled-mlp --tiled-logits"],
+                       self.root / "nothing")
         self.assertLess(seconds, 2)
         self.assertLess(mib, 200)
 
@@ -119,11 +124,22 @@ class PlanCli(TempDirCase):
         self.assertNotIn("head groups", p.stdout)   # G = 1 fits at 1M: auto takes the least
         self.assertIn("--attention-head-groups auto", p.stdout)   # the printed MEMORY_ARGS settle at the data's length
 
+    def test_chosen_memory_flags_fit_and_are_printed_for_the_sbatch(self):
+        base = [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, "--precision", "bf16",
+                "--choose-memory-flags"]
+        p = subprocess.run(list(map(str, base + ["--seq-len", "1M"])), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('MEMORY_ARGS="--offload-optimizer --tiled-mlp --tiled-logits"', p.stdout)
+        p = subprocess.run(list(map(str, base + ["--seq-len", "8M"])), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        one_error_line(self, p.stderr, ["--choose-memory-flags", "8388608"], self.root / "nothing")
+
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),
                               (["--gpu-memory", "huge"], "--gpu-memory"), (["--profile", "nowhere.json"], "nowhere.json"),
                               (["--sp", "choose"], "--sp choose needs a target"),
-                              (["--attention-head-groups", "some"], "--attention-head-groups")):
+                              (["--attention-head-groups", "some"], "--attention-head-groups"),
+                              (["--choose-memory-flags"], "--seq-len")):
             p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, *extra])), capture_output=True, text=True)
             self.assertEqual(p.returncode, 2, (extra, p.stderr))
             one_error_line(self, p.stderr, [needle], self.root / "nothing")

@@ -6,14 +6,17 @@ vocab 32000), one document of S tokens per sequence, 2 optimizer steps, fp32 on 
 settings (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_) for every side. Each side's peak RSS (VmHWM of the
 process; ours: the largest rank's) is measured at every --lengths S and fitted as peak = a + b·S: b is what each
 extra token costs a rank (the primary figure), a the fixed cost (reported apart, not folded into the ratios).
-The fit must be linear (its worst residual is printed): nothing may grow as S².
+The fit must be linear (its worst residual is printed): nothing may grow as S². Each b is printed with its
+standard error.
 
 Sides (each in its own process):
   A      transformers + gradient_checkpointing_enable() — what HF users run
   B      A + ALST's TiledMLP and TiledFusedLogitsLoss from the deepspeed package (its memory stack)
   off    ours, SP=1, no memory feature (today's default path)
   C      ours, SP=1, --activation-checkpointing --tiled-mlp --logits-chunk-tokens N
-  D      ours, SP=4 (4 ranks), the same features, per rank
+  D      ours, SP=4 (4 ranks), the same features, per rank, at --d-scale (4) times each length: each rank then
+         holds as many tokens as C's one, so D's slope (a quarter of C's per token of S) stands above allocator
+         noise, as it did not at C's lengths
   G4     C with --attention-head-groups 4: each layer's attention in 4 groups of one query head (sharing the one
          KV head), recomputed group by group
   amp    ours, SP=1, every feature of C and every layer input offloaded (--offload-checkpoints -1), --precision
@@ -139,13 +142,17 @@ def run(cmd, cgroup, extra_env=None):
 
 
 def fit(points):
-    """Least squares peak = a + b·S over [(S, MiB)]: a in MiB, b in KiB per token, worst relative residual."""
+    """Least squares peak = a + b·S over [(S, MiB)]: a in MiB, b in KiB per token, worst relative residual, and b's
+    standard error in KiB per token (nan with two points: a line through two says nothing of its uncertainty)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     mx, my = statistics.mean(xs), statistics.mean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     a = my - b * mx
     worst = max(abs(a + b * x - y) / y for x, y in zip(xs, ys))
-    return a, b * 1024, worst
+    residuals = sum((a + b * x - y) ** 2 for x, y in zip(xs, ys))
+    se = (residuals / (len(xs) - 2) / sxx) ** 0.5 if len(xs) > 2 else float("nan")
+    return a, b * 1024, worst, se * 1024
 
 
 def cap_group(gib):
@@ -167,6 +174,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--loss-chunk", type=int,   # default 512: every rank holds >= one chunk at S=2K, SP=4
                     help="tokens per loss chunk of B and C (default 512; --smoke 128; --gpu 2048)")
+    ap.add_argument("--d-scale", type=int, help="D (SP 4) runs at this many times each length, so that each of its "
+                    "ranks holds as many tokens as C's one and its slope stands above allocator noise (default 4; "
+                    "--smoke 1)")
     ap.add_argument("--cap-gib", type=float, default=4.0)
     ap.add_argument("--confirm-cap", action="store_true")
     ap.add_argument("--python", default=sys.executable)
@@ -186,7 +196,9 @@ def main():
         return gpu_main(a)
     if a.smoke:
         a.lengths, a.loss_chunk = "512,1024", a.loss_chunk or 128
+        a.d_scale = a.d_scale or 1
     a.loss_chunk = a.loss_chunk or 512
+    a.d_scale = a.d_scale or 4
     lengths = [int(x) for x in a.lengths.split(",")]
     sides = a.sides.split(",")
     if not set(sides) <= set(SIDES):
@@ -201,9 +213,12 @@ def main():
         work = pathlib.Path(tmp)
         (work / "config.json").write_text(json.dumps(CONFIG))
         res = {s: {} for s in SIDES}
-        for S in lengths:
+        d_lengths = [S * a.d_scale for S in lengths]
+        for S in sorted(set(lengths + d_lengths)):
             data = pack(a, work, S)
             for side in sides:
+                if S not in (d_lengths if side == "D" else lengths):
+                    continue   # D at the scaled lengths, the others at --lengths
                 if side == "B" and b_reason:
                     res[side][S] = {"error": b_reason}
                 elif side in ("A", "B"):
@@ -214,16 +229,17 @@ def main():
                 print(f"  S={S:6d} {side:>3}: " + (f"peak {r['peak_rss_mib']:8.1f} MiB, step {r['step_seconds'][-1]:.2f} s"
                                                    if "error" not in r else f"not run: {r['error']}"), flush=True)
         fits = {}
-        print(f"\n{'side':>4} {'a (MiB)':>9} {'b (KiB/token)':>14} {'worst fit residual':>19} {'S* at cap':>10}")
+        print(f"\n{'side':>4} {'a (MiB)':>9} {'b (KiB/token)':>14} {'± (std. error)':>15} {'worst fit residual':>19} "
+              f"{'S* at cap':>10}")
         for side in sides:
             pts = [(S, r["peak_rss_mib"]) for S, r in res[side].items() if "error" not in r]
             if len(pts) < 2:
                 print(f"{side:>4}  not fitted: {len(pts)} length(s) ran")
                 continue
-            fa, fb, worst = fit(pts)
+            fa, fb, worst, se = fit(pts)
             star = (a.cap_gib * 1024 - fa) * 1024 / fb if fb > 0 else float("inf")
             fits[side] = (fa, fb, star)
-            print(f"{side:>4} {fa:9.1f} {fb:14.1f} {100 * worst:18.1f}% {star:10.0f}")
+            print(f"{side:>4} {fa:9.1f} {fb:14.1f} {se:15.2f} {100 * worst:18.1f}% {star:10.0f}")
         print()
         for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5"),
                                  ("C", "G4", ">= 1.2"), ("amp", "bf16", ">= 1.8")):
@@ -386,7 +402,7 @@ def gpu_report(res, b_reason, a):
             continue
         top = max(ran)
         longest[side] = top
-        fa, fb, _ = fit([(S, r["peak_mib"]) for S, r in ran.items()]) if len(ran) >= 2 else (float("nan"),) * 3
+        fa, fb, _, _ = fit([(S, r["peak_mib"]) for S, r in ran.items()]) if len(ran) >= 2 else (float("nan"),) * 4
         if len(ran) >= 2:
             fits[side] = fb
         print(f"{side:>4} {top:10d} {ran[top]['tokens_per_s']:12,.0f} {ran[top]['peak_mib']:15.1f} {fa:9.1f} "
