@@ -161,7 +161,22 @@ std::string shard_mismatch(const ShardParams& p, const Manifest& m) {
 }
 
 Manifest read_manifest(const std::filesystem::path& dataset_dir) {
-  const std::filesystem::path path = dataset_dir / "manifest.json";
+  namespace fs = std::filesystem;
+  const fs::path path = dataset_dir / "manifest.json";
+  const std::string make = fmt::format("make one with `ulysses-pack pack CORPUS -o {} --seq-len N` (docs/data-format.md)",
+                                       dataset_dir.string());
+  std::error_code ec;
+  if (!fs::exists(dataset_dir, ec))
+    throw BadInput(fmt::format("{} does not exist: a packed dataset is a folder ulysses-pack wrote",
+                               dataset_dir.string()), make);
+  if (!fs::is_directory(dataset_dir, ec))
+    throw BadInput(fmt::format("{} is a file, not a packed dataset (a folder ulysses-pack wrote, with manifest.json "
+                               "and shards)", dataset_dir.string()),
+                   fmt::format("pack it first: `ulysses-pack pack {} -o DIR --seq-len N` (docs/data-format.md)",
+                               dataset_dir.string()));
+  if (!fs::exists(path, ec))
+    throw BadInput(fmt::format("{} holds no manifest.json: not a packed dataset (a folder ulysses-pack wrote)",
+                               dataset_dir.string()), make);
   return manifest_from_json(read_json_file(path, "pass a dataset directory made by ulysses-pack (re-pack a damaged one)"),
                             path.string());
 }

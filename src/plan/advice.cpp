@@ -4,6 +4,7 @@
 #include <functional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "plan/tensor_limit.hpp"
@@ -123,6 +124,19 @@ std::vector<std::string> flag_words(const std::string& args) {
 
 }  // namespace
 
+void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
+                         const std::string& source) {
+  if (sp < 1 || seq_len % sp == 0) return;
+  std::vector<int> degrees;
+  for (const int d : valid_sp_degrees(c, world))
+    if (seq_len % d == 0) degrees.push_back(d);
+  throw BadInput(fmt::format("{} holds sequences of {} tokens, which do not split over --sp {}", source, seq_len, sp),
+                 degrees.empty()
+                     ? fmt::format("re-pack with ulysses-pack pack … --sp {} (a length that splits)", sp)
+                     : fmt::format("use --sp {} (what the model's heads, {} ranks and S allow), or re-pack with "
+                                   "ulysses-pack pack … --sp {}", fmt::join(degrees, ", "), world, sp));
+}
+
 std::optional<MemoryFlags> choose_memory_flags(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                                const Profile& p, const Machine& m, std::int64_t seq_len) {
   MemoryFlags f = flags;
@@ -137,19 +151,19 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
                                        const Profile& p, const Machine& m, std::int64_t seq_len) {
   for (const Change& ch : memory_changes()) {
     const auto f = changed(c, l, flags, ch, p, m, seq_len);
-    if (f && fits(c, l, *f, p, m, seq_len)) return ch.flag;
+    if (f && fits(c, l, *f, p, m, seq_len)) return "add " + ch.flag;
   }
   if (const auto chosen = choose_memory_flags(c, l, flags, p, m, seq_len)) {   // several flags together
     std::string added;
     const std::string given = " " + memory_args(flags) + " ";
     for (const std::string& flag : flag_words(memory_args(*chosen)))
-      if (given.find(" " + flag + " ") == std::string::npos) added += (added.empty() ? "" : " ") + flag;
-    return added;
+      if (given.find(" " + flag + " ") == std::string::npos) added += " " + flag;
+    return "add" + added;
   }
   for (int sp : valid_sp_degrees(c, l.world())) {
     Layout bigger = l;
     bigger.sp = sp;
-    if (sp > l.sp && fits(c, bigger, flags, p, m, seq_len)) return fmt::format("--sp {}", sp);
+    if (sp > l.sp && fits(c, bigger, flags, p, m, seq_len)) return fmt::format("use --sp {}", sp);
   }
   for (int nodes = l.nodes + 1; nodes <= 16 * l.nodes; ++nodes) {
     Layout more = l;
@@ -157,7 +171,7 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
     for (int sp : valid_sp_degrees(c, more.world())) {
       more.sp = sp;
       if (sp >= l.sp && fits(c, more, flags, p, m, seq_len))
-        return fmt::format("--nodes {} --sp {} ({} GPUs in all, {} a node)", nodes, sp, more.world(),
+        return fmt::format("use {} nodes in all with --sp {} ({} ranks, {} a node)", nodes, sp, more.world(),
                            l.ranks_per_node);
     }
   }

@@ -14,12 +14,12 @@ namespace ulysses::plan {
 // "Fits" here means: S is a multiple of sequence_unit, the memory plan fits and no kernel's tensor passes 2^31
 // elements (tensor_limit.hpp); an explicit head-group count the heads cannot form at that SP degree does not fit.
 
-// What makes S fit, as the flags to pass, memory flags before hardware: the first single change in this order —
+// What makes S fit, said as what to do, memory flags before hardware: the first single change in this order —
 // shard the states, offload the optimizer, checkpoint, TiledMLP, tiled logits, offload every layer's input,
-// attention in head groups (auto), offload the parameters —, else the flags choose_memory_flags adds together
-// ("--offload-optimizer --tiled-mlp --tiled-logits"), else a larger SP degree among the ranks there are ("--sp 8"),
-// else more nodes, up to 16× as many, said in totals ("--nodes 4 --sp 32 (32 GPUs in all, 8 a node)"). nullopt:
-// none does.
+// attention in head groups (auto), offload the parameters — ("add --offload-optimizer"), else the flags
+// choose_memory_flags adds together ("add --offload-optimizer --tiled-mlp --tiled-logits"), else a larger SP degree
+// among the ranks there are ("use --sp 8"), else more nodes, up to 16× as many, said in totals ("use 4 nodes in all
+// with --sp 32 (32 ranks, 8 a node)"). nullopt: none does.
 std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                        const Profile& p, const Machine& m, std::int64_t seq_len);
 
@@ -39,6 +39,10 @@ MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, cons
 
 // SP degrees the model's heads allow (H % P == 0, Hkv % P == 0 or P % Hkv == 0) that divide `world`.
 std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world);
+
+// BadInput when sequences of seq_len tokens (what `source` holds) do not split over --sp `sp`, its hint the degrees
+// the model's heads, the world and the length allow (the loader's own check knows the length alone).
+void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len, const std::string& source);
 
 // --sp choose: the layout that reaches `target` tokens. fewest_gpus: the fewest whole nodes (of l.nodes), then
 // the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits (more

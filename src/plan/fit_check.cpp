@@ -42,7 +42,7 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
                   size(m.breakdown.weights + m.breakdown.gradients + m.breakdown.optimizer + m.breakdown.host_states),
                   size(m.breakdown.saved + m.breakdown.working + m.breakdown.loss + m.breakdown.host_checkpoints),
                   m.profile.name),
-      fix ? fmt::format("add {} (ulysses-plan shows the whole plan)", *fix)
+      fix ? fmt::format("{} (ulysses-plan shows the whole plan)", *fix)
           : "use more ranks or nodes, a shorter sequence or a smaller model (ulysses-plan shows the whole plan)");
   if (refuse) throw refusal;
   m.unfit = one_line(refusal);

@@ -140,7 +140,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
                                            o.micro_batch}, o.flags, profile, m, target);
       throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens", o.nodes,
                                           o.nodes == 1 ? "" : "s", o.gpus_per_node, target),
-                              fix ? "try " + *fix : "more nodes, or a smaller model");
+                              fix ? *fix : "more nodes, or a smaller model");
     }
     why = choice->why;
     return choice->layout;
@@ -231,7 +231,7 @@ int run(Cli& o) {
         fmt::format("--seq-len {} does not fit: {} memory needs {} of {} usable; the longest that fits is {}", S,
                     fit.limit == "device" ? "GPU" : "host", ulysses::human_bytes(static_cast<std::uint64_t>(fit.need)),
                     ulysses::human_bytes(static_cast<std::uint64_t>(fit.have)), longest),
-        fix ? "add " + *fix : "more nodes, a larger SP degree, or a shorter --seq-len");
+        fix ? *fix : "more nodes, a larger SP degree, or a shorter --seq-len");
   }
   return 0;
 }

@@ -40,6 +40,8 @@
 #include "core/sequence_parallel.hpp"
 #include "data/loader.hpp"
 #include "io/manifest.hpp"
+#include "io/safetensors.hpp"
+#include "plan/advice.hpp"
 #include "plan/fit_check.hpp"
 #include "train/cli.hpp"
 #include "train/signals.hpp"
@@ -91,6 +93,10 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
 void check_as_the_trainer_would(const ut::TrainOptions& o, const PlanInputs& in, int rank) {
   ut::job_end_time(o.end_time);
   ulysses::arch::check_heads_for_sp(in.config, in.ranks.sp(), in.config_path.string());
+  if (!o.init_from.empty()) static_cast<void>(ulysses::st::HfWeights(o.init_from));
+  const ulysses::shard::Manifest m = ulysses::shard::read_manifest(o.data);
+  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), m.seq_len,
+                                     fmt::format("{} (packed for --sp {})", o.data.string(), m.sp));
   const ulysses::SequenceParallel sp(in.ranks, rank, nullptr);
   auto loader = [&](std::int64_t micro_batch, std::int64_t grad_accum, const char* split) {
     return ulysses::data::DataLoader(o.data, {sp, in.ranks.dp(), in.ranks.dp_rank(rank), micro_batch, grad_accum,

@@ -14,10 +14,13 @@
 #include "core/sequence_parallel.hpp"
 #include "data/loader.hpp"
 #include "io/checkpoint_format.hpp"
+#include "io/manifest.hpp"
+#include "io/safetensors.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
 #include "model/options.hpp"
 #include "model/weights.hpp"
+#include "plan/advice.hpp"
 #include "plan/fit_check.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/plan_report.hpp"
@@ -75,7 +78,7 @@ bool make_groups(Run& r, const dist::ProcessGroups& groups) {
   return true;
 }
 
-// The model description against --sp, and what --resume continues.
+// The model description against --sp, --init-from's weights, and what --resume continues.
 void read_model(Run& r) {
   r.from = resume_from(r.o);
   r.end = job_end_time(r.o.end_time);
@@ -83,10 +86,20 @@ void read_model(Run& r) {
   r.config_path = model_config_path(r.o, r.from);
   r.config = arch::read_model_config(r.config_path);
   arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
+  // --init-from's weights are there (their headers read) before the memory plan judges the model they describe
+  if (!r.o.init_from.empty()) static_cast<void>(st::HfWeights(r.o.init_from));
+}
+
+// The data's S against --sp, with the degrees this model allows in the hint (plan/advice.hpp).
+void check_sp_splits_data(const Run& r) {
+  const shard::Manifest m = shard::read_manifest(r.o.data);
+  plan::check_sp_for_length(r.config, r.layout.world(), static_cast<int>(r.layout.sp()), m.seq_len,
+                            fmt::format("{} (packed for --sp {})", r.o.data.string(), m.sp));
 }
 
 // The training split and, with --eval-every, the validation split: S against --sp, ids against the vocabulary.
 void open_data(Run& r) {
+  check_sp_splits_data(r);
   const std::int64_t dp_rank = r.layout.dp_rank(r.rank);
   r.data.emplace(r.o.data, data::LoaderOptions{.sp = r.sp, .dp = r.layout.dp(), .dp_rank = dp_rank,
                                                .micro_batch = r.o.micro_batch, .grad_accum = r.o.grad_accum,

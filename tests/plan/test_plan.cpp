@@ -262,7 +262,7 @@ TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 3 << 20).attention_head_groups, 2);      // memory
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 0).attention_head_groups, 4);   // valid at SP 8: 1, 2, 4
   EXPECT_EQ(settle_head_groups(kLlama8B, l, flags, p, h100, 3 << 20).attention_head_groups, 1);   // given: kept
-  EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "--attention-head-groups auto");
+  EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "add --attention-head-groups auto");
 }
 
 // The memory flags chosen for a length: the advice's changes kept one after another until it fits, none that changes
@@ -369,17 +369,17 @@ TEST(Advice, TheSuggestedFlagMakesItFit) {
   EXPECT_FALSE(check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 32768), l, m).fits);
   const auto fix = suggest_fix(kLlama8B, l, flags, p, m, 32768);
   ASSERT_TRUE(fix);
-  EXPECT_EQ(*fix, "--sharding full_shard");
+  EXPECT_EQ(*fix, "add --sharding full_shard");
   flags.sharding = "full_shard";
   EXPECT_TRUE(check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, 8), p, 32768), l, m).fits);
   // no single flag fits 1M on one node, three together do: those before any hardware
   MemoryFlags bare;
   bare.precision = "bf16";
-  EXPECT_EQ(suggest_fix(kLlama8B, l, bare, p, m, 1 << 20), "--offload-optimizer --tiled-mlp --tiled-logits");
+  EXPECT_EQ(suggest_fix(kLlama8B, l, bare, p, m, 1 << 20), "add --offload-optimizer --tiled-mlp --tiled-logits");
   // no memory flag fits 6M on one node: nodes, said in totals
   MemoryFlags all = bare;
   all.offload_optimizer = true, all.offload_checkpoints = -1, all.tiled_mlp = all.tiled_logits = true;
-  EXPECT_EQ(suggest_fix(kLlama8B, l, all, p, m, 6 << 20), "--nodes 4 --sp 32 (32 GPUs in all, 8 a node)");
+  EXPECT_EQ(suggest_fix(kLlama8B, l, all, p, m, 6 << 20), "use 4 nodes in all with --sp 32 (32 ranks, 8 a node)");
 }
 
 TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {

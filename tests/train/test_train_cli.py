@@ -644,6 +644,8 @@ class Train(PackedSample):
         subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", odd, "--seq-len", 130, "--align", 1,
                                       "--vocab-size", 300])), check=True, capture_output=True)
         self.expect_bad(train_cmd(4, odd, out, "--sp", 4, "--dry-run"), "130", "--sp 4")
+        # the hint offers only the degrees the model's heads (4), the 4 ranks and S = 130 allow: 1 and 2
+        self.expect_bad(train_cmd(4, odd, out, "--sp", 4, "--dry-run"), "use --sp 1, 2 (what the model's heads")
         vocab = self.root / "vocab"
         subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", vocab, "--seq-len", 256, "--vocab-size", 300])),
                        check=True, capture_output=True)
@@ -666,6 +668,21 @@ class Train(PackedSample):
         cmd = train_cmd(1, self.data, out, "--dry-run")
         cmd[cmd.index("--model-config") + 1] = self.root / "nope.json"
         self.expect_bad(cmd, "nope.json")
+        # --data must be a folder ulysses-pack wrote: one line that says so and how to make one
+        (self.root / "empty").mkdir()
+        for data, needle in ((self.root / "packed-nope", "does not exist"), (SAMPLE, "is a file, not a packed"),
+                             (self.root / "empty", "holds no manifest.json")):
+            self.expect_bad(train_cmd(1, data, out, "--dry-run"), needle, "ulysses-pack pack")
+        # --init-from a folder of config.json alone (an 8B shape, far past this machine): the missing weights first,
+        # from the torch-free front as from the trainer
+        weightless = self.root / "weightless"
+        weightless.mkdir()
+        (weightless / "config.json").write_text(json.dumps(dict(json.loads(pathlib.Path(CONFIG).read_text()),
+                                                                hidden_size=4096, intermediate_size=14336,
+                                                                num_hidden_layers=32)))
+        cmd = train_cmd(1, self.data, out, "--init-from", weightless, "--dry-run")
+        del cmd[cmd.index("--model-config"):cmd.index("--model-config") + 2]
+        self.expect_bad(cmd, "holds neither model.safetensors")
         broken = self.root / "broken"
         subprocess.run(["cp", "-r", self.data, broken], check=True)
         (broken / "shard-00000.h5").unlink()
