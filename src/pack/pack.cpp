@@ -113,6 +113,7 @@ void print_summary(const PackSummary& s, const fs::path& out) {
   log_info("wrote {} ({:.1f} s)", out.string(), s.seconds);
   log_info("  documents        {:>14}", s.documents);
   log_info("  tokens           {:>14}", s.tokens);
+  if (s.target_tokens) log_info("  target tokens    {:>14}  (loss mask 1)", *s.target_tokens);
   log_info("  sequences        {:>14}  (train {}, valid {})", s.sequences, s.train_sequences, s.valid_sequences);
   log_info("  shards           {:>14}", s.shards);
   log_info("  split documents  {:>14}", s.plan.split_documents);
@@ -192,9 +193,15 @@ PackSummary run_pack(const PackOptions& o) {
   phases.mark("plan");
   shard::ShardParams params{o.seq_len, o.sp, o.alignment, o.pad_id, corpus.has_loss_mask};
   shard::Manifest m;
-  m.shards = write_shards(jobs, plan, corpus, params, out.tmp(), threads);
+  const WrittenShards written = write_shards(jobs, plan, corpus, params, out.tmp(), threads);
+  m.shards = written.entries;
   fs::remove_all(reader.scratch_dir);
   phases.mark("write");
+  if (corpus.has_loss_mask && written.target_tokens == 0)   // nothing published: the folder is not committed
+    throw BadInput(fmt::format("every loss-mask value under \"{}\" is 0 ({} tokens, {} documents): no token would be "
+                               "trained", o.reader.mask_key, corpus.totals.tokens, corpus.totals.documents),
+                   "mark the tokens to train on with 1 (an answer's, a completion's), or pack without "
+                   "--loss-mask-key to train on every token");
 
   m.seq_len = o.seq_len;
   m.sp = o.sp;
@@ -212,6 +219,7 @@ PackSummary run_pack(const PackOptions& o) {
     m.tokenizer = {tokenizer->file().string(), tokenizer->file_hash(),
                    reader.append_eos ? std::int64_t{*tokenizer->eos_id()} : -1, reader.add_special_tokens};
   m.stats = stats_json(corpus, plan, o.seq_len);
+  if (corpus.has_loss_mask) m.stats["target_tokens"] = written.target_tokens;
   shard::write_manifest(m, out.tmp() / "manifest.json");
   out.commit();
   phases.mark("manifest");
@@ -226,6 +234,7 @@ PackSummary run_pack(const PackOptions& o) {
   s.skipped_documents = corpus.totals.skipped_documents;
   s.empty_documents = corpus.totals.empty_documents;
   s.plan = plan.stats;
+  s.target_tokens = corpus.has_loss_mask ? std::optional(written.target_tokens) : std::nullopt;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_summary(s, o.output);
   return s;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ struct TokenizeOptions {
 struct PackSummary {
   std::uint64_t documents = 0, tokens = 0, sequences = 0, train_sequences = 0, valid_sequences = 0;
   std::uint64_t shards = 0, skipped_documents = 0, empty_documents = 0;
+  std::optional<std::uint64_t> target_tokens;   // loss-mask values of 1 (a mask packed), else nullopt
   PlanStats plan;
   double seconds = 0;
 };

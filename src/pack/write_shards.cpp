@@ -1,6 +1,7 @@
 #include "pack/write_shards.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 
 #include <fmt/format.h>
@@ -49,7 +50,7 @@ void assemble(const PackPlan& plan, std::uint64_t seq, const Corpus& corpus, con
 
 shard::ManifestShard write_one(const ShardJob& job, const PackPlan& plan, const Corpus& corpus,
                                const shard::ShardParams& params, const std::filesystem::path& dir,
-                               Progress& progress, StepClock& clock) {
+                               Progress& progress, StepClock& clock, std::atomic<std::uint64_t>& targets) {
   clock.start();
   const std::int64_t S = params.seq_len;
   const auto n = static_cast<std::int64_t>(job.sequences.size());
@@ -76,6 +77,7 @@ shard::ManifestShard write_one(const ShardJob& job, const PackPlan& plan, const 
     }
     clock.lap(Step::kGather);
     const auto used = static_cast<std::size_t>(count * S);
+    if (!mask.empty()) targets += static_cast<std::uint64_t>(std::count(mask.begin(), mask.begin() + used, 1));
     writer.append(ids.first(used), mask.first(mask.empty() ? 0 : used));
     clock.lap(Step::kWrite);
     progress.add(static_cast<std::uint64_t>(count), tokens);
@@ -102,18 +104,20 @@ std::vector<ShardJob> make_jobs(std::span<const std::uint64_t> order, std::uint6
   return jobs;
 }
 
-std::vector<shard::ManifestShard> write_shards(const std::vector<ShardJob>& jobs, const PackPlan& plan,
-                                               const Corpus& corpus, const shard::ShardParams& params,
-                                               const std::filesystem::path& dir, int threads) {
-  std::vector<shard::ManifestShard> entries(jobs.size());
+WrittenShards write_shards(const std::vector<ShardJob>& jobs, const PackPlan& plan, const Corpus& corpus,
+                           const shard::ShardParams& params, const std::filesystem::path& dir, int threads) {
+  WrittenShards out;
+  out.entries.resize(jobs.size());
   Progress progress("write", plan.num_sequences(), "sequences", "tokens");
   StepClock clock;
+  std::atomic<std::uint64_t> targets{0};
   parallel_for(jobs.size(), threads, [&](std::size_t j) {
-    entries[j] = write_one(jobs[j], plan, corpus, params, dir, progress, clock);
+    out.entries[j] = write_one(jobs[j], plan, corpus, params, dir, progress, clock, targets);
   });
   progress.finish();
   clock.log();
-  return entries;
+  out.target_tokens = targets;
+  return out;
 }
 
 }  // namespace ulysses::pack

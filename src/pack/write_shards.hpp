@@ -25,9 +25,12 @@ struct ShardJob {
 std::vector<ShardJob> make_jobs(std::span<const std::uint64_t> order, std::uint64_t per_shard,
                                 const std::string& prefix, const std::string& split);
 
-// Writes every job into dir; returns manifest entries in job order.
-std::vector<shard::ManifestShard> write_shards(const std::vector<ShardJob>& jobs, const PackPlan& plan,
-                                               const Corpus& corpus, const shard::ShardParams& params,
-                                               const std::filesystem::path& dir, int threads);
+struct WrittenShards {
+  std::vector<shard::ManifestShard> entries;   // in job order
+  std::uint64_t target_tokens = 0;             // loss-mask values of 1 written (0 without a mask)
+};
+// Writes every job into dir.
+WrittenShards write_shards(const std::vector<ShardJob>& jobs, const PackPlan& plan, const Corpus& corpus,
+                           const shard::ShardParams& params, const std::filesystem::path& dir, int threads);
 
 }  // namespace ulysses::pack

@@ -205,6 +205,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
 StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, *r.states, r.place.device);
+  if (totals.count == 0)   // every rank sees the same sum: all refuse together, before AdamW steps on nothing
+    throw BadInput(fmt::format("step {}: none of its {} sequences of {} holds a target token (its loss mask is 0 "
+                               "everywhere)", step, loader.sequences_per_step(), r.o.data.string()),
+                   "check the mask the data was packed with (ulysses-pack inspect), or pack without "
+                   "--loss-mask-key to train on every token");
   StepReport rep;
   rep.grad_norm = r.states->clip(r.o.clip);
   rep.lr = schedule.lr_at(step);

@@ -668,6 +668,15 @@ class Train(PackedSample):
         cmd = train_cmd(1, self.data, out, "--dry-run")
         cmd[cmd.index("--model-config") + 1] = self.root / "nope.json"
         self.expect_bad(cmd, "nope.json")
+        # a step whose loss mask is 0 everywhere is refused, not stepped on: two sequences of one document each, one
+        # masked out entirely, 2 steps of one sequence: one of them has no target token
+        sft = self.root / "sft.jsonl"
+        sft.write_text("".join(json.dumps({"input_ids": [(7 * i + j) % 300 for j in range(256)],
+                                           "loss_mask": [i] * 256}) + "\n" for i in (0, 1)))
+        subprocess.run(list(map(str, [PACK, "pack", sft, "--loss-mask-key", "loss_mask", "-o", self.root / "sft",
+                                      "--seq-len", 256, "--vocab-size", 300])), check=True, capture_output=True)
+        p = self.run_ok(train_cmd(1, self.root / "sft", self.root / "sft-run", "--steps", 2), code=2)
+        self.assertRegex(p.stderr.strip().splitlines()[-1], r"step [12]: none of its 1 sequences .* holds a target")
         # --data must be a folder ulysses-pack wrote: one line that says so and how to make one
         (self.root / "empty").mkdir()
         for data, needle in ((self.root / "packed-nope", "does not exist"), (SAMPLE, "is a file, not a packed"),

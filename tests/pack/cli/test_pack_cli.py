@@ -203,9 +203,19 @@ class ShardChecksums(TempDirCase):
         path = self.root / "sft.jsonl"
         path.write_text("".join(json.dumps({"input_ids": d, "loss_mask": k}) + "\n" for d, k in zip(docs, masks)))
         out = self.root / "sft"
-        run("pack", path, "--loss-mask-key", "loss_mask", "-o", out, "--seq-len", 256, "--shard-tokens", 2048,
-            "--threads", 2)
+        p = run("pack", path, "--loss-mask-key", "loss_mask", "-o", out, "--seq-len", 256, "--shard-tokens", 2048,
+                "--threads", 2)
+        targets = sum(map(sum, masks))   # the report and the manifest count the mask's 1s
+        self.assertIn(f"target tokens    {targets:>14}", p.stderr)
+        self.assertEqual(json.loads((out / "manifest.json").read_text())["stats"]["target_tokens"], targets)
         self.assertEqual(run("verify", out).returncode, 0)
+        # a mask of zeros everywhere trains nothing: one line, exit 2, no dataset left behind
+        path.write_text("".join(json.dumps({"input_ids": d, "loss_mask": [0] * len(d)}) + "\n" for d in docs))
+        p = run("pack", path, "--loss-mask-key", "loss_mask", "-o", self.root / "zeros", "--seq-len", 256,
+                check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('every loss-mask value under "loss_mask" is 0', p.stderr.strip().splitlines()[-1])
+        self.assertFalse((self.root / "zeros").exists())
         m, slices = read_with_h5py.read_dataset(str(out))   # the spec's labels honour the mask in every SP slice
         self.assertTrue(m["has_loss_mask"])
         self.assertGreater(slices, 0)
