@@ -84,6 +84,19 @@ class PlanCli(TempDirCase):
         self.assertIn("--seq-len 1048576", p.stdout)
         self.assertIn("fits", p.stdout)
         self.assertNotIn("+ sbatch", p.stdout)
+        # DATA's manifest gives the length (a dataset of 2048-token sequences plans 2048), and a SEQ_LEN it
+        # disagrees with is refused
+        data = self.root / "packed-2k"
+        data.mkdir()
+        (data / "manifest.json").write_text(json.dumps({"format": "ulysses-packed", "seq_len": 2048}, indent=2))
+        p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")], env=dict(env, DATA=str(data)),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("--seq-len 2048 ", p.stdout)
+        p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")],
+                           env=dict(env, DATA=str(data), SEQ_LEN="1048576"), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("SEQ_LEN=1048576 but DATA=", p.stderr)
         for args in ("--sharding no_shard", ""):   # empty is a choice (every flag at its default), not "unset"
             p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")], env=dict(env, MEMORY_ARGS=args),
                                capture_output=True, text=True)
