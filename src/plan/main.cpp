@@ -70,7 +70,10 @@ std::int64_t parse_length(const std::string& text, const std::string& flag) {   
 
 void set_up(CLI::App& app, Cli& o) {
   app.footer(kExamples);
-  app.add_option("--model", o.model, "Hugging Face config.json, or a model directory holding one")->required();
+  app.add_option("--model,--model-config,--init-from", o.model,
+                 "Hugging Face config.json, or a model directory holding one (ulysses-train's --model-config and "
+                 "--init-from name the same)")
+      ->required();
   app.add_option("--nodes", o.nodes, "Nodes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "Ranks per node (one per GPU)")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -88,7 +91,7 @@ void set_up(CLI::App& app, Cli& o) {
       ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
   app.add_option("--gpu-memory", o.gpu_memory, "One GPU's memory (H100: 80GiB, H200: 141GB)")->capture_default_str();
   app.add_option("--host-memory", o.host_memory, "One node's host memory (default: 2TiB on cuda, this machine's on cpu)");
-  app.add_option("--profile", o.profile,
+  app.add_option("--profile,--memory-profile", o.profile,
                  "Memory profile: a file from ulysses-train --calibrate-memory, or built-in cpu, h100, h200, alst-h100 "
                  "(default: cpu or h100 by --device)");
   app.add_option("--corpus", o.corpus, "Tokenized corpus named in the printed ulysses-pack command")->capture_default_str();

@@ -95,7 +95,7 @@ void add_device_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--device", o.device, "auto (cuda when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   plan::add_memory_flags(app, o.memory);
-  app.add_option("--memory-profile", o.memory_profile,
+  app.add_option("--memory-profile,--profile", o.memory_profile,
                  "Constants of the memory plan that refuses runs which cannot fit: a file from --calibrate-memory, or "
                  "built-in cpu, h100, h200 (default: by device)");
   app.add_option("--calibrate-memory", o.calibrate_memory,

@@ -147,6 +147,18 @@ class PlanCli(TempDirCase):
         self.assertEqual(p.returncode, 2)
         one_error_line(self, p.stderr, ["--choose-memory-flags", "8388608"], self.root / "nothing")
 
+    def test_the_trainers_names_are_accepted(self):
+        """One vocabulary: ulysses-train's --model-config / --init-from and --memory-profile name the same as
+        ulysses-plan's --model and --profile."""
+        common = ["--gpus-per-node", 8, "--sp", 8, "--seq-len", "1M", *SBATCH_FLAGS, "--json"]
+        outs = [subprocess.run(list(map(str, [PLAN, model, self.llama, profile, "h100", *common])), capture_output=True,
+                               text=True)
+                for model, profile in (("--model", "--profile"), ("--model-config", "--memory-profile"),
+                                       ("--init-from", "--profile"))]
+        for p in outs:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout, outs[0].stdout)
+
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),
                               (["--gpu-memory", "huge"], "--gpu-memory"), (["--profile", "nowhere.json"], "nowhere.json"),

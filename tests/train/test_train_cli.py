@@ -659,6 +659,9 @@ class Train(PackedSample):
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--attention-head-groups", 3, "--dry-run"),
                         "--attention-head-groups 3", "use --attention-head-groups 1, 2 at --sp 2")
+        # --profile is --memory-profile (ulysses-plan's name for it)
+        self.expect_bad(train_cmd(1, self.data, out, "--profile", self.root / "nowhere.json", "--dry-run"),
+                        "nowhere.json")
         self.expect_bad(train_cmd(1, self.data, out, "--fp32-residual", "--dry-run"), "--fp32-residual",
                         "--precision bf16")
         self.expect_bad(train_cmd(1, self.data, out, "--save-evry", 1), "--save-evry is not a flag of ulysses-train",
