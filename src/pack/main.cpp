@@ -62,11 +62,18 @@ CLI::Option* add_text_options(CLI::App* cmd, std::filesystem::path& tokenizer, s
   cmd->add_option("--text-split", text_split,
                   "Plain text inputs (.txt, .md): one document per file, or per block between blank lines")
       ->check(CLI::IsMember({"file", "blank-line"}))->capture_default_str();
-  cmd->add_flag("--append-eos,!--no-append-eos", reader.append_eos,
-                "With --tokenizer: end each document with the model's EOS (default: yes)");
-  cmd->add_flag("--add-special-tokens,!--no-add-special-tokens", reader.add_special_tokens,
-                "With --tokenizer: the BOS (template) the tokenizer puts around each document, as Hugging Face's "
-                "add_special_tokens (default: yes; no for text a chat template already rendered)");
+  // a flag and its negation each set the value (not CLI11's "--a,!--no-a", whose help reads "--no-a{false}" as if
+  // false were the default)
+  auto yes_no = [cmd](const std::string& name, bool& value, const std::string& yes, const std::string& no) {
+    cmd->add_flag_callback("--" + name, [&value] { value = true; }, yes);
+    cmd->add_flag_callback("--no-" + name, [&value] { value = false; }, no);
+  };
+  yes_no("append-eos", reader.append_eos, "With --tokenizer: end each document with the model's EOS (the default)",
+         "With --tokenizer: do not end documents with EOS");
+  yes_no("add-special-tokens", reader.add_special_tokens,
+         "With --tokenizer: the BOS (template) the tokenizer puts around each document, as Hugging Face's "
+         "add_special_tokens (the default)",
+         "With --tokenizer: none of it (for text a chat template already rendered)");
   return option;
 }
 

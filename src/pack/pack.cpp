@@ -58,7 +58,8 @@ std::int64_t check_model(const PackOptions& o) {
 
 }  // namespace
 
-tokenize::Tokenizer load_tokenizer(const fs::path& path, std::int64_t vocab_size, bool append_eos) {
+tokenize::Tokenizer load_tokenizer(const fs::path& path, std::int64_t vocab_size, bool append_eos,
+                                   bool add_special_tokens) {
   tokenize::Tokenizer t = tokenize::Tokenizer::load(path);
   if (vocab_size > 0 && t.vocab_size() > vocab_size)
     throw BadInput(fmt::format("--tokenizer {} has ids up to {} but the model's vocab_size is {}", t.file().string(),
@@ -68,7 +69,7 @@ tokenize::Tokenizer load_tokenizer(const fs::path& path, std::int64_t vocab_size
     throw BadInput(fmt::format("--tokenizer {}: no end-of-document token (no eos_token in tokenizer_config.json, no "
                                "eos_token_id in generation_config.json)", path.string()),
                    "copy the model's tokenizer_config.json beside its tokenizer.json, or pass --no-append-eos");
-  log_info("tokenizer {}", t.describe());
+  log_info("tokenizer {}", t.describe(add_special_tokens, append_eos));
   return t;
 }
 
@@ -160,7 +161,7 @@ PackSummary run_pack(const PackOptions& o) {
     if (!reader.mask_key.empty())
       throw BadInput("--loss-mask-key cannot be used with --tokenizer: text has no per-token loss mask",
                      "pack SFT data as token ids with their mask (--tokens-key, --loss-mask-key)");
-    tokenizer.emplace(load_tokenizer(o.tokenizer, reader.vocab_size, reader.append_eos));
+    tokenizer.emplace(load_tokenizer(o.tokenizer, reader.vocab_size, reader.append_eos, reader.add_special_tokens));
     reader.tokenizer = &*tokenizer;
   }
 

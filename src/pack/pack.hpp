@@ -66,6 +66,7 @@ int run_tokenize(const TokenizeOptions& options);
 
 // --tokenizer for packing or tokenize: the model folder's tokenizer, refused (BadInput) when its ids reach past
 // vocab_size (> 0) or when append_eos and it names no end-of-document token. Logs its one-line description.
-tokenize::Tokenizer load_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size, bool append_eos);
+tokenize::Tokenizer load_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size, bool append_eos,
+                                   bool add_special_tokens);
 
 }  // namespace ulysses::pack

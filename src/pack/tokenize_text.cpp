@@ -81,7 +81,7 @@ int run_tokenize(const TokenizeOptions& o) {
     throw BadInput(fmt::format("--output {} exists", o.output.string()), "pass --overwrite to replace it");
   const std::vector<std::string> paths = expand_inputs(o.inputs);
   for (const std::string& path : paths) text_format(path);
-  const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.reader.append_eos);
+  const tokenize::Tokenizer tokenizer = load_tokenizer(o.tokenizer, 0, o.reader.append_eos, o.reader.add_special_tokens);
   ReaderOptions options = o.reader;
   options.tokenizer = &tokenizer;
   options.threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

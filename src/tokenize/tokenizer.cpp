@@ -164,11 +164,15 @@ const std::string& Tokenizer::eos_token() const { return impl_->eos_token; }
 const fs::path& Tokenizer::file() const { return impl_->file; }
 const std::string& Tokenizer::file_hash() const { return impl_->hash; }
 
-std::string Tokenizer::describe() const {
+std::string Tokenizer::describe(bool add_special_tokens, bool append_eos) const {
   const TextEncoder& e = *impl_->encoder;
-  return fmt::format("{}: {}, {} ids, {} added before / {} after each document, EOS {}", impl_->file.string(), e.kind(),
-                     e.vocab_size(), e.prefix.size(), e.suffix.size(),
-                     impl_->eos ? fmt::format("{} ({})", impl_->eos_token, *impl_->eos) : "none");
+  const std::string special = add_special_tokens
+                                  ? fmt::format("{} added before / {} after each document", e.prefix.size(),
+                                                e.suffix.size())
+                                  : "no special token added (--no-add-special-tokens)";
+  const std::string eos = impl_->eos ? fmt::format("{} ({})", impl_->eos_token, *impl_->eos) : "none";
+  return fmt::format("{}: {}, {} ids, {}, EOS {}{}", impl_->file.string(), e.kind(), e.vocab_size(), special, eos,
+                     append_eos ? " appended to each" : " (not appended: --no-append-eos)");
 }
 
 }  // namespace ulysses::tokenize

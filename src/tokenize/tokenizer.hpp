@@ -45,7 +45,9 @@ class Tokenizer {
   const std::string& eos_token() const;            // its text ("" when none)
   const std::filesystem::path& file() const;       // the tokenizer.json read
   const std::string& file_hash() const;            // XXH3-64 hex of that file's bytes
-  std::string describe() const;                    // one line for the log
+  // One line for the log: what is added around each document as the packer runs it (its add_special_tokens and
+  // append_eos), and the EOS the folder names.
+  std::string describe(bool add_special_tokens, bool append_eos) const;
 
  private:
   struct Impl;

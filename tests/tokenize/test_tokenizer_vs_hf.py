@@ -125,8 +125,10 @@ class VsTokenizers(CorpusCase):
         run("tokenize", rendered, "-o", out, "--tokenizer", self.root / "chat", "--no-append-eos", "--overwrite")
         doubled = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
         self.assertEqual(doubled, [[w[0]] + w for w in want])   # the tokenizer's own BOS, then the template's
-        run("pack", rendered, "-o", self.root / "chat-packed", "--tokenizer", self.root / "chat",
-            "--no-add-special-tokens", "--seq-len", 4096)
+        p = run("pack", rendered, "-o", self.root / "chat-packed", "--tokenizer", self.root / "chat",
+                "--no-add-special-tokens", "--seq-len", 4096)
+        self.assertIn("no special token added (--no-add-special-tokens)", p.stderr)   # the banner says what runs
+        self.assertIn(" appended to each", p.stderr)
         manifest = json.loads((self.root / "chat-packed/manifest.json").read_text())
         self.assertEqual((manifest["tokenizer"]["add_special_tokens"], manifest["tokenizer"]["eos_id"]), (False, eos))
         self.assertEqual(manifest["inputs"][0]["tokens"], sum(len(w) + 1 for w in want))
@@ -215,6 +217,12 @@ class BadInputs(unittest.TestCase):
         f.write_text('{"content": "x"}\n')
         self.one_line(["tokenize", f, "-o", self.root / "o.jsonl", "--tokenizer", self.root / "tok"],
                       f'{f}:1: no text (a JSON string) under "text" (--text-key)')
+
+    def test_a_conversation_under_the_text_key_points_to_the_chat_recipe(self):
+        f = self.root / "chats.jsonl"
+        f.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+        self.one_line(["pack", f, "-o", self.root / "p5", "--seq-len", 1024, "--tokenizer", self.root / "tok",
+                       "--text-key", "messages"], '"messages" holds a conversation')
 
     def test_vocabulary_larger_than_the_model(self):
         f = self.root / "ok.jsonl"

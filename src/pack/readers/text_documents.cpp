@@ -34,6 +34,13 @@ std::string text_of(const std::string& line, const ReaderOptions& options) {
     throw JsonLineError(0, e.what());
   }
   const auto text = j.is_object() ? j.find(options.text_key) : j.end();
+  const bool chat = text != j.end() && text->is_array() && !text->empty() && text->front().is_object() &&
+                    text->front().contains("role");
+  if (chat)   // a conversation: rendered by the model's own template first (docs/user-guide.md, "Chat data")
+    throw JsonLineError(0, fmt::format("\"{}\" holds a conversation (a list of messages), not text: render it with "
+                                       "the model's chat template first, then pack the text with "
+                                       "--no-add-special-tokens (docs/user-guide.md, \"Chat data\")",
+                                       options.text_key));
   if (!j.is_object() || text == j.end() || !text->is_string())
     throw JsonLineError(0, fmt::format("no text (a JSON string) under \"{}\" (--text-key)", options.text_key));
   return text->get<std::string>();
