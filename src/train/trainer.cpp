@@ -150,6 +150,13 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("data {}: {} train sequences of {} tokens; {} sequences per step (dp {} × micro {} × accum {})",
            r.o.data.string(), loader.num_sequences(), loader.seq_len(), loader.sequences_per_step(), r.layout.dp(),
            r.o.micro_batch, r.o.grad_accum);
+  if (loader.manifest().sp != r.layout.sp())   // a forgotten --sp runs, but the user should know
+    log_info("note: the data was packed for --sp {} and this run has --sp {} ({}; DP {}): pass --sp {} to run as it "
+             "was packed",
+             loader.manifest().sp, r.layout.sp(),
+             r.layout.sp() == 1 ? "each sequence whole on one rank"
+                                : fmt::format("each sequence split over {} ranks", r.layout.sp()),
+             r.layout.dp(), loader.manifest().sp);
   log_info("device {}; precision {}; collectives {}{}", device_line(r.place.device), r.o.memory.precision,
            comm::backend_name(r.place.backend),
            r.place.backend == comm::Backend::kMpi && r.place.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");

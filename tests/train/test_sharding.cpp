@@ -11,6 +11,7 @@
 #include "spmd_fixtures.hpp"
 
 #include <chrono>
+#include <functional>
 #include <numeric>
 
 #include <ATen/ops/allclose.h>
@@ -41,6 +42,30 @@ struct Layout {
   model::StatePlacement full(bool offload = false) { return {&world, nullptr, torch::kCPU, offload}; }
   model::StatePlacement hybrid(bool offload = false) { return {&sp, &dp, torch::kCPU, offload}; }
 };
+
+// `steps` optimizer steps (AdamW, clipping at 1, lr 1e-2) of `m` from seeded weights: the losses, and every weight
+// after them (whole). after_step(i) runs after step i (from 0).
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> weights;
+};
+Trained train_steps(model::CausalLm& m, comm::Communicator& group, const fs::path& dir, const data::LoaderOptions& lo,
+                    int steps, const std::function<void(int)>& after_step = {}) {
+  model::init_weights(m, 11);
+  train::ModelStates states(m, group, {0.9, 0.95, 1e-8, 0.1});
+  data::DataLoader loader(dir, lo);
+  Trained t;
+  for (int step = 0; step < steps; ++step) {
+    t.losses.push_back(train::compute_gradients(m, loader, lo.grad_accum, states, torch::kCPU).mean());
+    states.clip(1.0);
+    states.step(1e-2);
+    loader.advance_step();
+    if (after_step) after_step(step);
+  }
+  states.for_each_whole(train::ModelStates::Part::kWeights,
+                        [&](const std::string& n, const torch::Tensor& w) { t.weights[n] = w.clone(); });
+  return t;
+}
 
 // Every memory feature of the model at the tiny model's sizes: checkpointing, the first layer's input offloaded, MLP
 // tiles of 5 tokens, loss chunks of 3.
@@ -261,20 +286,7 @@ TEST(ShardedTraining, TwentyStepsTrackReplicated) {
   Layout l(P);
   auto run = [&](comm::Communicator& world, data::LoaderOptions lo, const model::StatePlacement& sharding, bool prefetch) {
     model::CausalLm m(cfg, lo.sp, model::ModelOptions().prefetch(prefetch), sharding);
-    model::init_weights(m, 11);
-    train::ModelStates states(m, world, {0.9, 0.95, 1e-8, 0.1});
-    data::DataLoader loader(dir, lo);
-    std::vector<double> losses;
-    for (int step = 0; step < 20; ++step) {
-      losses.push_back(train::compute_gradients(m, loader, lo.grad_accum, states, torch::kCPU).mean());
-      states.clip(1.0);
-      states.step(1e-2);
-      loader.advance_step();
-    }
-    std::map<std::string, torch::Tensor> weights;
-    states.for_each_whole(train::ModelStates::Part::kWeights,
-                          [&](const std::string& n, const torch::Tensor& t) { weights[n] = t.clone(); });
-    return std::make_pair(losses, weights);
+    return train_steps(m, world, dir, lo, 20);
   };
   const auto [want_losses, want] = run(l.self, reference(1, 5), {}, false);
   for (const auto& [offload, prefetch] : {std::pair{false, false}, {true, false}, {true, true}}) {
@@ -301,27 +313,15 @@ TEST(OffloadParams, HostCopiesOnlyAndStepsEqualOptimizerOffloadBitForBit) {
   write_dataset(dir, 16 * P, P);
   const arch::ModelConfig cfg = arch::read_model_config(write_config(dir, "llama", 4, 2, /*tied=*/true));
   Layout l(1);
-  using Part = train::ModelStates::Part;
   auto run = [&](comm::Communicator& group, const data::LoaderOptions& lo, const model::ModelOptions& o, bool params) {
     model::CausalLm m(cfg, lo.sp, o, model::StatePlacement{&group, nullptr, torch::kCPU, true, params});
-    model::init_weights(m, 11);
     const auto& ss = *m->sharded_states();
     std::int64_t copy_bytes = 0;   // every group's [n] copy in its gather dtype
     for (const auto& g : ss.groups())
       copy_bytes += g.shard_numel * static_cast<std::int64_t>(c10::elementSize(g.gather_dtype));
-    train::ModelStates states(m, group, {0.9, 0.95, 1e-8, 0.1});
-    data::DataLoader loader(dir, lo);
-    std::vector<double> losses;
-    for (int step = 0; step < 3; ++step) {
-      losses.push_back(train::compute_gradients(m, loader, lo.grad_accum, states, torch::kCPU).mean());
-      states.clip(1.0);
-      states.step(1e-2);
-      loader.advance_step();
+    return train_steps(m, group, dir, lo, 3, [&](int step) {
       EXPECT_EQ(ss.param_host_bytes(), params ? copy_bytes : 0) << "after step " << step + 1;
-    }
-    std::map<std::string, torch::Tensor> weights;
-    states.for_each_whole(Part::kWeights, [&](const std::string& n, const torch::Tensor& t) { weights[n] = t.clone(); });
-    return std::make_pair(losses, weights);
+    });
   };
   for (const model::Precision precision : {model::Precision::kFp32, model::Precision::kBf16})
     for (const bool prefetch : {false, true})

@@ -396,6 +396,9 @@ class Train(PackedSample):
             self.assertIn(needle, p.stderr)
         self.assertTrue(p.stderr.strip().endswith("dry run: nothing was written"), p.stderr[-300:])
         self.assertFalse((self.root / "dry" / "metrics.jsonl").exists())
+        # data packed for SP 4 run at SP 2 (a forgotten or changed --sp): said in the plan lines
+        self.assertIn("the data was packed for --sp 4 and this run has --sp 2 (each sequence split over 2 ranks; "
+                      "DP 2): pass --sp 4", p.stderr)
 
     def test_print_config_round_trips_through_config_file(self):
         cmd = train_cmd(1, self.data, self.root / "cfg", "--sp", 2, "--steps", 7, "--print-config")[3:]   # no mpiexec
