@@ -45,7 +45,7 @@ struct CliState {
   std::string format = "auto", policy = "bfd", long_docs = "truncate", split_at, flat_dtype, on_error = "stop";
   std::filesystem::path dataset;
   std::int64_t sample = 0, max_tokens = 64;
-  bool bytes = false;
+  bool bytes = false, show_mask = false;
   int threads = 0;
 };
 
@@ -119,11 +119,14 @@ void set_up_pack(CLI::App& app, CliState& st) {
 
 void set_up_inspect(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("inspect", "Print a packed dataset's statistics and a sample sequence");
-  cmd->footer("\nExample:\n  ulysses-pack inspect packed/ --sample 0 --bytes");
+  cmd->footer("\nExamples:\n  ulysses-pack inspect packed/ --sample 0 --bytes\n  ulysses-pack inspect sft-packed/ "
+              "--sample 3 --show-mask   # which tokens are trained on");
   cmd->add_option("dataset", st.dataset, "Packed dataset directory")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--sample", st.sample, "Index of the train sequence to show (-1: none)")->capture_default_str();
   cmd->add_option("--max-tokens", st.max_tokens, "Tokens shown per document")->check(CLI::Range(0, 1 << 30))->capture_default_str();
   cmd->add_flag("--bytes", st.bytes, "Show ids < 128 as ASCII (byte-level corpora)");
+  cmd->add_flag("--show-mask", st.show_mask, "With a loss mask: under each document of the sample, its mask (1: a "
+                                             "target token) for the tokens shown");
 }
 
 void set_up_tokenize(CLI::App& app, CliState& st) {
@@ -187,7 +190,7 @@ int main(int argc, char** argv) {
   const std::string cmdline = command_line(argc, argv);
   return ulysses::run_guarded([&] {
     if (app.got_subcommand("pack")) return run_pack_command(st, cmdline);
-    if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes);
+    if (app.got_subcommand("inspect")) return up::run_inspect(st.dataset, st.sample, st.max_tokens, st.bytes, st.show_mask);
     if (app.got_subcommand("tokenize")) {
       st.tokenize.reader.text_split = st.text_split == "blank-line" ? up::TextSplit::kBlankLine : up::TextSplit::kFile;
       return up::run_tokenize(st.tokenize);

@@ -60,7 +60,8 @@ struct PackSummary {
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment);
 
 PackSummary run_pack(const PackOptions& options);
-int run_inspect(const std::filesystem::path& dataset, std::int64_t sample, std::int64_t max_tokens, bool as_bytes);
+int run_inspect(const std::filesystem::path& dataset, std::int64_t sample, std::int64_t max_tokens, bool as_bytes,
+                bool show_mask = false);
 int run_verify(const std::filesystem::path& dataset, int threads);   // 0 = all good, 1 = mismatch found
 int run_tokenize(const TokenizeOptions& options);
 

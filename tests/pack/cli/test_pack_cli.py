@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,14 @@ class ShardChecksums(TempDirCase):
         self.assertIn(f"target tokens    {targets:>14}", p.stderr)
         self.assertEqual(json.loads((out / "manifest.json").read_text())["stats"]["target_tokens"], targets)
         self.assertEqual(run("verify", out).returncode, 0)
+        # inspect: the count, and per document of the sample its targets and (--show-mask) the mask itself
+        shown = run("inspect", out, "--sample", 0, "--show-mask", "--max-tokens", 1000).stdout
+        self.assertIn(f"target_tokens        {targets}", shown)
+        docs_shown = re.findall(r"\[doc \d+ @ \d+\.\.\d+ \((\d+) target\)\][^\n]*\n    mask ([01]+)", shown)
+        self.assertTrue(docs_shown, shown)
+        for count, bits in docs_shown:
+            self.assertEqual(int(count), bits.count("1"))
+            self.assertIn([int(b) for b in bits], masks)
         # a mask of zeros everywhere trains nothing: one line, exit 2, no dataset left behind
         path.write_text("".join(json.dumps({"input_ids": d, "loss_mask": [0] * len(d)}) + "\n" for d in docs))
         p = run("pack", path, "--loss-mask-key", "loss_mask", "-o", self.root / "zeros", "--seq-len", 256,
