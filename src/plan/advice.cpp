@@ -124,6 +124,13 @@ std::vector<std::string> flag_words(const std::string& args) {
 
 }  // namespace
 
+std::vector<int> sp_degrees(const arch::ModelConfig& c, const Layout& l) {
+  std::vector<int> out;
+  for (const int sp : valid_sp_degrees(c, l.world()))
+    if (l.sp_within_islands(sp)) out.push_back(sp);
+  return out;
+}
+
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
                          const std::string& source) {
   if (sp < 1 || seq_len % sp == 0) return;
@@ -160,7 +167,7 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
       if (given.find(" " + flag + " ") == std::string::npos) added += " " + flag;
     return "add" + added;
   }
-  for (int sp : valid_sp_degrees(c, l.world())) {
+  for (int sp : sp_degrees(c, l)) {
     Layout bigger = l;
     bigger.sp = sp;
     if (sp > l.sp && fits(c, bigger, flags, p, m, seq_len)) return fmt::format("use --sp {}", sp);
@@ -168,7 +175,7 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
   for (int nodes = l.nodes + 1; nodes <= 16 * l.nodes; ++nodes) {
     Layout more = l;
     more.nodes = nodes;
-    for (int sp : valid_sp_degrees(c, more.world())) {
+    for (int sp : sp_degrees(c, more)) {
       more.sp = sp;
       if (sp >= l.sp && fits(c, more, flags, p, m, seq_len))
         return fmt::format("use {} nodes in all with --sp {} ({} ranks, {} a node)", nodes, sp, more.world(),
@@ -184,7 +191,7 @@ std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l,
     Layout at = l;
     at.nodes = nodes;
     std::vector<int> tried;
-    for (int sp : valid_sp_degrees(c, at.world())) {
+    for (int sp : sp_degrees(c, at)) {
       at.sp = sp;
       const std::int64_t s = (target + sequence_unit(sp) - 1) / sequence_unit(sp) * sequence_unit(sp);
       if (!fits(c, at, flags, p, m, s)) {

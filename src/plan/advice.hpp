@@ -39,14 +39,18 @@ MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, cons
 
 // SP degrees the model's heads allow (H % P == 0, Hkv % P == 0 or P % Hkv == 0) that divide `world`.
 std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world);
+// Of those, the ones whose groups stay inside l's NVLink islands (unless it allows crossing them): what the trainer
+// accepts there, and so all that the advice and --sp choose offer.
+std::vector<int> sp_degrees(const arch::ModelConfig& c, const Layout& l);
 
 // BadInput when sequences of seq_len tokens (what `source` holds) do not split over --sp `sp`, its hint the degrees
 // the model's heads, the world and the length allow (the loader's own check knows the length alone).
-void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len, const std::string& source);
+void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
+                         const std::string& source);
 
-// --sp choose: the layout that reaches `target` tokens. fewest_gpus: the fewest whole nodes (of l.nodes), then
-// the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits (more
-// data parallelism, less all-to-all traffic per token). nullopt when no layout reaches it.
+// --sp choose: the layout that reaches `target` tokens, among sp_degrees. fewest_gpus: the fewest whole nodes (of
+// l.nodes), then the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits
+// (more data parallelism, less all-to-all traffic per token). nullopt when no layout reaches it.
 struct Choice {
   Layout layout;
   std::string why;   // one sentence

@@ -49,6 +49,8 @@ struct Cli {
   int nodes = 1, gpus_per_node = 8;
   std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
   std::int64_t micro_batch = 1;
+  int island_size = 0;
+  bool across_islands = false;
   std::string corpus = "CORPUS", data = "DATA";
   bool json = false, choose_flags = false;
   up::MemoryFlags flags;
@@ -87,6 +89,12 @@ void set_up(CLI::App& app, Cli& o) {
                                          "of --sp choose. Without it: the longest length that fits");
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--island-size", o.island_size,
+                 "Ranks per NVLink island, as ulysses-train's (0: a node; GB200 NVL72: 72). SP groups stay inside one "
+                 "unless --allow-sp-across-islands")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--allow-sp-across-islands", o.across_islands,
+               "Let SP groups span islands (their all-to-alls cross the inter-node network), as ulysses-train's flag");
   app.add_option("--device", o.device, "cuda (GPU ranks) or cpu (the ranks' memory is the node's)")
       ->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
   app.add_option("--gpu-memory", o.gpu_memory, "One GPU's memory (H100: 80GiB, H200: 141GB)")->capture_default_str();
@@ -134,16 +142,26 @@ up::Machine machine_of(const Cli& o, std::string& host_source) {   // one node, 
 // --sp N (checked against the ranks and the heads) or --sp choose (the layout that reaches `target`; `why` says why).
 up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs::path& config_json,
                      const up::Profile& profile, const up::Machine& m, std::int64_t target, std::string& why) {
-  up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch};
+  up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch, o.island_size, o.across_islands};
   if (o.sp == "choose") {
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
     if (!choice) {
-      const auto fix = up::suggest_fix(c, {o.nodes, o.gpus_per_node, up::valid_sp_degrees(c, l.world()).back(),
-                                           o.micro_batch}, o.flags, profile, m, target);
-      throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens", o.nodes,
-                                          o.nodes == 1 ? "" : "s", o.gpus_per_node, target),
-                              fix ? *fix : "more nodes, or a smaller model");
+      up::Layout widest = l;
+      widest.sp = up::sp_degrees(c, l).back();
+      const auto fix = up::suggest_fix(c, widest, o.flags, profile, m, target);
+      const bool crossing = !o.across_islands && up::valid_sp_degrees(c, l.world()).back() > widest.sp;
+      throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens{}", o.nodes,
+                                          o.nodes == 1 ? "" : "s", o.gpus_per_node, target,
+                                          crossing ? fmt::format(" with SP groups inside NVLink islands of {} ranks",
+                                                                 std::min(o.island_size > 0 ? o.island_size
+                                                                                            : o.gpus_per_node,
+                                                                          l.world()))
+                                                   : ""),
+                              fix ? *fix
+                                  : crossing ? "add --allow-sp-across-islands (all-to-alls over the inter-node network; "
+                                               "the trainer needs it too), more nodes, or a smaller model"
+                                             : "more nodes, or a smaller model");
     }
     why = choice->why;
     return choice->layout;
@@ -157,6 +175,12 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
     throw ulysses::BadInput(fmt::format("--sp {} does not divide the {} ranks", l.sp, l.world()),
                             fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
   ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
+  if (!l.sp_within_islands(l.sp))   // the trainer's refusal, said before anything is queued
+    throw ulysses::BadInput(
+        fmt::format("--sp {} spans NVLink islands of {} ranks: its all-to-alls would cross the inter-node network",
+                    l.sp, std::min(o.island_size > 0 ? o.island_size : o.gpus_per_node, l.world())),
+        fmt::format("use --sp {}, or --allow-sp-across-islands (ulysses-train needs it too)",
+                    fmt::join(up::sp_degrees(c, l), ", ")));
   return l;
 }
 

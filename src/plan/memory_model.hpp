@@ -25,6 +25,7 @@
 // four feature sets), or the built-in defaults of docs/planning.md.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,7 +42,14 @@ namespace ulysses::plan {
 struct Layout {
   int nodes = 1, ranks_per_node = 1, sp = 1;
   std::int64_t micro_batch = 1;
+  int island = 0;                // ranks per NVLink island (--island-size); 0: a node's
+  bool across_islands = false;   // --allow-sp-across-islands: SP groups may span islands
   int world() const { return nodes * ranks_per_node; }
+  // Whether SP groups of p consecutive ranks stay inside the islands (the trainer's rule, core/topology.hpp).
+  bool sp_within_islands(int p) const {
+    const int ranks = std::min(island > 0 ? island : ranks_per_node, world());
+    return across_islands || (p > 0 && ranks % p == 0);
+  }
 };
 
 struct Machine {   // what one node offers

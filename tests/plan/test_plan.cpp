@@ -376,10 +376,23 @@ TEST(Advice, TheSuggestedFlagMakesItFit) {
   MemoryFlags bare;
   bare.precision = "bf16";
   EXPECT_EQ(suggest_fix(kLlama8B, l, bare, p, m, 1 << 20), "add --offload-optimizer --tiled-mlp --tiled-logits");
-  // no memory flag fits 6M on one node: nodes, said in totals
+  // no memory flag fits 6M on one node: nodes, said in totals — with SP groups across the islands they need, and
+  // only where the layout allows that (as the trainer does)
   MemoryFlags all = bare;
   all.offload_optimizer = true, all.offload_checkpoints = -1, all.tiled_mlp = all.tiled_logits = true;
-  EXPECT_EQ(suggest_fix(kLlama8B, l, all, p, m, 6 << 20), "use 4 nodes in all with --sp 32 (32 ranks, 8 a node)");
+  EXPECT_FALSE(suggest_fix(kLlama8B, l, all, p, m, 6 << 20).has_value());
+  Layout across = l;
+  across.across_islands = true;
+  EXPECT_EQ(suggest_fix(kLlama8B, across, all, p, m, 6 << 20), "use 4 nodes in all with --sp 32 (32 ranks, 8 a node)");
+}
+
+// SP groups stay inside islands unless the layout allows crossing them: a node's ranks by default, --island-size's
+// (an NVL72 rack of 72, a world smaller than it) otherwise.
+TEST(Advice, SpDegreesStayInsideIslands) {
+  EXPECT_EQ(sp_degrees(kLlama8B, Layout{4, 8, 1, 1}), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(sp_degrees(kLlama8B, Layout{4, 8, 1, 1, 0, true}), (std::vector<int>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(sp_degrees(kLlama8B, Layout{4, 4, 1, 1, 72}), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(sp_degrees(kLlama8B, Layout{36, 4, 1, 1, 72}), (std::vector<int>{1, 2, 4, 8}));   // 72 % 16 != 0
 }
 
 TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {
@@ -389,7 +402,8 @@ TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {
   flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
   flags.tiled_mlp = flags.tiled_logits = true;
   const std::int64_t target = 4 << 20;
-  const auto choice = choose_layout(kLlama8B, {4, 8, 1, 1}, flags, p, m, target, true);
+  EXPECT_FALSE(choose_layout(kLlama8B, {4, 8, 1, 1}, flags, p, m, target, true));   // SP 8 inside a node: too short
+  const auto choice = choose_layout(kLlama8B, {4, 8, 1, 1, 0, true}, flags, p, m, target, true);
   ASSERT_TRUE(choice);
   const Layout& c = choice->layout;
   EXPECT_TRUE(check_fit(predict(kLlama8B, c, resolve(flags, kLlama8B, c.world()), p, target), c, m).fits);

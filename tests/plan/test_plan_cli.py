@@ -105,8 +105,20 @@ class PlanCli(TempDirCase):
             self.assertIn("does not fit", p.stderr)
 
     def test_choose_names_a_layout_that_reaches_the_target(self):
-        p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--nodes", 8, "--sp", "choose", "--seq-len",
-                                          "4M", *SBATCH_FLAGS, "--json"])), capture_output=True, text=True)
+        """4M needs SP 16 here: across 2 nodes, offered only with the trainer's own opt-in (the planner, the sbatch and
+        the trainer agree on the islands); an explicit --sp 16 without it is refused as the trainer would."""
+        choose = [PLAN, "--model", self.llama, "--nodes", 8, "--sp", "choose", "--seq-len", "4M", *SBATCH_FLAGS]
+        p = subprocess.run(list(map(str, choose)), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        one_error_line(self, p.stderr, ["inside NVLink islands of 8 ranks", "--allow-sp-across-islands"],
+                       self.root / "nothing")
+        p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--nodes", 2, "--sp", 16, "--seq-len", "1M",
+                                          *SBATCH_FLAGS])), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        one_error_line(self, p.stderr, ["--sp 16 spans NVLink islands of 8 ranks", "use --sp 1, 2, 4, 8"],
+                       self.root / "nothing")
+        p = subprocess.run(list(map(str, choose + ["--allow-sp-across-islands", "--json"])), capture_output=True,
+                           text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         plan = json.loads(p.stdout)
         self.assertTrue(plan["fits"])
