@@ -33,9 +33,10 @@ Examples:
       --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits
   # the longest sequence one node reaches (no --seq-len), on H200s with 2 TiB of host memory
   ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --gpu-memory 141GB --host-memory 2TiB --profile h200
-  # which SP degree and how many nodes reach 4M tokens with the fewest GPUs
+  # which SP degree and how many nodes reach 4M tokens with the fewest GPUs (SP groups may span nodes: the
+  # trainer then needs --allow-sp-across-islands too)
   ulysses-plan --model config.json --nodes 8 --sp choose --seq-len 4M --precision bf16 --offload-optimizer \
-      --offload-checkpoints -1 --tiled-mlp --tiled-logits
+      --offload-checkpoints -1 --tiled-mlp --tiled-logits --allow-sp-across-islands
   # the memory flags that make 1M fit one node of 8 H100 (printed as MEMORY_ARGS for slurm/train_1m.sbatch)
   ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --seq-len 1M --precision bf16 --choose-memory-flags
   # ranks on this CPU machine (its memory), with the profile measured here by ulysses-train --calibrate-memory
@@ -246,9 +247,13 @@ int run(Cli& o) {
              up::sequence_unit(l.sp));
   if (S > 0 && (target == 0 || S <= longest)) {
     fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}\n", o.corpus, o.data, S, l.sp);
-    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\" bash "
+    up::Layout inside = l;   // the trainer's opt-in where the SP groups span islands
+    inside.across_islands = false;
+    const std::string islands = (o.island_size > 0 ? fmt::format(" ISLAND_SIZE={}", o.island_size) : "") +
+                                (inside.sp_within_islands(l.sp) ? "" : " EXTRA_ARGS=\"--allow-sp-across-islands\"");
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{} bash "
                "slurm/train_1m.sbatch\n",
-               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, up::memory_args(o.flags));
+               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, up::memory_args(o.flags), islands);
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);

@@ -117,6 +117,8 @@ class PlanCli(TempDirCase):
         self.assertEqual(p.returncode, 2)
         one_error_line(self, p.stderr, ["--sp 16 spans NVLink islands of 8 ranks", "use --sp 1, 2, 4, 8"],
                        self.root / "nothing")
+        p = subprocess.run(list(map(str, choose + ["--allow-sp-across-islands"])), capture_output=True, text=True)
+        self.assertIn('EXTRA_ARGS="--allow-sp-across-islands" bash slurm/train_1m.sbatch', p.stdout)   # the opt-in
         p = subprocess.run(list(map(str, choose + ["--allow-sp-across-islands", "--json"])), capture_output=True,
                            text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
