@@ -88,10 +88,6 @@ const std::vector<Change>& memory_changes() {
   return changes;
 }
 
-}  // namespace
-
-namespace {
-
 // `change` applied to `flags`, when it is allowed and changes what runs (the memory features resolved at S)
 std::optional<MemoryFlags> changed(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                    const Change& change, const Profile& p, const Machine& m, std::int64_t seq_len) {

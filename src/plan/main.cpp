@@ -155,9 +155,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
       throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens{}", o.nodes,
                                           o.nodes == 1 ? "" : "s", o.gpus_per_node, target,
                                           crossing ? fmt::format(" with SP groups inside NVLink islands of {} ranks",
-                                                                 std::min(o.island_size > 0 ? o.island_size
-                                                                                            : o.gpus_per_node,
-                                                                          l.world()))
+                                                                 l.island_ranks())
                                                    : ""),
                               fix ? *fix
                                   : crossing ? "add --allow-sp-across-islands (all-to-alls over the inter-node network; "
@@ -179,7 +177,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
   if (!l.sp_within_islands(l.sp))   // the trainer's refusal, said before anything is queued
     throw ulysses::BadInput(
         fmt::format("--sp {} spans NVLink islands of {} ranks: its all-to-alls would cross the inter-node network",
-                    l.sp, std::min(o.island_size > 0 ? o.island_size : o.gpus_per_node, l.world())),
+                    l.sp, l.island_ranks()),
         fmt::format("use --sp {}, or --allow-sp-across-islands (ulysses-train needs it too)",
                     fmt::join(up::sp_degrees(c, l), ", ")));
   return l;

@@ -45,11 +45,9 @@ struct Layout {
   int island = 0;                // ranks per NVLink island (--island-size); 0: a node's
   bool across_islands = false;   // --allow-sp-across-islands: SP groups may span islands
   int world() const { return nodes * ranks_per_node; }
+  int island_ranks() const { return std::min(island > 0 ? island : ranks_per_node, world()); }
   // Whether SP groups of p consecutive ranks stay inside the islands (the trainer's rule, core/topology.hpp).
-  bool sp_within_islands(int p) const {
-    const int ranks = std::min(island > 0 ? island : ranks_per_node, world());
-    return across_islands || (p > 0 && ranks % p == 0);
-  }
+  bool sp_within_islands(int p) const { return across_islands || (p > 0 && island_ranks() % p == 0); }
 };
 
 struct Machine {   // what one node offers

@@ -123,11 +123,15 @@ class Sbatch(unittest.TestCase):
         self.assertEqual(len(losses(out)), 4)
         self.assertTrue((out / "checkpoints/latest").exists())
 
-        crossing = self.submit_mode(work / "crossing", NODES=2, GPUS_PER_NODE=2, SP=4, STEPS=4)
-        log = log_of(crossing)
-        self.assertEqual(crossing["ExitCode"], "2:0", log[-4000:])
-        self.assertIn("SP group [0 1 2 3] (--sp 4) spans NVLink islands 0, 1 (hosts n1, n2)", log)
-        self.assertIn("--allow-sp-across-islands", log)
+        # SP groups across the nodes: the plan refuses before submitting, as the trainer would after the queue wait
+        p = subprocess.run(["bash", str(SBATCH)], cwd=work, capture_output=True, text=True, timeout=60,
+                           env=dict(cluster.env, **job_env(work / "crossing", REQUEST_GPUS=0, NODES=2, GPUS_PER_NODE=2,
+                                                           SP=4, STEPS=4)))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("--sp 4 spans NVLink islands of 2 ranks", p.stderr)
+        self.assertIn("--allow-sp-across-islands", p.stderr)
+        self.assertIn("nothing submitted", p.stdout)
+        self.assertNotIn("Submitted batch job", p.stdout)
 
     def test_3_preempted_job_requeues_and_matches(self):
         out = work / "preempted"
