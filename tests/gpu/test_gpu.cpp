@@ -5,7 +5,8 @@
 //    CPU reference, forward and backward;
 //  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype;
 //  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it, with every
-//    side-stream launch delayed and its buffers poisoned, so that a missing wait shows.
+//    side-stream launch delayed and its buffers poisoned, so that a missing wait shows; so does parameter offload
+//    (the weights' copies brought over from page-locked host memory) against optimizer offload alone.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/types.h>
@@ -242,6 +243,42 @@ TEST(Prefetch, SideStreamsEqualNoPrefetch) {
   EXPECT_NEAR(got_loss, want_loss, 1e-6 * std::abs(want_loss));
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_LE(rel(got[i], want[i]), 1e-5) << "group " << i;
+}
+
+// Parameter offload on the GPU (--offload-params): the weights' shard copies in page-locked host memory, copied
+// over without blocking before each unit's all-gather (on the side stream when prefetched, straight into the gathered
+// buffer at one rank): the loss and every gradient equal the optimizer offload alone (to 1e-5, as above), with the
+// side streams delayed and their buffers poisoned, and no copy is device memory.
+TEST(ParamOffload, HostCopiesEqualDeviceCopies) {
+  struct Delay {
+    Delay() { model::SideStream::delay_for_tests(20'000'000); }
+    ~Delay() { model::SideStream::delay_for_tests(0); }
+  } delay;
+  auto nccl = comm::make_communicator(comm::Backend::kNccl, MPI_COMM_SELF, kGpu, std::chrono::seconds(60));
+  const arch::ModelConfig c = small_llama();
+  auto run = [&](bool params, bool prefetch) {
+    const auto options = model::ModelOptions().activation_checkpointing(true).logits_chunk_tokens(64)
+                             .prefetch(prefetch);
+    model::CausalLm m(c, SequenceParallel(), options,
+                      model::StatePlacement{nccl.get(), nullptr, kGpu, true, params});
+    model::init_weights(m, 5);
+    for (const auto& g : m->sharded_states()->groups())
+      EXPECT_EQ(g.compute.is_cuda(), !params) << g.name;   // offloaded: host memory (page-locked: HostBuffers)
+    const Batch b = packed_batch(c.vocab_size, 256);
+    const model::CausalLmOutput out = m->forward(b.ids.to(kGpu), b.positions.to(kGpu), b.docs, b.labels.to(kGpu));
+    out.loss_sum.backward();
+    std::vector<torch::Tensor> grads;   // per flat group, on the CPU
+    for (const auto& g : m->sharded_states()->groups()) grads.push_back(g.master.grad().cpu());
+    return std::make_pair(out.loss_sum.item<double>(), grads);
+  };
+  for (const bool prefetch : {false, true}) {
+    const auto [want_loss, want] = run(false, prefetch);
+    const auto [got_loss, got] = run(true, prefetch);
+    EXPECT_NEAR(got_loss, want_loss, 1e-6 * std::abs(want_loss)) << "prefetch " << prefetch;
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(rel(got[i], want[i]), 1e-5) << "group " << i << ", prefetch " << prefetch;
+  }
 }
 
 TEST(Nccl, GroupedSendRecvAllToAllEqualsMpi) {
