@@ -175,8 +175,8 @@ Manifest read_manifest(const std::filesystem::path& dataset_dir) {
                    fmt::format("pack it first: `ulysses-pack pack {} -o DIR --seq-len N` (docs/data-format.md)",
                                dataset_dir.string()));
   if (!fs::exists(path, ec))
-    throw BadInput(fmt::format("{} holds no manifest.json: not a packed dataset (a folder ulysses-pack wrote)",
-                               dataset_dir.string()), make);
+    throw BadInput(fmt::format("{} is missing: {} is not a packed dataset (a folder ulysses-pack wrote)",
+                               path.string(), dataset_dir.string()), make);
   return manifest_from_json(read_json_file(path, "pass a dataset directory made by ulysses-pack (re-pack a damaged one)"),
                             path.string());
 }

@@ -686,7 +686,7 @@ class Train(PackedSample):
         # --data must be a folder ulysses-pack wrote: one line that says so and how to make one
         (self.root / "empty").mkdir()
         for data, needle in ((self.root / "packed-nope", "does not exist"), (SAMPLE, "is a file, not a packed"),
-                             (self.root / "empty", "holds no manifest.json")):
+                             (self.root / "empty", "manifest.json is missing")):
             self.expect_bad(train_cmd(1, data, out, "--dry-run"), needle, "ulysses-pack pack")
         # --init-from a folder of config.json alone (an 8B shape, far past this machine): the missing weights first,
         # from the torch-free front as from the trainer
