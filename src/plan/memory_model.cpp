@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/rank_layout.hpp"
+#include "core/topology.hpp"
 #include "plan/tensor_limit.hpp"
 
 namespace ulysses::plan {
@@ -119,6 +121,12 @@ Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m) {
   if (m.cuda && b.device() > usable(m.device_bytes)) return {false, "device", b.device(), usable(m.device_bytes)};
   if (node > usable(m.host_bytes)) return {false, "host", node, usable(m.host_bytes)};
   return {true, "", m.cuda ? b.device() : node, m.cuda ? usable(m.device_bytes) : usable(m.host_bytes)};
+}
+
+bool Layout::sp_within_islands(int p) const {
+  if (across_islands) return true;
+  if (p < 1 || world() % p != 0) return false;
+  return sp_group_crossing_islands(RankLayout(world(), p), Topology::uniform(world(), ranks_per_node, island)).empty();
 }
 
 std::int64_t sequence_unit(int sp) { return std::int64_t{64} * sp; }

@@ -46,8 +46,9 @@ struct Layout {
   bool across_islands = false;   // --allow-sp-across-islands: SP groups may span islands
   int world() const { return nodes * ranks_per_node; }
   int island_ranks() const { return std::min(island > 0 ? island : ranks_per_node, world()); }
-  // Whether SP groups of p consecutive ranks stay inside the islands (the trainer's rule, core/topology.hpp).
-  bool sp_within_islands(int p) const { return across_islands || (p > 0 && island_ranks() % p == 0); }
+  // Whether SP groups of p consecutive ranks stay inside the islands: the trainer's own rule
+  // (core/topology.hpp's sp_group_crossing_islands) on a uniform placement of this layout.
+  bool sp_within_islands(int p) const;
 };
 
 struct Machine {   // what one node offers
