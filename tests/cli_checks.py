@@ -82,6 +82,18 @@ class PackedSample(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def run_ok(self, cmd, code=0, **kw):
+        """Runs cmd (any items, made strings) and checks its exit code; the process result."""
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, **kw)
+        self.assertEqual(p.returncode, code, p.stderr[-3000:])
+        return p
+
+
+def train_command(train, mpiexec, n, data, out, *extra, lr=3e-3):
+    """mpiexec -n N ulysses-train on `data` with the tiny Llama into `out`: a thread a rank, a short warm-up."""
+    return [mpiexec, "-n", str(n), train, "--data", str(data), "--model-config", str(TINY_CONFIG), "--output", str(out),
+            "--threads", "1", "--lr", str(lr), "--warmup", "2", *map(str, extra)]
+
 
 def losses(out):
     return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()]

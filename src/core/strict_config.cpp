@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -30,22 +31,100 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// Line (1-based) of each key and section header as written, for the messages.
-std::map<std::string, int> key_lines(const std::string& text) {
-  std::map<std::string, int> lines;
+struct Written {   // a key or [section] as the file writes it
+  int line = 0;
+  int again = 0;   // the line that writes the same key again, 0 when none
+  std::string value;   // the text after '=', trimmed, without a trailing comment
+};
+
+// The value's text up to an unquoted '#', trimmed.
+std::string value_text(const std::string& rest) {
+  char quote = 0;
+  std::size_t end = rest.size();
+  for (std::size_t i = 0; i < rest.size() && end == rest.size(); ++i) {
+    if (quote != 0 && rest[i] == quote) quote = 0;
+    else if (quote == 0 && (rest[i] == '"' || rest[i] == '\'')) quote = rest[i];
+    else if (quote == 0 && rest[i] == '#') end = i;
+  }
+  std::string v = rest.substr(0, end);
+  v.erase(0, std::min(v.size(), v.find_first_not_of(" \t")));
+  v.erase(v.find_last_not_of(" \t\r") + 1);
+  return v;
+}
+
+// Each key and section header as written (its line, 1-based, and its value), for the messages.
+std::map<std::string, Written> written_keys(const std::string& text) {
+  std::map<std::string, Written> keys;
   std::istringstream in(text);
   int number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
     const auto first = line.find_first_not_of(" \t");
     if (first == std::string::npos || line[first] == '#') continue;
-    const auto end = line[first] == '[' ? line.find(']', first) : line.find('=', first);
+    const bool section = line[first] == '[';
+    const auto end = section ? line.find(']', first) : line.find('=', first);
     if (end == std::string::npos) continue;
-    std::string key = line.substr(first, end - first + (line[first] == '[' ? 1 : 0));
+    std::string key = line.substr(first, end - first + (section ? 1 : 0));
     key.erase(key.find_last_not_of(" \t") + 1);
-    lines.emplace(key, number);
+    const auto [it, first_time] = keys.emplace(key, Written{number, 0, section ? "" : value_text(line.substr(end + 1))});
+    if (!first_time && it->second.again == 0) it->second.again = number;
   }
-  return lines;
+  return keys;
+}
+
+// What a TOML value is, from its text: "" where it is one an option of `wants` may take.
+std::string mismatch(const std::string& wants, const std::string& v) {
+  static const std::regex integer(R"([+-]?[0-9]+)");
+  static const std::regex number(R"([+-]?([0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|inf|nan))");
+  const bool quoted = !v.empty() && (v.front() == '"' || v.front() == '\'');
+  const std::string inner = quoted && v.size() >= 2 ? v.substr(1, v.size() - 2) : v;
+  const bool numeric = std::regex_match(inner, number);
+  if (!v.empty() && v.front() == '[') return "the array " + v;
+  if (wants == "a boolean") return v == "true" || v == "false" ? "" : (quoted ? "the string " : "") + v;
+  if (v == "true" || v == "false") return "the boolean " + v;
+  if (wants == "text") return "";
+  if (quoted) return numeric ? "the string " + v + " (write it without quotes)" : "";   // a word such as auto: the flag judges
+  if (wants == "an integer" && !std::regex_match(v, integer)) return (numeric ? "the number " : "") + v;
+  return numeric ? "" : v;
+}
+
+// The TOML type an option takes: a flag a boolean; INT/UINT an integer; FLOAT a number; anything else text.
+std::string wanted_type(const CLI::Option& o) {
+  if (o.get_expected_min() == 0) return "a boolean";   // a flag
+  const std::string type = o.get_type_name().substr(0, o.get_type_name().find(':'));
+  if (type == "INT" || type == "UINT") return "an integer";
+  if (type == "FLOAT" || type == "NUMBER") return "a number";
+  return "text";
+}
+
+// The option's own checks (member lists, ranges, transforms) on a copy of the value: their complaint, or "".
+std::string refused_by_checks(const CLI::Option& o, std::string value) {
+  auto& option = const_cast<CLI::Option&>(o);   // CLI11 2.1 lists validators through a non-const getter; none changes
+  for (int i = 0;; ++i) {
+    const CLI::Validator* check = nullptr;
+    try {
+      check = option.get_validator(i);
+    } catch (const CLI::OptionNotFound&) {
+      return "";
+    }
+    if (std::string why = (*check)(value); !why.empty()) return why;
+  }
+}
+
+// A value of the wrong TOML type, or one its flag's checks refuse: the file and line, the key, the type its flag
+// takes and what was found, so that no value error loses where it was written.
+void check_value(const CLI::Option& o, const std::string& key, const std::string& where,
+                 const std::map<std::string, Written>& keys) {
+  const auto it = keys.find(key);
+  if (it == keys.end()) return;   // a form this line reader does not map (a dotted key): CLI11 judges it
+  const std::string& v = it->second.value;
+  if (v.starts_with('[') && o.get_expected_max() > 1) return;   // a list flag: its items are CLI11's to convert
+  const std::string wants = wanted_type(o);
+  if (const std::string found = mismatch(wants, v); !found.empty())
+    throw CLI::ConfigError(fmt::format("{}: key \"{}\" takes {} ({}), found {}", where, key, wants, o.get_name(), found));
+  const bool quoted = v.size() >= 2 && (v.front() == '"' || v.front() == '\'');
+  if (const std::string why = refused_by_checks(o, quoted ? v.substr(1, v.size() - 2) : v); !why.empty())
+    throw CLI::ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, v, why));
 }
 
 }  // namespace
@@ -73,7 +152,7 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
 
 std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) const {
   const std::string text((std::istreambuf_iterator<char>(input)), std::istreambuf_iterator<char>());
-  const std::map<std::string, int> lines = key_lines(text);
+  std::map<std::string, Written> keys = written_keys(text);
   std::istringstream again(text);
   std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(again);
   std::vector<std::string> known, flags_only;
@@ -81,9 +160,10 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) cons
     for (const auto& name : o->get_lnames()) (o->get_configurable() ? known : flags_only).push_back(name);
   const std::string file = app_.get_config_ptr() != nullptr ? app_.get_config_ptr()->as<std::string>() : "config";
   auto line_of = [&](const std::string& key) {
-    const auto it = lines.find(key);
-    return it == lines.end() ? std::string() : fmt::format(":{}", it->second);
+    const auto it = keys.find(key);
+    return it == keys.end() ? std::string() : fmt::format(":{}", it->second.line);
   };
+  std::map<std::string, std::string> seen;   // dashed name → the key as first written
   std::vector<CLI::ConfigItem> out;
   for (CLI::ConfigItem& item : items) {
     if (item.name == "++" || item.name == "--") {   // CLI11's section markers
@@ -108,6 +188,12 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) cons
                                          near.empty() ? std::string(" (keys are the flags without --)")
                                                       : fmt::format(" (did you mean \"{}\"?)", near)));
     }
+    if (const auto [it, first_time] = seen.emplace(name, item.name); !first_time || keys[item.name].again != 0) {
+      const int first = keys[it->second].line, again = first_time ? keys[item.name].again : keys[item.name].line;
+      throw CLI::ConfigError(fmt::format("{}:{}: key \"{}\" sets --{} again (line {} set it): write each key once",
+                                         file, again, item.name, name, first));
+    }
+    check_value(*app_.get_option("--" + name), item.name, file + line_of(item.name), keys);
     item.name = name;
     out.push_back(std::move(item));
   }

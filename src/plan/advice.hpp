@@ -48,6 +48,10 @@ std::vector<int> sp_degrees(const arch::ModelConfig& c, const Layout& l);
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
                          const std::string& source);
 
+// BadInput when `world` ranks do not split into groups of --sp `sp`, its hint the degrees the model's heads and the
+// world allow (RankLayout's own check knows the world alone).
+void check_sp_for_world(const arch::ModelConfig& c, int world, int sp);
+
 // --sp choose: the layout that reaches `target` tokens, among sp_degrees. fewest_gpus: the fewest whole nodes (of
 // l.nodes), then the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits
 // (more data parallelism, less all-to-all traffic per token). nullopt when no layout reaches it.

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   if (o.calibrate_memory.empty()) ut::install_stop_signals();
   return ulysses::dist::run_guarded(world, [&] {
     ulysses::dist::check_world_size(world.size(), o.world > 0 ? std::optional<int>(o.world) : std::nullopt);
+    ut::check_world_for_sp(o, world.size());
     ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));
     ulysses::dist::ProcessGroups groups(layout);
     ulysses::comm::MpiCommunicator world_group(groups.world());   // control messages; the data groups are made per device

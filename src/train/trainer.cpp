@@ -351,6 +351,16 @@ int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpoin
 
 }  // namespace
 
+void check_world_for_sp(const TrainOptions& o, int world) {
+  if (o.sp < 1 || world % o.sp == 0) return;
+  std::optional<arch::ModelConfig> config;
+  try {
+    config = arch::read_model_config(model_config_path(o));
+  } catch (const std::exception&) {   // no model named (--resume), or one that start-up will refuse in its turn
+  }
+  if (config) plan::check_sp_for_world(*config, world, static_cast<int>(o.sp));
+}
+
 int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm::Communicator& world) {
   if (o.data.empty() || o.output.empty())
     throw BadInput(fmt::format("--{} is required to train", o.data.empty() ? "data" : "output"),

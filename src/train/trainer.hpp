@@ -13,4 +13,8 @@ namespace ulysses::train {
 // Returns the exit code: 0 when the run reached options.steps, kExitPreempted after a signal-triggered save.
 int run_training(const TrainOptions& options, const dist::ProcessGroups& groups, comm::Communicator& world);
 
+// Before the rank layout: a world that --sp does not divide is refused with the degrees the model allows there,
+// where the model's config can be read (else RankLayout's own refusal follows).
+void check_world_for_sp(const TrainOptions& options, int world);
+
 }  // namespace ulysses::train

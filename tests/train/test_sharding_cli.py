@@ -7,6 +7,7 @@ leaves `latest` on an intact checkpoint that resumes; --offload-optimizer trains
 
 usage: test_sharding_cli.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
+import functools
 import json
 import pathlib
 import subprocess
@@ -15,24 +16,17 @@ import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import TINY_CONFIG as CONFIG, PackedSample, kill_mid_write, losses  # noqa: E402
+from cli_checks import TINY_CONFIG as CONFIG, PackedSample, kill_mid_write, losses, train_command  # noqa: E402
 
 TRAIN, PACK, CKPT, MPIEXEC = sys.argv[1:5]
 del sys.argv[1:5]
 
 
-def train_cmd(n, data, out, *extra, lr=3e-3):
-    return [MPIEXEC, "-n", str(n), TRAIN, "--data", str(data), "--model-config", str(CONFIG), "--output", str(out),
-            "--threads", "1", "--lr", str(lr), "--warmup", "2", *map(str, extra)]
+train_cmd = functools.partial(train_command, TRAIN, MPIEXEC)
 
 
 class ShardedCli(PackedSample):
     PACK = PACK
-
-    def run_ok(self, cmd, code=0):
-        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
-        self.assertEqual(p.returncode, code, p.stderr[-3000:])
-        return p
 
     def assert_track(self, got, want, what):
         self.assertEqual(len(got), len(want), what)

@@ -1,10 +1,11 @@
 """ulysses-train end to end through its command line under mpiexec, on the sample corpus and tiny model:
 SP=4 tracks SP=1 for 20 steps, a SIGUSR1 mid-run saves and exits 3 and the resumed run reproduces the
 uninterrupted losses exactly, one killed rank ends all ranks, bf16 (the model in bf16) and amp-bf16 (autocast)
-at SP=2 track fp32 and log MFU, and every bad input exits 2 with its reason.
+at SP=2 track fp32 and log MFU (bad inputs: test_train_bad_input.py).
 
 usage: test_train_cli.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
+import functools
 import json
 import math
 import os
@@ -21,15 +22,13 @@ import xxhash
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs  # noqa: E402
+from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs, train_command  # noqa: E402
 
 TRAIN, PACK, MPIEXEC = sys.argv[1:4]
 del sys.argv[1:4]
 
 
-def train_cmd(n, data, out, *extra):
-    return [MPIEXEC, "-n", str(n), TRAIN, "--data", str(data), "--model-config", str(CONFIG), "--output", str(out),
-            "--threads", "1", "--lr", "3e-3", "--warmup", "2", *map(str, extra)]
+train_cmd = functools.partial(train_command, TRAIN, MPIEXEC)
 
 
 def rank_pids(out):
@@ -71,11 +70,6 @@ def freeze_once_handled(p, *signals):
 
 class Train(PackedSample):
     PACK = PACK
-
-    def run_ok(self, cmd, code=0, **kw):
-        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, **kw)
-        self.assertEqual(p.returncode, code, p.stderr[-3000:])
-        return p
 
     def test_sp4_tracks_sp1_for_20_steps(self):
         sp1, sp4 = self.root / "sp1", self.root / "sp4"
@@ -411,25 +405,6 @@ class Train(PackedSample):
         p = self.run_ok([MPIEXEC, "-n", 2, TRAIN, "--config", path, "--sp", 1, "--dry-run"])   # flags override the file
         self.assertIn("dp_rank 1 of dp group [0 1]", p.stderr)
 
-    def test_config_keys_are_strict_and_underscores_are_dashes(self):
-        """An unknown key or a [section] in --config is one error line (file:line, the key, the nearest known key);
-        save_every = 5, as trainer_state.json writes it, is --save-every 5."""
-        head = f'data = "{self.data}"\nmodel-config = "{CONFIG}"\noutput = "{self.root / "strict"}"\n'
-        for body, needles in (("stpes = 5\n", [":4: unknown key \"stpes\"", "did you mean \"steps\""]),
-                              ("learning_rate = 3e-4\n", [":4: unknown key \"learning_rate\"", "\"lr\""]),
-                              ("[optimizer]\nlr = 3e-4\n", [":4: section [optimizer]", "keys are top-level"]),
-                              ("dry-run = true\n", [":4: \"dry-run\" is a command-line flag only"])):
-            path = self.root / "strict.toml"
-            path.write_text(head + body)
-            p = self.run_ok([TRAIN, "--config", path, "--print-config"], code=2)
-            lines = p.stderr.strip().splitlines()
-            self.assertEqual(len(lines), 1, p.stderr)
-            for n in [str(path), *needles]:
-                self.assertIn(n, lines[0])
-        path.write_text(head + "save_every = 5\nsteps = 6\nthreads = 1\nlr = 3e-3\n")
-        self.run_ok([TRAIN, "--config", path])
-        self.assertTrue((self.root / "strict" / "checkpoints" / "step-0000005").is_dir())
-
     def test_resume_from_the_checkpoint_alone(self):
         """--resume takes a run directory, its checkpoints/, its latest or a step directory, and the model from the
         checkpoint (no --model-config); a different --model-config is refused; --resume auto says what it found."""
@@ -635,77 +610,6 @@ class Train(PackedSample):
             self.assertEqual(len(errors), 1, p.stderr)
             self.assertIn(f'trainer_state.json: field "{field}" is', errors[0])
             self.assertIn("HINT: the checkpoint is damaged", errors[0])
-
-    def expect_bad(self, cmd, *needles, env=None):
-        p = self.run_ok(cmd, code=2, env=env)
-        for n in needles:
-            self.assertIn(str(n), p.stderr)
-
-    def test_bad_inputs(self):
-        out = self.root / "bad"
-        odd = self.root / "odd"
-        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", odd, "--seq-len", 130, "--align", 1,
-                                      "--vocab-size", 300])), check=True, capture_output=True)
-        self.expect_bad(train_cmd(4, odd, out, "--sp", 4, "--dry-run"), "130", "--sp 4")
-        # the hint offers only the degrees the model's heads (4), the 4 ranks and S = 130 allow: 1 and 2
-        self.expect_bad(train_cmd(4, odd, out, "--sp", 4, "--dry-run"), "use --sp 1, 2 (what the model's heads")
-        vocab = self.root / "vocab"
-        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", vocab, "--seq-len", 256, "--vocab-size", 300])),
-                       check=True, capture_output=True)
-        self.run_ok(train_cmd(1, vocab, out, "--dry-run"))   # a tokenizer of 300 ids fits a model of 320
-        small = self.root / "vocab200.json"
-        small.write_text(json.dumps(dict(json.loads(pathlib.Path(CONFIG).read_text()), vocab_size=200, pad_token_id=0)))
-        cmd = train_cmd(1, vocab, out, "--dry-run")
-        cmd[cmd.index("--model-config") + 1] = small
-        self.expect_bad(cmd, "is outside the model's vocabulary of 200")
-        self.expect_bad(train_cmd(3, self.data, out, "--sp", 3, "--dry-run"), "(4)", "(3)")
-        self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
-        self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--attention-head-groups", 3, "--dry-run"),
-                        "--attention-head-groups 3", "use --attention-head-groups 1, 2 at --sp 2")
-        # --profile is --memory-profile (ulysses-plan's name for it)
-        self.expect_bad(train_cmd(1, self.data, out, "--profile", self.root / "nowhere.json", "--dry-run"),
-                        "nowhere.json")
-        self.expect_bad(train_cmd(1, self.data, out, "--fp32-residual", "--dry-run"), "--fp32-residual",
-                        "--precision bf16")
-        self.expect_bad(train_cmd(1, self.data, out, "--save-evry", 1), "--save-evry is not a flag of ulysses-train",
-                        "did you mean --save-every?")
-        env = dict(os.environ, SLURM_NTASKS="4")
-        self.expect_bad(train_cmd(1, self.data, out, "--dry-run"), "SLURM_NTASKS=4", env=env)
-        cmd = train_cmd(1, self.data, out, "--dry-run")
-        cmd[cmd.index("--model-config") + 1] = self.root / "nope.json"
-        self.expect_bad(cmd, "nope.json")
-        # a step whose loss mask is 0 everywhere is refused, not stepped on: two sequences of one document each, one
-        # masked out entirely, 2 steps of one sequence: one of them has no target token
-        sft = self.root / "sft.jsonl"
-        sft.write_text("".join(json.dumps({"input_ids": [(7 * i + j) % 300 for j in range(256)],
-                                           "loss_mask": [i] * 256}) + "\n" for i in (0, 1)))
-        subprocess.run(list(map(str, [PACK, "pack", sft, "--loss-mask-key", "loss_mask", "-o", self.root / "sft",
-                                      "--seq-len", 256, "--vocab-size", 300])), check=True, capture_output=True)
-        p = self.run_ok(train_cmd(1, self.root / "sft", self.root / "sft-run", "--steps", 2), code=2)
-        self.assertRegex(p.stderr.strip().splitlines()[-1], r"step [12]: none of its 1 sequences .* holds a target")
-        # --data must be a folder ulysses-pack wrote: one line that says so and how to make one
-        (self.root / "empty").mkdir()
-        for data, needle in ((self.root / "packed-nope", "does not exist"), (SAMPLE, "is a file, not a packed"),
-                             (self.root / "empty", "manifest.json is missing")):
-            self.expect_bad(train_cmd(1, data, out, "--dry-run"), needle, "ulysses-pack pack")
-        # --init-from a folder of config.json alone (an 8B shape, far past this machine): the missing weights first,
-        # from the torch-free front as from the trainer
-        weightless = self.root / "weightless"
-        weightless.mkdir()
-        (weightless / "config.json").write_text(json.dumps(dict(json.loads(pathlib.Path(CONFIG).read_text()),
-                                                                hidden_size=4096, intermediate_size=14336,
-                                                                num_hidden_layers=32)))
-        cmd = train_cmd(1, self.data, out, "--init-from", weightless, "--dry-run")
-        del cmd[cmd.index("--model-config"):cmd.index("--model-config") + 2]
-        self.expect_bad(cmd, "holds neither model.safetensors")
-        broken = self.root / "broken"
-        subprocess.run(["cp", "-r", self.data, broken], check=True)
-        (broken / "shard-00000.h5").unlink()
-        self.expect_bad(train_cmd(1, broken, out, "--dry-run"), "shard-00000.h5")
-        self.expect_bad(train_cmd(2, self.data, out, "--device", "cpu", "--comm", "nccl", "--dry-run"),
-                        "--comm nccl needs a CUDA device", "HINT")
-        if not pathlib.Path("/dev/nvidiactl").exists():   # no GPU here: asking for one is a bad input
-            self.expect_bad(train_cmd(1, self.data, out, "--device", "cuda", "--dry-run"), "--device cuda", "HINT")
 
 
 if __name__ == "__main__":
