@@ -6,7 +6,8 @@
 #       --sp 4 --steps 40 --lr 3e-3 --output out/run
 #
 # Environment: ULYSSES_BIN (build directory or install bin/, default: build next to this file),
-# MPIEXEC (default mpiexec), NCCL_DEBUG (default WARN).
+# MPIEXEC (default mpiexec), NCCL_DEBUG (default WARN). Exit status: the trainer's (0 done, 2 bad input, 3 stopped
+# by SIGTERM or SIGUSR1 to this script or to the ranks, after saving: resume it).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if (($# < 1)) || ! [[ $1 =~ ^[0-9]+$ ]]; then
@@ -21,4 +22,21 @@ train=$ULYSSES_BIN/src/train/ulysses-train
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 cmd=("${MPIEXEC:-mpiexec}" -n "$ranks" "$here/bind.sh" "$train" "$@")
 echo "+ ${cmd[*]}"
-exec "${cmd[@]}"
+"${cmd[@]}" &
+launcher=$!
+
+# SIGTERM or SIGUSR1 to this script goes to the ranks themselves, which save and exit 3 together; this script then
+# exits with mpiexec's status, 3. (Sent to mpiexec, MPICH's launcher forwards it, but whether its own exit status
+# then reads the ranks' 3 or 0 depends on timing: a wrapper could not tell "stopped, resume me" from "finished".)
+# shellcheck disable=SC2317   # called from the traps below
+to_ranks() {
+  local proxy sent=0
+  for proxy in $(pgrep -P "$launcher" || true); do pkill "-$1" -P "$proxy" && sent=1; done
+  ((sent)) || kill "-$1" "$launcher" 2>/dev/null || true   # no rank started yet: mpiexec ends what it starts
+}
+trap 'to_ranks TERM' TERM
+trap 'to_ranks USR1' USR1
+while kill -0 "$launcher" 2>/dev/null; do wait "$launcher" || true; done   # a trapped signal interrupts wait
+rc=0
+wait "$launcher" || rc=$?
+exit "$rc"

@@ -22,7 +22,8 @@ import xxhash
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs, train_command  # noqa: E402
+from cli_checks import (ROOT, SAMPLE, TINY_CONFIG as CONFIG, PackedSample, losses, small_tmpfs,  # noqa: E402
+                        train_command)
 
 TRAIN, PACK, MPIEXEC = sys.argv[1:4]
 del sys.argv[1:4]
@@ -37,10 +38,10 @@ def rank_pids(out):
     return [int(pid) for pid in p.stdout.split()]
 
 
-def start(cmd):
+def start(cmd, env=None):
     """A run in its own process group, so a failing test can end every rank it started."""
     return subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 def stop(p, out):
@@ -144,22 +145,29 @@ class Train(PackedSample):
         self.assertIn("SLURM_JOB_END_TIME='soon' is not a time in seconds since the epoch", p.stderr)
 
     def test_sigterm_saves_and_exits_3(self):
-        """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1."""
-        out = self.root / "term"
-        p = start(train_cmd(2, self.data, out, "--sp", 2, "--steps", 100000))
-        try:
-            deadline = time.time() + 300
-            while time.time() < deadline and not (out / "metrics.jsonl").exists():
-                time.sleep(0.05)
-            ranks = rank_pids(out)
-            self.assertEqual(len(ranks), 2, ranks)
-            os.kill(ranks[0], signal.SIGTERM)
-            _, err = p.communicate(timeout=300)
-            self.assertEqual(p.returncode, 3, err[-3000:])
-            step = len(losses(out))
-            self.assertEqual((out / "checkpoints/latest").read_text().strip(), f"step-{step:07d}")
-        finally:
-            stop(p, out)
+        """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1, to one rank; and to
+        the launcher, launch/local.sh, whose exit status is 3 too (mpiexec's own forwarding may read 0)."""
+        local = [ROOT / "launch/local.sh", 2, *train_cmd(2, self.data, "-", "--sp", 2, "--steps", 100000)[4:]]
+        env = dict(os.environ, ULYSSES_BIN=pathlib.Path(TRAIN).parents[2], MPIEXEC=MPIEXEC)
+        for name, cmd, to_launcher in (("term", train_cmd(2, self.data, self.root / "term", "--sp", 2, "--steps",
+                                                          100000), False),
+                                       ("term-local", local, True)):
+            out = self.root / name
+            cmd[cmd.index("--output") + 1] = out
+            p = start(cmd, env=env)
+            try:
+                deadline = time.time() + 300
+                while time.time() < deadline and not (out / "metrics.jsonl").exists():
+                    time.sleep(0.05)
+                ranks = rank_pids(out)
+                self.assertEqual(len(ranks), 2, ranks)
+                os.kill(p.pid if to_launcher else ranks[0], signal.SIGTERM)
+                _, err = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 3, err[-3000:])
+                step = len(losses(out))
+                self.assertEqual((out / "checkpoints/latest").read_text().strip(), f"step-{step:07d}")
+            finally:
+                stop(p, out)
 
     def test_killed_rank_ends_all_ranks(self):
         """Under mpiexec (launch/local.sh): what MPICH's launcher does when a rank dies. The trainer's own failure
