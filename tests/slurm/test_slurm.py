@@ -112,6 +112,7 @@ class Sbatch(unittest.TestCase):
         info = self.submit_mode(out, NODES=2, GPUS_PER_NODE=2, SP=2, STEPS=4)
         log = log_of(info)
         self.assertEqual(info["ExitCode"], "0:0", log[-4000:])
+        self.assertNotIn("submitted with plain sbatch", log)   # its plan was checked before submitting
         self.assertIn("world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; "
                       "SP groups inside islands", log)
         for rank, host, node, local, sp_group, dp_group in [(0, "n1", 0, 0, "[0 1]", "[0 2]"),
@@ -132,6 +133,18 @@ class Sbatch(unittest.TestCase):
         self.assertIn("--allow-sp-across-islands", p.stderr)
         self.assertIn("nothing submitted", p.stdout)
         self.assertNotIn("Submitted batch job", p.stdout)
+        # plain sbatch runs none of the file before the job: its plan is the job's first act (no lock, no binaries'
+        # copy, no trainer), exit 2 and not requeued
+        plain = work / "crossing-plain"
+        info = cluster.wait(cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SBATCH], cwd=work,
+                                           env=job_env(plain, NODES=2, GPUS_PER_NODE=2, SP=4, STEPS=4)))
+        log = log_of(info)
+        self.assertEqual(info["ExitCode"], "2:0", log[-3000:])
+        for needle in ("submitted with plain sbatch: the memory plan is checked now", "--sp 4 spans NVLink islands",
+                       "the memory plan does not fit (exit 2): nothing trained"):
+            self.assertIn(needle, log)
+        self.assertNotIn("resolved ulysses-train configuration", log)
+        self.assertFalse((plain / "bin").exists())
 
     def test_3_preempted_job_requeues_and_matches(self):
         out = work / "preempted"
