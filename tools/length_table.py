@@ -5,7 +5,8 @@ H100s — or 141 GB H200s where the row says so —, 1.9 TiB host per node), for
 --prefetch off) and for ours (profile h100 or h200) in --precision bf16 and amp-bf16, with --prefetch auto (on for a
 GPU) and, in parentheses, off; and ours in bf16 with attention in head groups (--attention-head-groups auto: the
 least G that fits the longest length), with the parameters offloaded too (--offload-params) where that reaches further,
-and what stops the next length (ulysses-plan's refusal one unit past it).
+and what stops the next length (ulysses-plan's refusal one unit past it). The byte model's own lengths, as the
+records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
 """
@@ -60,11 +61,15 @@ def human(n):
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
 
 
+# The records' 16- and 32-GPU rows run SP across nodes (ALST and UPipe over InfiniBand): the trainer's opt-in.
+ACROSS = ["--allow-sp-across-islands"]
+
+
 def plan(a, cfg, nodes, gpus, sp, flags, profile, precision, prefetch, gpu="H100"):
     """ulysses-plan --json's answer for the row's layout: its longest length and the head groups it settles."""
     cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", str(cfg), "--nodes", str(nodes), "--gpus-per-node",
            str(gpus), "--sp", str(sp), "--precision", precision, "--host-memory", "1.9TiB", "--profile", profile,
-           "--gpu-memory", GPU_MEMORY[gpu], "--prefetch", prefetch, "--json"] + flags
+           "--gpu-memory", GPU_MEMORY[gpu], "--prefetch", prefetch, "--headroom", "0", *ACROSS, "--json"] + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
@@ -86,7 +91,7 @@ def binds(a, cfg, nodes, gpus, sp, flags, gpu, length):
     """What stops the next length (one SP unit past `length`): ulysses-plan's refusal, shortened."""
     cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", str(cfg), "--nodes", str(nodes), "--gpus-per-node",
            str(gpus), "--sp", str(sp), "--precision", "bf16", "--host-memory", "1.9TiB", "--profile", gpu.lower(),
-           "--gpu-memory", GPU_MEMORY[gpu], "--seq-len", str(length + 64 * sp)] + flags
+           "--gpu-memory", GPU_MEMORY[gpu], "--headroom", "0", *ACROSS, "--seq-len", str(length + 64 * sp)] + flags
     err = subprocess.run(cmd, capture_output=True, text=True).stderr
     m = re.search(r"(GPU|host) memory needs ([\d.]+ \w+) of ([\d.]+ \w+) usable", err)
     if m:

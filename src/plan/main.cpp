@@ -52,7 +52,7 @@ struct Cli {
   std::int64_t micro_batch = 1;
   int island_size = 0;
   bool across_islands = false;
-  std::string corpus = "CORPUS", data = "DATA";
+  std::string corpus = "CORPUS", data = "DATA", headroom = "auto";
   bool json = false, choose_flags = false;
   up::MemoryFlags flags;
 };
@@ -103,6 +103,11 @@ void set_up(CLI::App& app, Cli& o) {
   app.add_option("--profile,--memory-profile", o.profile,
                  "Memory profile: a file from ulysses-train --calibrate-memory, or built-in cpu, h100, h200, alst-h100 "
                  "(default: cpu or h100 by --device)");
+  app.add_option("--headroom", o.headroom,
+                 "Percent of the usable memory the plan keeps free in its verdict, longest length and choices, for "
+                 "what the profile may miss (auto: 5 on a counted profile, h100/h200 until calibrated; 0 on a "
+                 "measured one). ulysses-train's own refusal keeps none")
+      ->capture_default_str();
   app.add_option("--corpus", o.corpus, "Tokenized corpus named in the printed ulysses-pack command")->capture_default_str();
   app.add_option("--data", o.data, "Packed dataset directory named in the printed commands")->capture_default_str();
   app.add_flag("--json", o.json, "Print the plan as one JSON object (bytes per category, per rank and node) instead");
@@ -198,13 +203,28 @@ void choose_flags(Cli& o, const ulysses::arch::ModelConfig& c, const up::Layout&
   o.flags = *chosen;
 }
 
+// --headroom: auto (5% on a counted profile, none on a measured one) or a percent in [0, 50].
+double headroom_of(const std::string& text, const up::Profile& p) {
+  if (text == "auto") return p.counted ? 0.05 : 0.0;
+  try {
+    std::size_t used = 0;
+    const double percent = std::stod(text, &used);
+    if (used == text.size() && percent >= 0 && percent <= 50) return percent / 100;
+  } catch (const std::exception&) {
+  }
+  throw ulysses::BadInput(fmt::format("--headroom \"{}\" is not a percent from 0 to 50", text),
+                          "write e.g. --headroom 5, or auto");
+}
+
 int run(Cli& o) {
   const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
   const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
   const bool cuda = o.device == "cuda";
+  up::settle_precision(o.flags, cuda);
   const up::Profile profile = up::load_profile(o.profile.empty() ? up::default_profile_name(cuda, "") : o.profile);
   std::string host_source, why;
-  const up::Machine m = machine_of(o, host_source);
+  up::Machine m = machine_of(o, host_source);
+  m.headroom = headroom_of(o.headroom, profile);
   const std::int64_t target = parse_length(o.seq_len, "--seq-len");
   const up::Layout l = layout_of(o, c, config_json, profile, m, target, why);
   if (o.choose_flags) choose_flags(o, c, l, profile, m, target);
@@ -218,6 +238,7 @@ int run(Cli& o) {
     const up::Breakdown b = up::predict(c, l, f, profile, S);
     nlohmann::json out = plan_json(b, l, m, S, longest);
     out["attention_head_groups"] = f.attention_head_groups;
+    out["headroom"] = m.headroom;
     fmt::print("{}\n", out.dump());
     return target > 0 && S > longest ? ulysses::kExitBadInput : 0;
   }
@@ -228,7 +249,10 @@ int run(Cli& o) {
              l.ranks_per_node, cuda ? "GPUs" : "CPU ranks",
              cuda ? fmt::format("{} per GPU; ", ulysses::human_bytes(static_cast<std::uint64_t>(m.device_bytes))) : "",
              ulysses::human_bytes(static_cast<std::uint64_t>(m.host_bytes)), host_source);
-  fmt::print("profile {}: {}\n", profile.name, profile.source);
+  fmt::print("profile {}: {}{}\n", profile.name, profile.source,
+             m.headroom > 0 ? fmt::format("; planned with {:.0f}% of the usable memory kept free (--headroom)",
+                                          100 * m.headroom)
+                            : "");
   fmt::print("layout: SP {} × DP {}; micro-batch {}; {}\n", l.sp, l.world() / l.sp, l.micro_batch,
              up::features_line(f, c, l));
   if (!why.empty()) fmt::print("chosen: {}\n", why);

@@ -11,12 +11,13 @@
 namespace ulysses::plan {
 
 void add_memory_flags(CLI::App& app, MemoryFlags& o) {
+  o.precision = "auto";
   app.add_option("--precision", o.precision,
-                 "fp32; bf16: the model in bf16 — weights it computes with, activations, residual stream and kept "
+                 "auto: bf16 on a GPU, fp32 on a CPU (as the sbatch's PRECISION); fp32; bf16: the model in bf16 — weights it computes with, activations, residual stream and kept "
                  "layer inputs — over fp32 masters and AdamW state (DeepSpeed bf16, Megatron --bf16); amp-bf16: "
                  "autocast over fp32 weights (HF Trainer bf16=True), the residual stream and kept inputs fp32: twice "
                  "bf16's activation bytes")
-      ->check(CLI::IsMember({"fp32", "bf16", "amp-bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "amp-bf16"}))->capture_default_str();
   app.add_option("--reduce-dtype", o.reduce_dtype,
                  "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's "
                  "reduce_dtype): fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
@@ -113,7 +114,12 @@ Sharding resolve_sharding(const MemoryFlags& o, int world) {
   return o.sharding == "hybrid_shard" ? Sharding::kHybrid : Sharding::kNone;
 }
 
+void settle_precision(MemoryFlags& flags, bool gpu) {
+  if (flags.precision == "auto") flags.precision = gpu ? "bf16" : "fp32";
+}
+
 Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, int sp) {
+  ULY_CHECK(o.precision != "auto", "--precision auto is settled before resolve");
   Features f;
   f.bf16 = o.precision == "bf16" || o.precision == "amp-bf16";
   f.bf16_activations = o.precision == "bf16";

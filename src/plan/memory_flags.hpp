@@ -41,7 +41,10 @@ struct MemoryFlags {
   std::int64_t logits_chunk_tokens = 0;    // tokens per chunk (0: ~1 GiB of fp32 logits)
   std::string prefetch = "auto";           // on, off; auto: on for a GPU (side streams), off for a CPU
 };
+// The tools' memory flags. --precision's default there is auto: settle_precision makes it bf16 on a GPU, fp32 on a
+// CPU, once the device is known (the struct's own default, for code that builds flags, stays fp32).
 void add_memory_flags(CLI::App& app, MemoryFlags& flags);
+void settle_precision(MemoryFlags& flags, bool gpu);
 // The command-line flags that give `flags` back through add_memory_flags, --precision left out (the sbatch's
 // PRECISION variable carries it): the sbatch's MEMORY_ARGS. Defaults are not written; "" when all are defaults.
 std::string memory_args(const MemoryFlags& flags);

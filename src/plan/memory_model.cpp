@@ -48,7 +48,6 @@ std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const
   return 2 * (f.bf16_activations ? arch::parameter_count(c) : arch::matmul_parameter_count(c));
 }
 
-std::int64_t usable(std::int64_t b) { return static_cast<std::int64_t>(kUsableFraction * static_cast<double>(b)); }
 
 }  // namespace
 
@@ -118,9 +117,9 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
 
 Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m) {
   const std::int64_t node = (m.cuda ? b.host() : b.host() + b.device()) * l.ranks_per_node;
-  if (m.cuda && b.device() > usable(m.device_bytes)) return {false, "device", b.device(), usable(m.device_bytes)};
-  if (node > usable(m.host_bytes)) return {false, "host", node, usable(m.host_bytes)};
-  return {true, "", m.cuda ? b.device() : node, m.cuda ? usable(m.device_bytes) : usable(m.host_bytes)};
+  if (m.cuda && b.device() > m.usable(m.device_bytes)) return {false, "device", b.device(), m.usable(m.device_bytes)};
+  if (node > m.usable(m.host_bytes)) return {false, "host", node, m.usable(m.host_bytes)};
+  return {true, "", m.cuda ? b.device() : node, m.cuda ? m.usable(m.device_bytes) : m.usable(m.host_bytes)};
 }
 
 bool Layout::sp_within_islands(int p) const {

@@ -51,13 +51,18 @@ struct Layout {
   bool sp_within_islands(int p) const;
 };
 
+inline constexpr double kUsableFraction = 0.92;   // of device and host memory a plan may fill
+
 struct Machine {   // what one node offers
   bool cuda = false;                 // false: the ranks' "device" is host memory
   std::int64_t device_bytes = 0;     // one GPU's memory (cuda)
   std::int64_t host_bytes = 0;       // the node's memory (cgroup limit or MemTotal)
+  double headroom = 0;               // of the usable bytes, the fraction ulysses-plan keeps free (--headroom)
+  // Of `total` bytes (one GPU's, or the node's), what a plan may fill: kUsableFraction, less the headroom.
+  std::int64_t usable(std::int64_t total) const {
+    return static_cast<std::int64_t>(kUsableFraction * (1 - headroom) * static_cast<double>(total));
+  }
 };
-
-inline constexpr double kUsableFraction = 0.92;   // of device and host memory a plan may fill
 
 struct Breakdown {   // bytes of one rank
   std::int64_t weights = 0, gradients = 0, optimizer = 0, gathered = 0, saved = 0, working = 0, loss = 0, comm = 0,

@@ -25,6 +25,7 @@ std::vector<Profile> builtins() {
   const Profile h100{.name = "h100",
                      .source = "counted (factors 1.0), not yet measured on a GPU: run ulysses-train --calibrate-memory "
                                "there; docs/planning.md",
+                     .counted = true,
                      .cuda = true,
                      .saved_factor = 1.0, .work_factor = 1.0, .mlp_factor = 1.0, .loss_factor = 1.0,
                      .device_fixed = 2048 * kMiB, .host_fixed = 6144 * kMiB, .checkpoint_bytes = 0,

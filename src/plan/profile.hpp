@@ -18,6 +18,7 @@ namespace ulysses::plan {
 struct Profile {
   std::string name;            // "cpu", "h100", "alst-h100", or the calibrated device
   std::string source;          // where the numbers come from, one line
+  bool counted = false;        // the factors are counted, not measured (ulysses-plan keeps --headroom auto free)
   bool cuda = false;           // a GPU's profile (device memory apart from host memory)
   double saved_factor = 1.0;   // bytes saved by a layer in the plain path / counted elements × dtype bytes
   double work_factor = 1.0;    // one layer's forward + backward working set, attention side / counted

@@ -35,6 +35,8 @@ void use_device([[maybe_unused]] const c10::Device& d) {
 
 bool cuda_built() { return ULYSSES_CUDA != 0; }
 
+bool computes_on_gpu(const std::string& flag) { return flag == "cuda" || (flag == "auto" && visible_gpus() > 0); }
+
 c10::Device choose_device(const std::string& flag, int local_rank) {
   if (flag == "cpu") return c10::Device(c10::kCPU);
   if (flag != "auto" && flag != "cuda") throw BadInput(fmt::format("--device {}: unknown device", flag), "use auto, cpu or cuda");

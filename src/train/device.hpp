@@ -17,6 +17,8 @@ namespace ulysses::train {
 // share one). BadInput when cuda is asked for and this build or this machine has none.
 c10::Device choose_device(const std::string& flag, int local_rank);
 
+// Whether --device `flag` computes on a GPU (cuda, or auto with one visible): --precision auto's bf16.
+bool computes_on_gpu(const std::string& flag);
 void use_device(const c10::Device& d);   // makes a CUDA device this thread's current one (no-op on the CPU)
 bool cuda_built();                         // this build links CUDA LibTorch
 std::string device_name(const c10::Device& d);   // "NVIDIA H100 80GB HBM3" or "cpu"

@@ -114,7 +114,9 @@ std::optional<std::string> refusal(const ut::TrainOptions& o, const ulysses::Env
     const std::optional<PlanInputs> in = plan_inputs(o, vars);
     if (!in) return std::nullopt;
     try {
-      ulysses::plan::check_memory_fits(in->config, o.memory, in->layout(), {false, "cpu", 0}, o.memory_profile,
+      ulysses::plan::MemoryFlags flags = o.memory;
+      ulysses::plan::settle_precision(flags, /*gpu=*/false);   // plan_inputs plans CPU runs only
+      ulysses::plan::check_memory_fits(in->config, flags, in->layout(), {false, "cpu", 0}, o.memory_profile,
                                        in->seq_len);
       return std::nullopt;
     } catch (const ulysses::BadInput& e) {

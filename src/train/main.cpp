@@ -14,8 +14,10 @@
 #include "core/log.hpp"
 #include "dist/mpi_world.hpp"
 #include "dist/process_groups.hpp"
+#include "plan/memory_flags.hpp"
 #include "train/calibrate.hpp"
 #include "train/cli.hpp"
+#include "train/device.hpp"
 #include "train/signals.hpp"
 #include "train/trainer.hpp"
 
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   bool print_config = false;
   ut::set_up(app, o, print_config);
   if (auto code = ulysses::parse_command_line(app, argc, argv, /*speak=*/world.rank() == 0)) return *code;
+  ulysses::plan::settle_precision(o.memory, ut::computes_on_gpu(o.device));   // --precision auto
   if (print_config) {
     if (world.rank() == 0) fmt::print("{}", app.config_to_str(true, false));
     return 0;

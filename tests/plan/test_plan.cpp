@@ -297,6 +297,24 @@ TEST(MemoryModel, Fp32ResidualNeedsBf16AndKeepsFp32LayerInputs) {
   EXPECT_EQ(resolve(flags, kSmall, 1).activation_bytes(), 2);
 }
 
+// The tools' --precision defaults to auto, which settles to bf16 on a GPU and fp32 on a CPU; a given one stays.
+TEST(MemoryFlags, PrecisionAutoIsBf16OnAGpuAndFp32OnACpu) {
+  CLI::App app;
+  MemoryFlags f;
+  add_memory_flags(app, f);
+  app.parse("ulysses-plan", true);
+  EXPECT_EQ(f.precision, "auto");
+  EXPECT_THROW(static_cast<void>(resolve(f, kSmall, 1)), std::logic_error);   // settled first, always
+  MemoryFlags gpu = f, cpu = f;
+  settle_precision(gpu, true);
+  settle_precision(cpu, false);
+  EXPECT_EQ(gpu.precision, "bf16");
+  EXPECT_EQ(cpu.precision, "fp32");
+  app.parse("ulysses-plan --precision amp-bf16", true);
+  settle_precision(f, false);
+  EXPECT_EQ(f.precision, "amp-bf16");
+}
+
 // memory_args writes the flags add_memory_flags reads: what the planner prints as MEMORY_ARGS gives the trainer
 // the very features it planned.
 TEST(MemoryFlags, MemoryArgsParseBackToTheSameFeatures) {

@@ -14,13 +14,14 @@ usage: test_plan_cli.py ULYSSES_PLAN ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import TempDirCase, one_error_line  # noqa: E402
+from cli_checks import SAMPLE, TINY_CONFIG, TempDirCase, one_error_line  # noqa: E402
 
 PLAN, TRAIN, PACK, MPIEXEC = sys.argv[1:5]
 del sys.argv[1:5]
@@ -131,8 +132,8 @@ class PlanCli(TempDirCase):
         """8B at 6M tokens on 8 GPUs: q of all a rank's heads after the all-to-all is 6M × 4 × 128 = 3.2e9 elements;
         one line naming it and the flag, exit 2, where the memory would fit (GPUs of 1 TiB; where it does not, the
         memory's line comes first). With --attention-head-groups auto the plan takes G = 2 at 3M on 80 GiB H100s (where
-        G = 1's tensors are under the limit but its memory is not) and G = 1 at 1M."""
-        base = [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, *SBATCH_FLAGS]
+        G = 1's tensors are under the limit but its memory is not) and G = 1 at 1M; the model's bytes, no headroom."""
+        base = [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, *SBATCH_FLAGS, "--headroom", 0]
         p = subprocess.run(list(map(str, base + ["--seq-len", "6M", "--gpu-memory", "1TiB", "--host-memory", "4TiB"])),
                            capture_output=True, text=True)
         base += ["--host-memory", "1.9TiB"]
@@ -172,6 +173,92 @@ class PlanCli(TempDirCase):
         for p in outs:
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(p.stdout, outs[0].stdout)
+
+    def test_one_precision_default_and_a_stated_headroom(self):
+        """--precision's default is the sbatch's: bf16 on GPUs, fp32 on a CPU. A counted profile (h100) keeps 5% of
+        the usable memory free in what the plan recommends (its longest length uses at most 95% of 92% of 80 GiB, and
+        close to it); a measured one (cpu) and --headroom 0 keep none; a bad --headroom is one line."""
+        def plan(*extra):
+            p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, "--json",
+                                              *extra])), capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return json.loads(p.stdout)
+        self.assertEqual(plan(), plan("--precision", "bf16"))
+        self.assertNotEqual(plan(), plan("--precision", "fp32"))
+        cpu = ["--device", "cpu", "--host-memory", "1TiB"]
+        self.assertEqual(plan(*cpu), plan(*cpu, "--precision", "fp32"))
+        self.assertEqual(plan(*cpu)["headroom"], 0)
+        kept, full = plan(*SBATCH_FLAGS), plan(*SBATCH_FLAGS, "--headroom", 0)   # lengths where the GPU's memory binds
+        self.assertEqual((kept["headroom"], full["headroom"]), (0.05, 0))
+        self.assertLess(kept["longest"], full["longest"])
+        usable = 0.92 * 80 * 2**30
+        self.assertLessEqual(kept["device_per_rank"], 0.95 * usable)
+        self.assertGreater(kept["device_per_rank"], 0.93 * usable)   # the margin is 5%, not more
+        self.assertGreater(full["device_per_rank"], 0.97 * usable)
+        p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--headroom", 80])), capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 2)
+        one_error_line(self, p.stderr, ['--headroom "80" is not a percent from 0 to 50'], self.root / "nothing")
+
+    def test_every_layout_the_plan_recommends_the_trainer_accepts(self):
+        """The planner and the trainer agree: for a table of clusters (2 nodes × 2 ranks, emulated per rank through
+        SLURMD_NODENAME / SLURM_NODEID / SLURM_LOCALID; host memory chosen so that S = 64K needs SP 2, or SP 4 across
+        the nodes), each layout ulysses-plan recommends — the sbatch line of --sp choose, the layout its refusal's
+        hint names — is one the trainer's --dry-run accepts on those nodes with the line's flags (SP, ISLAND_SIZE,
+        MEMORY_ARGS, EXTRA_ARGS); and the across-island opt-in the plan prints is one the trainer needs."""
+        config = self.root / "tiny-64k.json"
+        config.write_text(json.dumps(dict(json.loads(TINY_CONFIG.read_text()), max_position_embeddings=1 << 20)))
+        data = self.root / "packed-64k"
+        subprocess.run(list(map(str, [PACK, "pack", SAMPLE, "-o", data, "--seq-len", 65536, "--sp", 4, "--pad-id", 258,
+                                      "--model-config", config])), check=True, capture_output=True)
+        base = [PLAN, "--model", config, "--device", "cpu", "--nodes", 2, "--gpus-per-node", 2, "--seq-len", "64K",
+                "--precision", "fp32"]
+
+        def plan(*extra, code=0):
+            p = subprocess.run(list(map(str, base + list(extra))), capture_output=True, text=True)
+            self.assertEqual(p.returncode, code, p.stdout + p.stderr)
+            return p
+
+        def dry_run(line, hint_flags=(), nodes=None):
+            """The trainer's --dry-run on the line's nodes × GPUS_PER_NODE emulated ranks with its flags."""
+            v = dict(w.split("=", 1) for w in shlex.split(line.split(" bash ")[0]))
+            flags = ["--sp", v["SP"], "--precision", v["PRECISION"], "--island-size", v.get("ISLAND_SIZE", 0),
+                     *shlex.split(v["MEMORY_ARGS"]), *shlex.split(v.get("EXTRA_ARGS", "")), *hint_flags]
+            per_node, cmd = int(v["GPUS_PER_NODE"]), [MPIEXEC]
+            for g in range(int(nodes or v["NODES"]) * per_node):
+                n, local = divmod(g, per_node)
+                cmd += [":"] * (g > 0) + ["-n", 1, "-env", "SLURMD_NODENAME", f"n{n}", "-env", "SLURM_NODEID", n,
+                                          "-env", "SLURM_LOCALID", local, TRAIN, "--data", data, "--model-config",
+                                          config, "--output", self.root / "dry", "--threads", 1, "--dry-run", *flags]
+            return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300)
+
+        def sbatch_line(p):
+            return next(line.strip() for line in p.stdout.splitlines() if "bash slurm/train_1m.sbatch" in line)
+
+        accepted = 0
+        for host, extra in (("3GiB", []), ("2.2GiB", ["--allow-sp-across-islands"]), ("2.2GiB", ["--island-size", 4])):
+            line = sbatch_line(plan("--host-memory", host, "--sp", "choose", *extra))
+            p = dry_run(line)
+            self.assertEqual(p.returncode, 0, f"{line}\n{p.stderr[-3000:]}")
+            self.assertIn("dry run: nothing was written", p.stderr + p.stdout)
+            accepted += 1
+            if "EXTRA_ARGS" in line:   # the opt-in the plan prints is one the trainer needs
+                p = dry_run(line.replace('EXTRA_ARGS="--allow-sp-across-islands"', ""))
+                self.assertEqual(p.returncode, 2, p.stderr[-3000:])
+                self.assertIn("spans NVLink islands", p.stderr)
+        plan("--host-memory", "2.2GiB", "--sp", "choose", code=2)   # SP 4 crosses the nodes: not offered bare
+        # a refusal's hint: the layout (or the flags) it names, run as the trainer would be
+        p = plan("--host-memory", "3GiB", "--sp", 1, code=2)
+        hint = p.stderr.split("HINT: ")[1].strip()
+        line = f"NODES=2 GPUS_PER_NODE=2 SP=1 PRECISION=fp32 MEMORY_ARGS=\"\" bash slurm/train_1m.sbatch"
+        if hint.startswith("use --sp "):
+            line = line.replace("SP=1", f"SP={hint.split()[2]}")
+            p = dry_run(line)
+        else:
+            self.assertTrue(hint.startswith("add --"), hint)
+            p = dry_run(line, shlex.split(hint[len("add "):]))
+        self.assertEqual(p.returncode, 0, f"{hint}\n{p.stderr[-3000:]}")
+        self.assertEqual(accepted, 3)
 
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import unittest
 
+import h5py
 import sentencepiece as spm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -24,6 +25,7 @@ from text_corpus import CorpusCase  # noqa: E402
 
 PACK, SAMPLE = sys.argv[1:3]
 del sys.argv[1:3]
+CHAT_IDS = pathlib.Path(__file__).resolve().parents[2] / "tools/chat_ids.py"
 MISTRAL_DATA = pathlib.Path(importlib.util.find_spec("mistral_common").submodule_search_locations[0]) / "data"
 
 
@@ -117,6 +119,68 @@ class VsMistralAndSentencePiece(CorpusCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             got = [json.loads(line)["input_ids"] for line in (folder / "ids.jsonl").read_text().splitlines()]
             self.assertEqual(got, want, folder)
+
+    def packed_documents(self, ids_file, name):
+        """ulysses-pack pack of a JSONL of ids, its documents read back from the shards (h5py), sorted."""
+        out = self.root / name
+        p = subprocess.run([PACK, "pack", ids_file, "-o", out, "--seq-len", "1024", "--valid-fraction", "0"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        docs = []
+        for shard in json.loads((out / "manifest.json").read_text())["shards"]:
+            with h5py.File(out / shard["file"]) as f:
+                ids, offsets, starts, lengths = (f[k][()] for k in ("input_ids", "doc_offsets", "doc_starts",
+                                                                    "seq_lengths"))
+            for row in range(len(lengths)):
+                edges = [*starts[offsets[row]:offsets[row + 1]], lengths[row]]
+                docs += [ids[row, a:b].tolist() for a, b in zip(edges, edges[1:])]
+        return sorted(docs)
+
+    def test_chat_recipe_gives_the_tokenizers_own_ids(self):
+        """The documented chat recipe (user guide): tools/chat_ids.py encodes each conversation in Python —
+        transformers' apply_chat_template(tokenize=True) for a SentencePiece folder whose template markers are special
+        tokens, mistral_common's encode_chat_completion for a Tekken file — and ulysses-pack packs those ids: the
+        shards hold exactly those documents. Rendering the template to text and tokenizing that here instead encodes
+        <s>, [INST] and </s> as plain text (the way every SentencePiece and Tekken reader does), other ids."""
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+        from mistral_common.protocol.instruct.validator import ValidationMode
+        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+        from transformers import LlamaTokenizer
+        chats = [[{"role": "user", "content": self.texts[i][:300]},
+                  {"role": "assistant", "content": self.texts[i + 1][:300]}] for i in range(0, 100, 2)]
+        chats_file = self.root / "chats.jsonl"
+        chats_file.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), encoding="utf-8")
+        hf = LlamaTokenizer(vocab_file=str(MISTRAL_DATA / "mistral_instruct_tokenizer_240323.model.v3"), legacy=False,
+                            additional_special_tokens=["[INST]", "[/INST]"])
+        hf.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                            "[INST] {{ m['content'] }}[/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
+                            "{% endfor %}")
+        folder = self.root / "chat-sp"
+        hf.save_pretrained(folder)
+        tekken = MISTRAL_DATA / "tekken_240911.json"
+        mistral = MistralTokenizer.from_file(str(tekken), mode=ValidationMode.finetuning)
+        sp_want = [list(hf.apply_chat_template(c, tokenize=True)) for c in chats]
+        self.assertEqual(sp_want[0][:2], [1, 3])   # <s> [INST] as ids
+        for name, args, want in (
+                ("sp", [folder], sp_want),
+                ("tekken", [tekken, "--mistral-common"],
+                 [mistral.encode_chat_completion(ChatCompletionRequest(messages=c)).tokens for c in chats])):
+            ids_file = self.root / f"chat-{name}.jsonl"
+            with chats_file.open() as stdin, ids_file.open("w") as stdout:
+                p = subprocess.run([sys.executable, CHAT_IDS, *map(str, args)], stdin=stdin, stdout=stdout,
+                                   stderr=subprocess.PIPE, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual([json.loads(line)["input_ids"] for line in ids_file.read_text().splitlines()], want)
+            self.assertEqual(self.packed_documents(ids_file, f"chat-{name}-packed"), sorted(want))
+        rendered = self.root / "rendered.jsonl"   # the text path, which a tokenizer.json reads right
+        rendered.write_text("".join(json.dumps({"text": hf.apply_chat_template(c, tokenize=False)}) + "\n"
+                                    for c in chats), encoding="utf-8")
+        p = subprocess.run([PACK, "tokenize", rendered, "-o", self.root / "rendered-ids.jsonl", "--tokenizer", folder,
+                            "--no-add-special-tokens", "--no-append-eos"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        as_text = [json.loads(line)["input_ids"]
+                   for line in (self.root / "rendered-ids.jsonl").read_text().splitlines()]
+        self.assertTrue(all(t != w and 3 not in t for t, w in zip(as_text, sp_want)))   # [INST] never an id there
 
     def check_tekken(self, name):
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer

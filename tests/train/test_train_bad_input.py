@@ -131,7 +131,7 @@ class BadInput(PackedSample):
                              ('lr = "3e-4"', 'key "lr" takes a number (--lr), found the string "3e-4"'),
                              ("tiled_mlp = 1", 'key "tiled_mlp" takes a boolean (--tiled-mlp), found 1'),
                              ("sp = true", "found the boolean true"),
-                             ('precision = "fp16"', ':4: key "precision" = "fp16": fp16 not in {fp32,bf16,amp-bf16}'),
+                             ('precision = "fp16"', ':4: key "precision" = "fp16": fp16 not in {auto,fp32,bf16,amp-bf16}'),
                              ("save_every = -3", ':4: key "save_every" = -3: "-3" is not N ≥ 0 or -1'),
                              ("steps = 3\nsteps = 4", ':5: key "steps" sets --steps again (line 4 set it)')):
             path.write_text(head + body + "\n")

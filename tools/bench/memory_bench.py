@@ -108,8 +108,9 @@ def run_ours(a, work, data, side, S, cgroup=None):
     ranks = 4 if side == "D" else 1
     features = [] if side == "off" else ["--activation-checkpointing", "--tiled-mlp",
                                          "--logits-chunk-tokens", str(a.loss_chunk)]
+    features += ["--precision", PRECISION.get(side, "fp32")]   # named: the default (auto) is bf16 on a GPU
     if side in PRECISION:
-        features += ["--offload-checkpoints", "-1", "--precision", PRECISION[side]]
+        features += ["--offload-checkpoints", "-1"]
     if side == "G4":
         features += ["--attention-head-groups", "4"]
     out = work / f"run-{side}-{S}"

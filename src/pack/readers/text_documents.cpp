@@ -36,10 +36,10 @@ std::string text_of(const std::string& line, const ReaderOptions& options) {
   const auto text = j.is_object() ? j.find(options.text_key) : j.end();
   const bool chat = text != j.end() && text->is_array() && !text->empty() && text->front().is_object() &&
                     text->front().contains("role");
-  if (chat)   // a conversation: rendered by the model's own template first (docs/user-guide.md, "Chat data")
-    throw JsonLineError(0, fmt::format("\"{}\" holds a conversation (a list of messages), not text: render it with "
-                                       "the model's chat template first, then pack the text with "
-                                       "--no-add-special-tokens (docs/user-guide.md, \"Chat data\")",
+  if (chat)   // a conversation: encoded by the model's own tokenizer first (docs/user-guide.md, "Chat data")
+    throw JsonLineError(0, fmt::format("\"{}\" holds a conversation (a list of messages), not text: encode it with "
+                                       "the model's chat template first (python3 tools/chat_ids.py MODEL < chats.jsonl "
+                                       "> ids.jsonl), then pack the ids (docs/user-guide.md, \"Chat data\")",
                                        options.text_key));
   if (!j.is_object() || text == j.end() || !text->is_string())
     throw JsonLineError(0, fmt::format("no text (a JSON string) under \"{}\" (--text-key)", options.text_key));
