@@ -1,0 +1,366 @@
+// The memory features against the plain path, the model library alone (no Python): tiled logits and loss,
+// activation checkpointing (with offload, in bf16), the offloads' host buffers, the bf16 model, the recompute
+// primitive, TiledMLP, attention in head groups, and every feature at SP = 4 (ranks as threads) against SP = 1 —
+// bit for bit where the arithmetic is the same, else within the stated relative tolerance.
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "arch/model_config.hpp"
+#include "core/error.hpp"
+#include "local_communicators.hpp"
+#include "model/causal_lm.hpp"
+#include "model/host_buffers.hpp"
+#include "model/recompute.hpp"
+#include "model/weights.hpp"
+#include "model_fixtures.hpp"
+
+namespace ulysses::model {
+namespace {
+
+using namespace fixtures;   // NOLINT(google-build-using-namespace): the tests' own fixtures
+
+// ---- tiled logits + loss -----------------------------------------------------------------------
+
+// Tiled logits + loss equal the plain path in fp32: loss and every gradient ≤ 1e-6 relative, whatever the
+// chunk (4, 5 and 13 tokens, not dividing the 32 tokens, and all of them), tied or not, with a chunk whose
+// labels are all -100 (row 1's first 8 tokens). Chunks of 1 to 3 tokens make the head's matmuls take
+// oneDNN's small-M kernels, which round differently: 1.0-1.2e-6 was seen there on one gradient (a
+// k_proj bias); real chunks are thousands of tokens.
+TEST(TiledLoss, EqualsThePlainPath) {
+  for (const bool tied : {false, true}) {
+    auto config = tiny_config(2, std::nullopt);
+    config.tie_word_embeddings = tied;
+    CausalLm plain(config);
+    init_weights(plain, 4);
+    Batch batch = packed_batch(config.vocab_size);
+    batch.labels.select(0, 1).narrow(0, 0, 8).fill_(kIgnoreLabel);
+    const LossAndGrads want = loss_and_grads(plain, batch);
+    for (const std::int64_t chunk : {4, 5, 13, 32}) {
+      CausalLm tiled(config, SequenceParallel(), ModelOptions().logits_chunk_tokens(chunk));
+      copy_parameters(plain, tiled);
+      const LossAndGrads got = loss_and_grads(tiled, batch);
+      expect_matches(got, want, 1e-6, fmt::format("chunk {} tied {}", chunk, tied));
+      EXPECT_EQ(got.count, want.count);
+    }
+  }
+}
+
+// Keeping the logits (the parity tests) always takes the plain path, tiled or not: the plain model's
+// logits and loss exactly.
+TEST(TiledLoss, KeepLogitsStillGivesTheLogits) {
+  const auto config = tiny_config(2, std::nullopt);
+  CausalLm plain(config);
+  init_weights(plain, 3);
+  CausalLm tiled(config, SequenceParallel(), ModelOptions().logits_chunk_tokens(4));
+  copy_parameters(plain, tiled);
+  const Batch b = packed_batch(config.vocab_size);
+  const CausalLmOutput want = plain->forward(b.ids, b.positions, b.docs, b.labels, /*keep_logits=*/true);
+  const CausalLmOutput got = tiled->forward(b.ids, b.positions, b.docs, b.labels, /*keep_logits=*/true);
+  ASSERT_TRUE(got.logits.defined());
+  EXPECT_TRUE(got.logits.equal(want.logits));
+  EXPECT_TRUE(got.loss_sum.equal(want.loss_sum));
+}
+
+// ---- activation checkpointing -------------------------------------------------------------------
+
+// Recomputing each layer in backward repeats the same operations: loss and gradients equal the plain path
+// bit for bit (GQA and a sliding window); with tiled logits too, ≤ 1e-6 as tiling alone (12-token chunks:
+// 12, 12 and 8 rows, where oneDNN's products give the whole product's rows exactly).
+TEST(ActivationCheckpointing, EqualsThePlainPathBitForBit) {
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>(), std::optional<std::int64_t>(3)}) {
+    const auto config = tiny_config(2, window);
+    CausalLm plain(config);
+    init_weights(plain, 6);
+    const Batch batch = packed_batch(config.vocab_size);
+    const LossAndGrads want = loss_and_grads(plain, batch);
+    CausalLm recomputed(config, SequenceParallel(), ModelOptions().activation_checkpointing(true));
+    copy_parameters(plain, recomputed);
+    expect_matches(loss_and_grads(recomputed, batch), want, 0, "checkpointing");
+    CausalLm both(config, SequenceParallel(), ModelOptions().activation_checkpointing(true).logits_chunk_tokens(12));
+    copy_parameters(plain, both);
+    expect_matches(loss_and_grads(both, batch), want, 1e-6, "checkpointing + tiled logits");
+  }
+}
+
+// Checkpoint offload (forced on CPU: the same code path into a separate host buffer) changes nothing — the
+// loss and gradients equal the plain path's bit for bit — and copies layers × B·S/P × hidden × 4 bytes. With
+// prefetch, the backward of each layer after an offloaded one issues that input's copy back ahead. An evaluation
+// (no grad) copies nothing and leaves the counts of the last training forward and backward.
+TEST(ActivationCheckpointing, OffloadIsExactAndCountsItsBytes) {
+  const auto config = tiny_config(2, std::nullopt);
+  Reference ref = plain_reference(config, 5);
+  for (const bool prefetch : {false, true})
+    for (const std::int64_t layers : {1, 2}) {
+      CausalLm offloaded(config, SequenceParallel(),
+                         ModelOptions().activation_checkpointing(true).offload_checkpoints(layers).prefetch(prefetch));
+      copy_parameters(ref.model, offloaded);
+      const std::string what = fmt::format("{} layers offloaded, prefetch {}", layers, prefetch);
+      expect_matches(loss_and_grads(offloaded, ref.batch), ref.result, 0, what);
+      EXPECT_EQ(offloaded->model->offloaded_bytes(), layers * 2 * 16 * config.hidden_size * 4) << what;   // fp32
+      EXPECT_EQ(offloaded->model->fetched_ahead(), prefetch ? std::min<std::int64_t>(layers, config.num_layers - 1) : 0)
+          << what;
+      const std::int64_t bytes = offloaded->model->offloaded_bytes();
+      {
+        torch::NoGradGuard no_grad;
+        offloaded->forward(ref.batch.ids, ref.batch.positions, ref.batch.docs, ref.batch.labels);
+      }
+      EXPECT_EQ(offloaded->model->offloaded_bytes(), bytes) << what << ": an evaluation copied layer inputs";
+    }
+}
+
+// The offloads' host memory (host_buffers.hpp): a buffer of exactly a tensor's bytes; kept for reuse (as for a
+// GPU) it comes back for the same size once the tensor and its views are gone, and stays held; given back (as on
+// a CPU), nothing stays held. Tensors outlive the HostBuffers that made them. (Page-locking needs a GPU: these
+// are the plain buffers, through the same pool.)
+TEST(HostBuffers, ExactBytesReusedWhenKeptGivenBackOtherwise) {
+  HostBuffers kept(torch::kCPU, /*keep=*/true);
+  auto a = kept.take({3, 5}, torch::kFloat);                     // 60 bytes, not a power of two
+  EXPECT_EQ(a.sizes(), (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(a.scalar_type(), torch::kFloat);
+  EXPECT_EQ(kept.held_bytes(), 60);
+  auto b = kept.take({15}, torch::kFloat);                       // a's size, a is in use: a second buffer
+  EXPECT_NE(b.data_ptr(), a.data_ptr());
+  EXPECT_EQ(kept.held_bytes(), 120);
+  void* const a_memory = a.data_ptr();
+  auto view = a.select(0, 1);
+  a = torch::Tensor();                                           // its view still holds the buffer
+  auto c = kept.take({15}, torch::kFloat);
+  EXPECT_NE(c.data_ptr(), a_memory);
+  EXPECT_EQ(kept.held_bytes(), 180);
+  view = torch::Tensor();
+  auto d = kept.take({5, 3}, torch::kFloat);                     // same bytes: a's buffer again
+  EXPECT_EQ(d.data_ptr(), a_memory);
+  EXPECT_EQ(kept.held_bytes(), 180);
+  auto e = kept.take({7}, torch::kDouble);                       // another size: a new one
+  EXPECT_EQ(kept.held_bytes(), 236);
+  EXPECT_EQ(kept.take({0, 4}, torch::kFloat).numel(), 0);        // nothing to hold
+  EXPECT_EQ(kept.held_bytes(), 236);
+
+  HostBuffers given_back(torch::kCPU, /*keep=*/false);
+  torch::Tensor outlives;
+  {
+    HostBuffers scoped(torch::kCPU, /*keep=*/false);
+    outlives = scoped.take({4}, torch::kFloat);
+  }
+  outlives.copy_(torch::arange(4, torch::kFloat));               // its memory is still there
+  EXPECT_TRUE(outlives.equal(torch::arange(4, torch::kFloat)));
+  auto f = given_back.take({1000}, torch::kFloat);
+  EXPECT_EQ(given_back.held_bytes(), 4000);
+  f = torch::Tensor();
+  EXPECT_EQ(given_back.held_bytes(), 0);
+}
+
+// In bf16 the recomputation re-enters the model's autocast for the forward and runs its backward outside it,
+// as the plain path does (and torch.utils.checkpoint): loss and gradients bit for bit. (On CPU the backward's
+// autocast state does not change these kernels, so this does not tell the two placements apart.) Needs
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on CPUs whose AMX the kernel leaves off; meson sets it.
+TEST(ActivationCheckpointing, Bf16EqualsThePlainBf16PathBitForBit) {
+  const auto config = tiny_config(2, std::nullopt);
+  Reference ref = plain_reference(config, 7, ModelOptions().precision(Precision::kAmpBf16));
+  CausalLm recomputed(config, SequenceParallel(),
+                      ModelOptions().precision(Precision::kAmpBf16).activation_checkpointing(true));
+  copy_parameters(ref.model, recomputed);
+  expect_matches(loss_and_grads(recomputed, ref.batch), ref.result, 0, "bf16 checkpointing");
+}
+
+// The bf16 model (every parameter bf16): checkpointing with offload equals its plain path bit for bit and keeps bf16
+// layer inputs (2 bytes an element, half of the fp32 ones above); with --fp32-residual the residual stream and so the
+// kept inputs are fp32 (4 bytes) and the loss stays within bf16 rounding of the fp32 model's (2e-2: a few bf16 units).
+TEST(Bf16Model, CheckpointOffloadIsExactAndTheFp32ResidualKeepsFp32Inputs) {
+  const auto config = tiny_config(2, std::nullopt);
+  Reference fp32 = plain_reference(config, 5);
+  auto bf16_model = [&](const ModelOptions& options) {
+    CausalLm m(config, SequenceParallel(), ModelOptions(options).precision(Precision::kBf16));
+    m->to(torch::kBFloat16);
+    copy_parameters(fp32.model, m);
+    return m;
+  };
+  CausalLm plain = bf16_model({});
+  const LossAndGrads want = loss_and_grads(plain, fp32.batch);
+  EXPECT_EQ(want.grads.at("model.norm.weight").scalar_type(), torch::kBFloat16);
+  EXPECT_LE(std::abs(want.loss - fp32.result.loss), 2e-2 * std::abs(fp32.result.loss));
+  EXPECT_NE(want.loss, fp32.result.loss) << "the bf16 model gave the fp32 loss bit for bit";
+  const auto offload = ModelOptions().activation_checkpointing(true).offload_checkpoints(2);
+  CausalLm offloaded = bf16_model(offload);
+  expect_matches(loss_and_grads(offloaded, fp32.batch), want, 0, "bf16, checkpoint offload");
+  const std::int64_t elements = 2 * 2 * 16 * config.hidden_size;   // layers × B × S × hidden
+  EXPECT_EQ(offloaded->model->offloaded_bytes(), elements * 2);     // bf16
+  CausalLm residual = bf16_model(ModelOptions(offload).fp32_residual(true));
+  const LossAndGrads got = loss_and_grads(residual, fp32.batch);
+  EXPECT_EQ(residual->model->offloaded_bytes(), elements * 4);      // fp32
+  EXPECT_LE(std::abs(got.loss - fp32.result.loss), 2e-2 * std::abs(fp32.result.loss));
+  EXPECT_NE(got.loss, want.loss) << "--fp32-residual changed nothing";
+}
+
+// ---- the recompute primitive ----------------------------------------------------------------------
+
+// Chunks of rows equal one chunk (float64, ≤ 1e-12 relative: a matmul over fewer rows may block differently): outputs
+// concatenated (y = tanh(x W) + b per row) or summed (Σ y·dy), dx and the handed-in weights' gradients. And backward
+// runs chunk by chunk: chunk c is recomputed and back-propagated (its dx_c computed) before chunk c+1 is recomputed,
+// so one chunk's intermediates are alive at a time.
+TEST(Recompute, ChunksOfRowsEqualOneChunkAndBackPropagateOneAtATime) {
+  torch::manual_seed(3);
+  const torch::Tensor x0 = torch::randn({10, 6}, torch::kFloat64), w0 = torch::randn({6, 5}, torch::kFloat64);
+  const torch::Tensor b0 = torch::randn({5}, torch::kFloat64), dy = torch::randn({10, 5}, torch::kFloat64);
+  for (const bool sum : {false, true}) {
+    std::vector<std::string> events;   // "run c" when f runs with grad, "dx c" when its x_c's gradient is computed
+    const ChunkForward f = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+      if (torch::GradMode::is_enabled()) {
+        events.push_back(fmt::format("run {}", c.index));
+        x.register_hook([&events, c](const torch::Tensor& g) {
+          events.push_back(fmt::format("dx {}", c.index));
+          return g;
+        });
+      }
+      const torch::Tensor y = at::tanh(at::matmul(x, w[0])) + w[1];   // [rows, 5]
+      return torch::autograd::variable_list{sum ? (y * dy.narrow(0, c.first, c.rows)).sum() : y};
+    };
+    std::vector<std::map<std::string, torch::Tensor>> got;
+    for (const std::int64_t rows : {0, 4}) {   // one chunk; chunks of 4, 4 and 2 rows
+      const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      const torch::Tensor b = b0.clone().requires_grad_(true);
+      Recompute o;
+      o.chunking = {rows, sum};
+      const torch::Tensor y = recomputed(f, x, {w, b}, o)[0];
+      events.clear();
+      (sum ? y : (y * dy).sum()).backward();
+      got.push_back({{"y", y.detach()}, {"dx", x.grad()}, {"dw", w.grad()}, {"db", b.grad()}});
+      if (rows > 0) {
+        EXPECT_EQ(events, (std::vector<std::string>{"run 0", "dx 0", "run 1", "dx 1", "run 2", "dx 2"})) << sum;
+      }
+    }
+    EXPECT_TRUE(at::allclose(got[1]["y"], got[0]["y"], 1e-12, 0)) << sum;
+    for (const char* name : {"dx", "dw", "db"})
+      EXPECT_TRUE(at::allclose(got[1][name], got[0][name], 1e-12, 0)) << name << sum;
+  }
+}
+
+// ---- TiledMLP ------------------------------------------------------------------------------------
+
+// The MLP half of each layer over token tiles equals the plain path: loss bit for bit (each tile computes
+// the rows of the whole products exactly), every gradient ≤ 1e-6 relative (weight gradients are sums over
+// tiles); 12-token tiles (not dividing the 32 tokens) and 16. With checkpointing and tiled logits together,
+// the same bound.
+TEST(TiledMlp, EqualsThePlainPath) {
+  const auto config = tiny_config(2, std::nullopt);
+  Reference ref = plain_reference(config, 12);
+  for (const ModelOptions& options : {ModelOptions().mlp_tile_tokens(12), ModelOptions().mlp_tile_tokens(16),
+                                      ModelOptions().mlp_tile_tokens(12).activation_checkpointing(true).logits_chunk_tokens(12)}) {
+    CausalLm tiled(config, SequenceParallel(), options);
+    copy_parameters(ref.model, tiled);
+    const LossAndGrads got = loss_and_grads(tiled, ref.batch);
+    const std::string what = fmt::format("tile {} checkpointing {} logits chunk {}", options.mlp_tile_tokens(),
+                                         options.activation_checkpointing(), options.logits_chunk_tokens());
+    if (options.logits_chunk_tokens() == 0) {
+      EXPECT_EQ(got.loss, ref.result.loss) << what;   // the same rows, exactly
+    }
+    expect_matches(got, ref.result, 1e-6, what);
+  }
+}
+
+// ---- the memory features at SP=4 ------------------------------------------------------------------
+
+// SP=4 with `options` (ranks as threads) equals SP=1 without any: loss and every gradient (summed over the
+// ranks) ≤ 1e-5 relative. Checkpointing repeats each layer's all-to-alls on every rank in the same order.
+// `from`'s weights at SP=P with `options` (ranks as threads) on the reference batch: the loss and every gradient,
+// summed over the ranks.
+LossAndGrads run_at_sp(CausalLm& from, const Batch& batch, int P, const ModelOptions& options) {
+  testing::ThreadGroup group(P);
+  std::vector<CausalLm> ranks;
+  for (int r = 0; r < P; ++r) {
+    ranks.emplace_back(from->config(), P > 1 ? testing::sp_of(group.rank(r)) : SequenceParallel(), options);
+    copy_parameters(from, ranks.back());
+  }
+  std::vector<double> losses(P);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      const Batch mine = batch.slice(r, P);
+      const CausalLmOutput out = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels);
+      out.loss_sum.backward();
+      losses[r] = out.loss_sum.item<double>();
+    });
+  for (auto& t : threads) t.join();
+  LossAndGrads got;   // summed over the ranks
+  for (double l : losses) got.loss += l;
+  for (const auto& item : from->named_parameters()) {
+    got.grads[item.key()] = torch::zeros_like(item.value());
+    for (auto& m : ranks) got.grads[item.key()] += m->named_parameters()[item.key()].grad();
+  }
+  return got;
+}
+
+// SP=4 with `options` (ranks as threads) equals SP=1 without any: loss and every gradient (summed over the
+// ranks) ≤ 1e-5 relative. Checkpointing repeats each layer's all-to-alls on every rank in the same order.
+void expect_sp4_matches_plain_sp1(const ModelConfig& config, const ModelOptions& options, std::uint64_t seed) {
+  Reference ref = plain_reference(config, seed);
+  expect_matches(run_at_sp(ref.model, ref.batch, 4, options), ref.result, 1e-5, "SP=4");
+}
+
+// Attention in head groups equals all heads at once (G = 1) at the same SP degree: loss and every gradient ≤ 1e-6
+// relative (the groups' o_proj columns summed in another order), at SP 1, 2 and 4, with packed documents, GQA (each
+// group's KV heads replicated to P where fewer), Qwen3's q/k norms, q/k/v and o_proj biases, a sliding window, and
+// every memory feature on. Observed ≤ 6e-7.
+TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
+  auto gqa = tiny_config(4, std::nullopt);   // 8 query heads, 4 KV heads, q/k norms, q/k/v biases
+  gqa.num_heads = 8;
+  gqa.o_bias = true;
+  auto windowed = tiny_config(2, 5);          // 4 query heads, 2 KV heads, a window of 5
+  const auto mqa = tiny_config(1, std::nullopt);   // 4 query heads sharing one KV head
+  const auto features = ModelOptions().activation_checkpointing(true).offload_checkpoints(1).mlp_tile_tokens(3)
+                            .logits_chunk_tokens(5);
+  struct Case {
+    const char* name;
+    ModelConfig config;
+    std::int64_t groups;
+    int sp;
+    ModelOptions options;
+  };
+  for (const Case& c : {Case{"GQA, 2 groups", gqa, 2, 1, {}}, Case{"GQA, 4 groups (one KV head each)", gqa, 4, 1, {}},
+                        Case{"GQA, 2 groups, KV replicated to 4 ranks", gqa, 2, 4, {}},
+                        Case{"GQA, 4 groups, SP 2, every memory feature", gqa, 4, 2, features},
+                        Case{"sliding window, 2 groups, SP 2", windowed, 2, 2, {}},
+                        Case{"one KV head shared by 4 groups", mqa, 4, 1, features},
+                        Case{"one KV head shared by 2 groups, replicated to 2 ranks", mqa, 2, 2, {}}}) {
+    Reference ref = plain_reference(c.config, 17);
+    const LossAndGrads all = run_at_sp(ref.model, ref.batch, c.sp, c.options);
+    const LossAndGrads grouped =
+        run_at_sp(ref.model, ref.batch, c.sp, ModelOptions(c.options).attention_head_groups(c.groups));
+    expect_matches(grouped, all, 1e-6, c.name);
+    EXPECT_NE(grouped.loss, 0) << c.name;
+  }
+}
+
+// A group holds whole KV heads or lies inside one: 4 query heads over 2 KV heads form 1, 2 or 4 groups, not 3.
+TEST(HeadGroups, GroupsOfWholeKvHeadsOrInsideOne) {
+  auto c = tiny_config(2, std::nullopt);
+  for (const std::int64_t g : {1, 2, 4})
+    EXPECT_NO_THROW(CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(g))) << g;
+  try {
+    CausalLm(c, SequenceParallel(), ModelOptions().attention_head_groups(3));
+    ADD_FAILURE() << "3 groups of 4 heads were accepted";
+  } catch (const BadInput& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention-head-groups 3"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("use --attention-head-groups 1, 2, 4 at --sp 1"), std::string::npos) << e.hint();
+  }
+}
+
+TEST(MemoryFeatures, SpFourEqualsSpOnePlain) {
+  expect_sp4_matches_plain_sp1(tiny_config(2, std::nullopt), ModelOptions().logits_chunk_tokens(3), 9);
+  expect_sp4_matches_plain_sp1(tiny_config(2, std::nullopt),
+                               ModelOptions().activation_checkpointing(true).logits_chunk_tokens(3), 8);
+  expect_sp4_matches_plain_sp1(tiny_config(1, std::nullopt),   // one KV head, replicated to 4 ranks
+                               ModelOptions().activation_checkpointing(true).logits_chunk_tokens(3).mlp_tile_tokens(3),
+                               13);
+}
+
+}  // namespace
+}  // namespace ulysses::model
