@@ -7,8 +7,9 @@ to text and tokenizing that here would give other ids.
 Each input line holds a conversation, a list of {"role", "content"} under --messages-key (default "messages"):
   transformers (default): AutoTokenizer.from_pretrained(MODEL).apply_chat_template(messages, tokenize=True) — the
       model folder's chat template (tokenizer_config.json or chat_template.jinja), its special tokens as ids;
-  --mistral-common: mistral_common's MistralTokenizer.from_file(MODEL, finetuning).encode_chat_completion(…).tokens —
-      MODEL a tekken.json or tokenizer.model.v3 file, Mistral's own request format (its control tokens as ids).
+  --mistral-common: mistral_common's MistralTokenizer.from_file(MODEL, finetuning)
+      .encode_chat_completion(…).tokens — MODEL a tekken.json or tokenizer.model.v3 file, Mistral's own request
+      format (its control tokens as ids).
 The transformers path is as right as the folder's tokenizer config: a SentencePiece folder must list the template's
 markers ([INST], …) as added or special tokens, as Mistral's Hugging Face repos do, or they too become plain text.
 The whole conversation is one document: the ids are trained on as they are (no per-token loss mask).
@@ -52,7 +53,8 @@ def main():
                 raise TypeError("not a list of messages")
         except (ValueError, KeyError, TypeError) as e:
             print(f"error: stdin line {number}: no conversation (a list of {{role, content}}) under "
-                  f'"{a.messages_key}" ({type(e).__name__}: {e}) — HINT: --messages-key names the key', file=sys.stderr)
+                  f'"{a.messages_key}" ({type(e).__name__}: {e}) — HINT: --messages-key names the key',
+                  file=sys.stderr)
             sys.exit(2)
         print(json.dumps({"input_ids": [int(i) for i in encode(messages)]}))
 

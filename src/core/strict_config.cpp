@@ -66,7 +66,8 @@ std::map<std::string, Written> written_keys(const std::string& text) {
     if (end == std::string::npos) continue;
     std::string key = line.substr(first, end - first + (section ? 1 : 0));
     key.erase(key.find_last_not_of(" \t") + 1);
-    const auto [it, first_time] = keys.emplace(key, Written{number, 0, section ? "" : value_text(line.substr(end + 1))});
+    const std::string value = section ? "" : value_text(line.substr(end + 1));
+    const auto [it, first_time] = keys.emplace(key, Written{number, 0, value});
     if (!first_time && it->second.again == 0) it->second.again = number;
   }
   return keys;
@@ -83,7 +84,8 @@ std::string mismatch(const std::string& wants, const std::string& v) {
   if (wants == "a boolean") return v == "true" || v == "false" ? "" : (quoted ? "the string " : "") + v;
   if (v == "true" || v == "false") return "the boolean " + v;
   if (wants == "text") return "";
-  if (quoted) return numeric ? "the string " + v + " (write it without quotes)" : "";   // a word such as auto: the flag judges
+  if (quoted)   // a word such as auto: the flag's own check judges it
+    return numeric ? "the string " + v + " (write it without quotes)" : "";
   if (wants == "an integer" && !std::regex_match(v, integer)) return (numeric ? "the number " : "") + v;
   return numeric ? "" : v;
 }
@@ -121,7 +123,8 @@ void check_value(const CLI::Option& o, const std::string& key, const std::string
   if (v.starts_with('[') && o.get_expected_max() > 1) return;   // a list flag: its items are CLI11's to convert
   const std::string wants = wanted_type(o);
   if (const std::string found = mismatch(wants, v); !found.empty())
-    throw CLI::ConfigError(fmt::format("{}: key \"{}\" takes {} ({}), found {}", where, key, wants, o.get_name(), found));
+    throw CLI::ConfigError(
+        fmt::format("{}: key \"{}\" takes {} ({}), found {}", where, key, wants, o.get_name(), found));
   const bool quoted = v.size() >= 2 && (v.front() == '"' || v.front() == '\'');
   if (const std::string why = refused_by_checks(o, quoted ? v.substr(1, v.size() - 2) : v); !why.empty())
     throw CLI::ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, v, why));

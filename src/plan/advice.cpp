@@ -143,8 +143,8 @@ void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int
 void check_sp_for_world(const arch::ModelConfig& c, int world, int sp) {
   if (sp < 1 || world < 1 || world % sp == 0) return;
   throw BadInput(fmt::format("world size ({}) is not divisible by --sp ({})", world, sp),
-                 fmt::format("launch a multiple of {} ranks, or use --sp {} (what the model's heads and {} ranks allow)",
-                             sp, fmt::join(valid_sp_degrees(c, world), ", "), world));
+                 fmt::format("launch a multiple of {} ranks, or use --sp {} (what the model's heads and {} ranks "
+                             "allow)", sp, fmt::join(valid_sp_degrees(c, world), ", "), world));
 }
 
 std::optional<MemoryFlags> choose_memory_flags(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,

@@ -13,8 +13,9 @@ namespace ulysses::plan {
 void add_memory_flags(CLI::App& app, MemoryFlags& o) {
   o.precision = "auto";
   app.add_option("--precision", o.precision,
-                 "auto: bf16 on a GPU, fp32 on a CPU (as the sbatch's PRECISION); fp32; bf16: the model in bf16 — weights it computes with, activations, residual stream and kept "
-                 "layer inputs — over fp32 masters and AdamW state (DeepSpeed bf16, Megatron --bf16); amp-bf16: "
+                 "auto: bf16 on a GPU, fp32 on a CPU (as the sbatch's PRECISION); fp32; bf16: the model in bf16 — "
+                 "weights it computes with, activations, residual stream and kept layer inputs — over fp32 masters "
+                 "and AdamW state (DeepSpeed bf16, Megatron --bf16); amp-bf16: "
                  "autocast over fp32 weights (HF Trainer bf16=True), the residual stream and kept inputs fp32: twice "
                  "bf16's activation bytes")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "amp-bf16"}))->capture_default_str();

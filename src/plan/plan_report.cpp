@@ -43,7 +43,8 @@ std::vector<std::string> breakdown_lines(const Breakdown& b, const Layout& l, co
     if (bytes > 0) out.push_back(fmt::format("  {:<32} {:>12}{}", label, size(bytes), what(label)));
   std::int64_t rank_total = b.device();
   if (m.cuda) {
-    out.push_back(fmt::format("  {:<32} {:>12}   of {}", "total", size(b.device()), verdict(b.device(), m.device_bytes, m)));
+    out.push_back(fmt::format("  {:<32} {:>12}   of {}", "total", size(b.device()),
+                              verdict(b.device(), m.device_bytes, m)));
     out.push_back("host memory per rank:");
     rank_total = 0;
   }
@@ -52,7 +53,8 @@ std::vector<std::string> breakdown_lines(const Breakdown& b, const Layout& l, co
   rank_total += b.host();
   out.push_back(fmt::format("  {:<32} {:>12}", "total", size(rank_total)));
   out.push_back(fmt::format("host memory per node ({} rank{}): {} of {}", l.ranks_per_node,
-                            l.ranks_per_node == 1 ? "" : "s", size(rank_total * l.ranks_per_node), verdict(rank_total * l.ranks_per_node, m.host_bytes, m)));
+                            l.ranks_per_node == 1 ? "" : "s", size(rank_total * l.ranks_per_node),
+                            verdict(rank_total * l.ranks_per_node, m.host_bytes, m)));
   return out;
 }
 

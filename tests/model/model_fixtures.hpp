@@ -101,7 +101,8 @@ inline Reference plain_reference(const ModelConfig& config, std::uint64_t seed, 
 }
 
 // got against want: loss and every gradient bit for bit (tolerance 0) or within `tolerance` relative.
-inline void expect_matches(const LossAndGrads& got, const LossAndGrads& want, double tolerance, const std::string& what) {
+inline void expect_matches(const LossAndGrads& got, const LossAndGrads& want, double tolerance,
+                           const std::string& what) {
   if (tolerance == 0) {
     EXPECT_EQ(got.loss, want.loss) << what;
     for (const auto& [name, g] : want.grads) EXPECT_TRUE(got.grads.at(name).equal(g)) << name << " " << what;

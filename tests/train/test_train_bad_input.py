@@ -49,7 +49,8 @@ class BadInput(PackedSample):
         self.expect_bad(train_cmd(3, self.data, out, "--sp", 3, "--dry-run"), "(4)", "(3)")
         # 3 ranks and --sp 2: the degrees the model's 4 heads and 3 ranks allow, not the divisors of 3
         self.expect_bad(train_cmd(3, self.data, out, "--sp", 2, "--dry-run"),
-                        "world size (3) is not divisible by --sp (2)", "use --sp 1 (what the model's heads and 3 ranks allow)")
+                        "world size (3) is not divisible by --sp (2)",
+                        "use --sp 1 (what the model's heads and 3 ranks allow)")
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--world", 4, "--dry-run"), "2 ranks", "4")
         self.expect_bad(train_cmd(2, self.data, out, "--sp", 2, "--attention-head-groups", 3, "--dry-run"),
                         "--attention-head-groups 3", "use --attention-head-groups 1, 2 at --sp 2")
@@ -131,7 +132,8 @@ class BadInput(PackedSample):
                              ('lr = "3e-4"', 'key "lr" takes a number (--lr), found the string "3e-4"'),
                              ("tiled_mlp = 1", 'key "tiled_mlp" takes a boolean (--tiled-mlp), found 1'),
                              ("sp = true", "found the boolean true"),
-                             ('precision = "fp16"', ':4: key "precision" = "fp16": fp16 not in {auto,fp32,bf16,amp-bf16}'),
+                             ('precision = "fp16"',
+                              ':4: key "precision" = "fp16": fp16 not in {auto,fp32,bf16,amp-bf16}'),
                              ("save_every = -3", ':4: key "save_every" = -3: "-3" is not N ≥ 0 or -1'),
                              ("steps = 3\nsteps = 4", ':5: key "steps" sets --steps again (line 4 set it)')):
             path.write_text(head + body + "\n")
