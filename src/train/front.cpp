@@ -72,7 +72,8 @@ struct PlanInputs {   // every rank on this node
   ulysses::RankLayout ranks;
   fs::path config_path;
   ulysses::arch::ModelConfig config;
-  std::int64_t seq_len = 0, micro_batch = 1;
+  ulysses::shard::Manifest data;   // --data's manifest.json, read once
+  std::int64_t micro_batch = 1;
   ulysses::plan::Layout layout() const { return {1, ranks.world(), ranks.sp(), micro_batch}; }
 };
 
@@ -86,7 +87,7 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
   const ulysses::RankLayout ranks(env->world, static_cast<int>(o.sp));
   const fs::path config_path = ut::model_config_path(o);
   return PlanInputs{ranks, config_path, ulysses::arch::read_model_config(config_path),
-                    ulysses::shard::read_manifest(o.data).seq_len, o.micro_batch};
+                    ulysses::shard::read_manifest(o.data), o.micro_batch};
 }
 
 // The checks the trainer makes before its plan, in its order (train/trainer.cpp): BadInput where one fails.
@@ -94,9 +95,8 @@ void check_as_the_trainer_would(const ut::TrainOptions& o, const PlanInputs& in,
   ut::job_end_time(o.end_time);
   ulysses::arch::check_heads_for_sp(in.config, in.ranks.sp(), in.config_path.string());
   if (!o.init_from.empty()) static_cast<void>(ulysses::st::HfWeights(o.init_from));
-  const ulysses::shard::Manifest m = ulysses::shard::read_manifest(o.data);
-  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), m.seq_len,
-                                     fmt::format("{} (packed for --sp {})", o.data.string(), m.sp));
+  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), in.data.seq_len,
+                                     fmt::format("{} (packed for --sp {})", o.data.string(), in.data.sp));
   const ulysses::SequenceParallel sp(in.ranks, rank, nullptr);
   auto loader = [&](std::int64_t micro_batch, std::int64_t grad_accum, const char* split) {
     return ulysses::data::DataLoader(o.data, {sp, in.ranks.dp(), in.ranks.dp_rank(rank), micro_batch, grad_accum,
@@ -117,7 +117,7 @@ std::optional<std::string> refusal(const ut::TrainOptions& o, const ulysses::Env
       ulysses::plan::MemoryFlags flags = o.memory;
       ulysses::plan::settle_precision(flags, /*gpu=*/false);   // plan_inputs plans CPU runs only
       ulysses::plan::check_memory_fits(in->config, flags, in->layout(), {false, "cpu", 0}, o.memory_profile,
-                                       in->seq_len);
+                                       in->data.seq_len);
       return std::nullopt;
     } catch (const ulysses::BadInput& e) {
       check_as_the_trainer_would(o, *in, rank);
