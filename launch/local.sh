@@ -7,7 +7,7 @@
 #
 # Environment: ULYSSES_BIN (build directory or install bin/, default: build next to this file),
 # MPIEXEC (default mpiexec), NCCL_DEBUG (default WARN). Exit status: the trainer's (0 done, 2 bad input, 3 stopped
-# by SIGTERM or SIGUSR1 to this script or to the ranks, after saving: resume it).
+# by SIGTERM or SIGUSR1 to this script or to the ranks, after saving: resume it), 130 after a Ctrl-C.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if (($# < 1)) || ! [[ $1 =~ ^[0-9]+$ ]]; then
@@ -36,7 +36,10 @@ to_ranks() {
 }
 trap 'to_ranks TERM' TERM
 trap 'to_ranks USR1' USR1
+interrupted=0   # Ctrl-C reaches every process of the terminal's group; the ranks end unsaved
+trap 'interrupted=1' INT
 while kill -0 "$launcher" 2>/dev/null; do wait "$launcher" || true; done   # a trapped signal interrupts wait
 rc=0
 wait "$launcher" || rc=$?
+((interrupted)) && rc=130   # interrupted, whatever mpiexec's own status then reads (0, 2, …): not finished
 exit "$rc"
