@@ -155,7 +155,7 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
 
 std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) const {
   const std::string text((std::istreambuf_iterator<char>(input)), std::istreambuf_iterator<char>());
-  std::map<std::string, Written> keys = written_keys(text);
+  const std::map<std::string, Written> keys = written_keys(text);
   std::istringstream again(text);
   std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(again);
   std::vector<std::string> known, flags_only;
@@ -165,6 +165,11 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) cons
   auto line_of = [&](const std::string& key) {
     const auto it = keys.find(key);
     return it == keys.end() ? std::string() : fmt::format(":{}", it->second.line);
+  };
+  const Written unmapped;   // a form the line reader does not map (a dotted key)
+  auto written = [&](const std::string& key) -> const Written& {
+    const auto it = keys.find(key);
+    return it == keys.end() ? unmapped : it->second;
   };
   std::map<std::string, std::string> seen;   // dashed name → the key as first written
   std::vector<CLI::ConfigItem> out;
@@ -191,8 +196,9 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) cons
                                          near.empty() ? std::string(" (keys are the flags without --)")
                                                       : fmt::format(" (did you mean \"{}\"?)", near)));
     }
-    if (const auto [it, first_time] = seen.emplace(name, item.name); !first_time || keys[item.name].again != 0) {
-      const int first = keys[it->second].line, again = first_time ? keys[item.name].again : keys[item.name].line;
+    const Written& here = written(item.name);
+    if (const auto [it, first_time] = seen.emplace(name, item.name); !first_time || here.again != 0) {
+      const int first = written(it->second).line, again = first_time ? here.again : here.line;
       throw CLI::ConfigError(fmt::format("{}:{}: key \"{}\" sets --{} again (line {} set it): write each key once",
                                          file, again, item.name, name, first));
     }
