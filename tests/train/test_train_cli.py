@@ -53,6 +53,14 @@ def stop(p, out):
         os.kill(pid, signal.SIGKILL)
 
 
+def wait_for_metrics(out, lines=0):
+    """Until out/metrics.jsonl exists and holds `lines` steps or more (300 s at most): the run is under way."""
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < lines):
+        time.sleep(0.05)
+
+
 def freeze_once_handled(p, *signals):
     """SIGSTOPs process p as soon as it has handlers for all of `signals` (its /proc status SigCgt mask): the moment
     the trainer has installed its stop handlers (SIGUSR1 and SIGTERM; MPI_Init may catch SIGUSR1 alone earlier),
@@ -89,10 +97,7 @@ class Train(PackedSample):
         self.run_ok(train_cmd(2, self.data, full, *args))
         p = start(train_cmd(2, self.data, cut, *args, "--save-every", 100))
         try:
-            metrics = cut / "metrics.jsonl"
-            deadline = time.time() + 300
-            while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
-                time.sleep(0.05)
+            wait_for_metrics(cut, 3)
             ranks = rank_pids(cut)
             self.assertEqual(len(ranks), 2, ranks)
             os.kill(ranks[-1], signal.SIGUSR1)   # one rank signalled is enough: the ranks agree
@@ -158,9 +163,7 @@ class Train(PackedSample):
             cmd[cmd.index("--output") + 1] = out
             p = start(cmd, env=env)
             try:
-                deadline = time.time() + 300
-                while time.time() < deadline and not (out / "metrics.jsonl").exists():
-                    time.sleep(0.05)
+                wait_for_metrics(out)
                 ranks = rank_pids(out)
                 self.assertEqual(len(ranks), 2, ranks)
                 send(p, ranks)
@@ -178,9 +181,7 @@ class Train(PackedSample):
         out = self.root / "killed"
         p = start(train_cmd(4, self.data, out, "--sp", 4, "--steps", 100000))
         try:
-            deadline = time.time() + 300
-            while time.time() < deadline and not (out / "metrics.jsonl").exists():
-                time.sleep(0.05)
+            wait_for_metrics(out)
             ranks = rank_pids(out)
             self.assertEqual(len(ranks), 4, ranks)
             os.kill(ranks[1], signal.SIGKILL)
@@ -304,10 +305,7 @@ class Train(PackedSample):
         cut = self.root / "nosave-signalled"
         p = start(train_cmd(2, self.data, cut, "--sp", 2, "--steps", 100000, "--save-every", -1))
         try:
-            metrics = cut / "metrics.jsonl"
-            deadline = time.time() + 300
-            while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
-                time.sleep(0.05)
+            wait_for_metrics(cut, 2)
             os.kill(rank_pids(cut)[0], signal.SIGUSR1)
             _, err = p.communicate(timeout=300)
             self.assertEqual(p.returncode, 3, err[-3000:])
