@@ -42,7 +42,7 @@ struct CliState {
   up::PackOptions pack;
   up::TokenizeOptions tokenize;
   std::string text_split = "file";
-  std::string format = "auto", policy = "bfd", long_docs = "truncate", split_at, flat_dtype, on_error = "stop";
+  std::string format = "auto", policy = "bfd", long_docs, split_at, flat_dtype, on_error = "stop";
   std::filesystem::path dataset;
   std::int64_t sample = 0, max_tokens = 64;
   bool bytes = false, show_mask = false;
@@ -89,8 +89,10 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--align", o.alignment, "Per-rank slice alignment in tokens")->capture_default_str();
   cmd->add_option("--policy", st.policy, "Packing policy")
       ->check(CLI::IsMember({"bfd", "concat", "pad"}))->capture_default_str();
-  cmd->add_option("--long-docs", st.long_docs, "pad policy: documents longer than S are truncated or dropped")
-      ->check(CLI::IsMember({"truncate", "drop"}))->capture_default_str();
+  cmd->add_option("--long-docs", st.long_docs,
+                  "Documents longer than S: split into S-token pieces (bfd's default), truncate to S (pad's "
+                  "default) or drop; counted in the report")
+      ->check(CLI::IsMember({"split", "truncate", "drop"}));
   cmd->add_option("--pad-id", o.pad_id, "Token id used for padding (never a label)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the global sequence shuffle")->capture_default_str();
   cmd->add_option("--valid-fraction", o.valid_fraction, "Fraction of sequences split off as validation")
@@ -148,6 +150,19 @@ void set_up_verify(CLI::App& app, CliState& st) {
   cmd->add_option("--threads", st.threads, "Shards checked in parallel")->check(CLI::Range(0, 4096))->capture_default_str();
 }
 
+// --long-docs, settled for the policy: bfd splits and pad truncates unless told; concat cuts every document at
+// chunk edges, and pad keeps one piece per document, so neither takes what it cannot do.
+up::LongDocs long_docs_for(up::Policy policy, const std::string& policy_name, const std::string& given) {
+  if (given.empty()) return policy == up::Policy::kPad ? up::LongDocs::kTruncate : up::LongDocs::kSplit;
+  if (policy == up::Policy::kConcat || (policy == up::Policy::kPad && given == "split"))
+    throw ulysses::BadInput(fmt::format("--long-docs {}: the {} policy does not take it", given, policy_name),
+                     policy == up::Policy::kConcat ? "concat cuts every document at chunk edges; use --policy bfd "
+                                                     "to split, truncate or drop long documents"
+                                                   : "pad keeps one piece per document: truncate or drop");
+  return pick<up::LongDocs>({{"split", up::LongDocs::kSplit}, {"truncate", up::LongDocs::kTruncate},
+                             {"drop", up::LongDocs::kDrop}}, given);
+}
+
 std::string command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
@@ -159,7 +174,7 @@ int run_pack_command(CliState& st, const std::string& cmdline) {
   o.command = cmdline;
   o.policy = pick<up::Policy>({{"bfd", up::Policy::kBfd}, {"concat", up::Policy::kConcat}, {"pad", up::Policy::kPad}},
                               st.policy);
-  o.long_docs = pick<up::LongDocs>({{"truncate", up::LongDocs::kTruncate}, {"drop", up::LongDocs::kDrop}}, st.long_docs);
+  o.long_docs = long_docs_for(o.policy, st.policy, st.long_docs);
   o.reader.format = pick<up::Format>({{"auto", up::Format::kAuto}, {"jsonl", up::Format::kJsonl},
                                       {"megatron", up::Format::kMegatron}, {"llmc", up::Format::kLlmc},
                                       {"flat", up::Format::kFlat}, {"text", up::Format::kText},

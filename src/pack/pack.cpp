@@ -80,7 +80,7 @@ PackPlan make_plan(const PackOptions& o, const Corpus& corpus) {
   std::transform(corpus.docs.begin(), corpus.docs.end(), lengths.begin(), [](const DocRef& d) { return d.length; });
   const auto S = static_cast<std::uint32_t>(o.seq_len);
   switch (o.policy) {
-    case Policy::kBfd: return plan_bfd(lengths, S);
+    case Policy::kBfd: return plan_bfd(lengths, S, o.long_docs);
     case Policy::kConcat: return plan_concat(lengths, S);
     case Policy::kPad: return plan_pad(lengths, S, o.long_docs);
   }

@@ -25,7 +25,7 @@ struct PackOptions {
   std::int64_t alignment = 64;
   std::int64_t pad_id = 0;
   Policy policy = Policy::kBfd;
-  LongDocs long_docs = LongDocs::kTruncate;   // pad policy only
+  LongDocs long_docs = LongDocs::kSplit;   // documents longer than S (kSplit: bfd only)
   std::uint64_t seed = 1234;
   double valid_fraction = 0.0;
   std::int64_t shard_tokens = std::int64_t{1} << 26;   // target tokens per shard (256 MiB of int32)

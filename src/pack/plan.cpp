@@ -1,9 +1,10 @@
 // Packing plans (see plan.hpp). Contract of this file:
-//  - bfd: the pieces of seq_len of documents longer than seq_len come first, one per sequence, in
+//  - bfd (--long-docs split): the pieces of seq_len of documents longer than seq_len come first, one per sequence, in
 //    document order (they are the longest items, ties by index); the remainders r = length % seq_len
 //    are then placed longest first (ties: lower document index first) into the open sequence with the
 //    smallest remaining capacity >= r, the one most recently filed at that capacity among equals
-//    (LIFO), or into a new sequence. Sequences are numbered in order of opening.
+//    (LIFO), or into a new sequence. Sequences are numbered in order of opening. truncate / drop first cut
+//    long documents to seq_len tokens / leave them out, then plan the rest the same way.
 //  - Memory beyond the plan itself, at peak: 12 bytes per document (sorted order, sequence of each
 //    remainder, open-sequence links) and ~8 bytes per unit of seq_len (sorted runs, open-sequence
 //    stacks); no trees. Time: a few linear passes plus O(log64 seq_len) per remainder.
@@ -216,9 +217,8 @@ void place_full_pieces(std::span<const std::uint32_t> lengths, std::uint32_t seq
   }
 }
 
-}  // namespace
-
-PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len) {
+// bfd over every document whole or cut into pieces.
+PackPlan plan_bfd_split(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len) {
   const std::uint64_t total = checked_total(doc_lengths, seq_len);
   PackPlan plan;
   place_full_pieces(doc_lengths, seq_len, plan);
@@ -226,6 +226,34 @@ PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_
   const ByRemainder sorted = by_remainder_descending(doc_lengths, seq_len);
   const std::vector<std::uint32_t> seq_of = best_fit(sorted, seq_len, plan);
   scatter(sorted.docs, seq_of, doc_lengths, seq_len, first, plan);
+  close_stats(plan, total, seq_len);
+  return plan;
+}
+
+}  // namespace
+
+PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len, LongDocs long_docs) {
+  if (long_docs == LongDocs::kSplit) return plan_bfd_split(doc_lengths, seq_len);
+  const std::uint64_t total = checked_total(doc_lengths, seq_len);
+  std::vector<std::uint32_t> kept;      // the documents planned, in corpus order
+  std::vector<std::uint32_t> lengths;   // [kept] their lengths, at most seq_len
+  PlanStats cut;
+  for (std::size_t d = 0; d < doc_lengths.size(); ++d) {
+    const std::uint32_t length = doc_lengths[d];
+    if (length > seq_len && long_docs == LongDocs::kDrop) {
+      ++cut.dropped_documents;
+      cut.dropped_tokens += length;
+      continue;
+    }
+    if (length > seq_len) cut.truncated_tokens += length - seq_len;
+    kept.push_back(static_cast<std::uint32_t>(d));
+    lengths.push_back(std::min(length, seq_len));
+  }
+  PackPlan plan = kept.empty() ? PackPlan{} : plan_bfd_split(lengths, seq_len);
+  for (Piece& piece : plan.pieces) piece.doc = kept[piece.doc];   // order kept: ties by index still hold
+  plan.stats.truncated_tokens = cut.truncated_tokens;
+  plan.stats.dropped_tokens = cut.dropped_tokens;
+  plan.stats.dropped_documents = cut.dropped_documents;
   close_stats(plan, total, seq_len);
   return plan;
 }
@@ -258,6 +286,7 @@ PackPlan plan_concat(std::span<const std::uint32_t> doc_lengths, std::uint32_t s
 }
 
 PackPlan plan_pad(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len, LongDocs long_docs) {
+  ULY_CHECK(long_docs != LongDocs::kSplit, "pad keeps one piece per document: truncate or drop");
   const std::uint64_t total = checked_total(doc_lengths, seq_len);
   PackPlan plan;
   plan.pieces.reserve(doc_lengths.size());

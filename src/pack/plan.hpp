@@ -20,7 +20,7 @@ struct Piece {
 
 struct PlanStats {
   std::uint64_t split_documents = 0;   // documents that ended up in more than one piece
-  std::uint64_t truncated_tokens = 0;  // tokens cut off kept documents (pad --long truncate)
+  std::uint64_t truncated_tokens = 0;  // tokens cut off kept documents (--long-docs truncate)
   std::uint64_t dropped_tokens = 0;    // tokens of dropped documents, or concat's incomplete tail
   std::uint64_t dropped_documents = 0; // documents left out entirely
   std::uint64_t padding_tokens = 0;    // seq_len * sequences - packed tokens
@@ -33,16 +33,20 @@ struct PackPlan {
   std::size_t num_sequences() const { return seq_begin.size() - 1; }
 };
 
-enum class LongDocs { kTruncate, kDrop };
+// What becomes of a document longer than seq_len: cut into seq_len pieces (bfd only), its first seq_len
+// tokens kept, or left out whole.
+enum class LongDocs { kSplit, kTruncate, kDrop };
 
-// Best-fit-decreasing. Documents longer than seq_len are cut into seq_len pieces (each its own full
-// sequence) and the remainder is packed like any document. Deterministic: ties broken by document index.
-PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len);
+// Best-fit-decreasing. With kSplit, documents longer than seq_len are cut into seq_len pieces (each its own
+// full sequence) and the remainder is packed like any document; with kTruncate they keep their first seq_len
+// tokens (a full sequence); with kDrop they are left out. Deterministic: ties broken by document index.
+PackPlan plan_bfd(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len,
+                  LongDocs long_docs = LongDocs::kSplit);
 
 // Concatenate in corpus order and chunk into seq_len; the incomplete last chunk is dropped (no padding).
 PackPlan plan_concat(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len);
 
-// One document per sequence, padded; longer ones truncated to seq_len or dropped.
+// One document per sequence, padded; longer ones truncated to seq_len or dropped (kSplit is a caller bug).
 PackPlan plan_pad(std::span<const std::uint32_t> doc_lengths, std::uint32_t seq_len, LongDocs long_docs);
 
 }  // namespace ulysses::pack

@@ -105,6 +105,24 @@ class PackSample(unittest.TestCase):
         self.assertEqual(seqs, sum(len(d) <= 512 for d in docs))
         self.assertEqual(Counter(pieces), Counter(tuple(d) for d in docs if len(d) <= 512))
 
+    def test_bfd_truncates_or_drops_long_documents_and_counts_them(self):
+        docs = sample_docs()
+        long = [d for d in docs if len(d) > 512]
+        self.assertTrue(long, "the sample holds no document longer than 512")
+        for mode, kept in (("truncate", [tuple(d[:512]) for d in docs]),
+                           ("drop", [tuple(d) for d in docs if len(d) <= 512])):
+            out = self.root / f"bfd-{mode}"
+            run("pack", SAMPLE, "-o", out, "--seq-len", 512, "--long-docs", mode, "--pad-id", 258)
+            m, pieces, _ = read_dataset(out)
+            self.assertEqual(Counter(pieces), Counter(kept), mode)
+            self.assertEqual(m["stats"]["split_documents"], 0)
+            if mode == "truncate":
+                self.assertEqual(m["stats"]["truncated_tokens"], sum(len(d) - 512 for d in long))
+            else:
+                self.assertEqual((m["stats"]["dropped_documents"], m["stats"]["dropped_tokens"]),
+                                 (len(long), sum(map(len, long))))
+            self.assertEqual(run("verify", out).returncode, 0)
+
     def test_killed_pack_leaves_the_previous_dataset(self):
         """kill -9 while the shards of an --overwrite run are being written: the dataset already there is
         untouched and verifies; no partial dataset appears under the output's name; a rerun succeeds."""
@@ -413,6 +431,13 @@ class BadInput(BadInputCase):
         p = run("verify", self.out, check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn('file "/etc/passwd" is not a plain name inside its folder', p.stderr)
+
+    def test_long_docs_a_policy_cannot_do_is_refused(self):
+        f = self.jsonl('{"input_ids": [1, 2, 3]}\n')
+        self.expect_bad([f, "--seq-len", 64, "--policy", "concat", "--long-docs", "drop"],
+                        "--long-docs drop: the concat policy", "--policy bfd")
+        self.expect_bad([f, "--seq-len", 64, "--policy", "pad", "--long-docs", "split"],
+                        "--long-docs split: the pad policy", "truncate or drop")
 
     def test_numbers_out_of_range_in_flags(self):
         f = self.jsonl('{"input_ids": [1, 2, 3]}\n')

@@ -126,6 +126,43 @@ TEST(PlanBfd, PutsFullPiecesFirstAndPacksTheRemainder) {
   EXPECT_EQ(plan.stats.padding_tokens, 2u);
 }
 
+// --long-docs truncate / drop: the plan is the reference's over the cut corpus (first seq_len tokens of each
+// long document, or the long documents left out, indices kept), and the cut tokens are counted.
+TEST(PlanBfd, TruncatesOrDropsLongDocumentsAsTheReferenceOverTheCutCorpus) {
+  std::mt19937_64 rng(20261128);
+  for (int trial = 0; trial < 400; ++trial) {
+    const auto seq_len = static_cast<std::uint32_t>(1 + rng() % 40);
+    const auto lengths = plan_test::mixed_lengths(rng() % 200, seq_len, rng());
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", seq_len " << seq_len);
+    std::vector<std::uint32_t> truncated_lengths, kept, kept_lengths;
+    PlanStats cut;
+    for (std::uint32_t d = 0; d < lengths.size(); ++d) {
+      truncated_lengths.push_back(std::min(lengths[d], seq_len));
+      if (lengths[d] <= seq_len) {
+        kept.push_back(d);
+        kept_lengths.push_back(lengths[d]);
+        continue;
+      }
+      cut.truncated_tokens += lengths[d] - seq_len;
+      cut.dropped_tokens += lengths[d];
+      ++cut.dropped_documents;
+    }
+    const PackPlan truncated = plan_bfd(lengths, seq_len, LongDocs::kTruncate);
+    EXPECT_EQ(sequences_of(truncated), sequences_of(reference_bfd(truncated_lengths, seq_len)));
+    EXPECT_EQ(truncated.stats.truncated_tokens, cut.truncated_tokens);
+    EXPECT_EQ(truncated.stats.dropped_tokens + truncated.stats.split_documents, 0u);
+
+    const PackPlan dropped = plan_bfd(lengths, seq_len, LongDocs::kDrop);
+    PackPlan expected = reference_bfd(kept_lengths, seq_len);
+    for (Piece& piece : expected.pieces) piece.doc = kept[piece.doc];
+    EXPECT_EQ(sequences_of(dropped), sequences_of(expected));
+    EXPECT_EQ(dropped.stats.dropped_tokens, cut.dropped_tokens);
+    EXPECT_EQ(dropped.stats.dropped_documents, cut.dropped_documents);
+    EXPECT_EQ(dropped.stats.padding_tokens, expected.stats.padding_tokens);
+    EXPECT_EQ(dropped.stats.truncated_tokens + dropped.stats.split_documents, 0u);
+  }
+}
+
 TEST(PlanBfd, HandlesHugeDocumentsAndHugeSeqLen) {
   const std::uint32_t seq_len = 1u << 23;
   const std::uint32_t longest = std::numeric_limits<std::uint32_t>::max();
@@ -156,6 +193,7 @@ TEST(PlanBfd, PacksUniformLengthsAbove95Percent) {
 TEST(PlanBfd, RejectsCallerBugs) {
   EXPECT_THROW(plan_bfd(std::vector<std::uint32_t>{3, 0, 2}, 8), std::logic_error);
   EXPECT_THROW(plan_bfd(std::vector<std::uint32_t>{3}, 0), std::logic_error);
+  EXPECT_THROW(plan_pad(std::vector<std::uint32_t>{3}, 8, LongDocs::kSplit), std::logic_error);
 }
 
 }  // namespace
