@@ -1,62 +1,186 @@
 #!/usr/bin/env python3
-"""Chat data → token ids, by the model's own tokenizer in Python, for `ulysses-pack pack` (its JSONL input: one
-document per line, ids under "input_ids"). The exact path for every tokenizer: a SentencePiece tokenizer.model or a
-Tekken file reads special-token text such as "<s>" or "[INST]" in a document as plain text, so rendering a template
-to text and tokenizing that here would give other ids.
+"""Fine-tuning records → token ids and a loss mask, by the model's own tokenizer and chat template in Python, for
+`ulysses-pack pack --loss-mask-key loss_mask` (its JSONL input: one document per line, "input_ids" and
+"loss_mask", 1 where the token is trained on). The records are the two kinds TRL's SFTTrainer takes:
+  {"messages": [{"role", "content"}, ...]}   a conversation (the key: --messages-key);
+  {"prompt": P, "completion": C}              P and C both lists of messages (conversational) or both strings.
+What the loss covers (--loss-on answers, the default), as TRL computes it:
+  a conversation: its assistant turns. When the template marks them with {% generation %} … {% endgeneration %},
+      transformers' apply_chat_template(return_assistant_tokens_mask=True) says which tokens they are (TRL's
+      assistant_only_loss=True); otherwise each assistant turn is the tokens that rendering the conversation up to
+      that turn adds to rendering it up to the turn before with the generation prompt (the prefix rule; a template
+      that renders earlier turns differently once later ones follow is refused, one line naming the record);
+  prompt-completion: the tokens after the prompt (TRL's completion_only_loss): conversational, the prompt rendered
+      with the generation prompt, then prompt + completion rendered whole; text, tokenizer(prompt) and
+      tokenizer(prompt + completion), the tokenizer's EOS appended to a completion that lacks it.
+--loss-on all: every token (loss_mask all ones), TRL's default for conversations.
+Tokenizers:
+  transformers (default): AutoTokenizer.from_pretrained(MODEL) — the model folder's chat template
+      (tokenizer_config.json or chat_template.jinja), its special tokens as ids;
+  --mistral-common: mistral_common's MistralTokenizer.from_file(MODEL).encode_chat_completion(…).tokens — MODEL a
+      tekken.json or tokenizer.model.v3 file, Mistral's own request format (conversations only; answers by the
+      prefix rule).
+The ids are encoded here, not rendered to text for ulysses-pack's tokenizer: a SentencePiece tokenizer.model or a
+Tekken file reads special-token text such as "<s>" or "[INST]" in a document as plain text. A SentencePiece folder
+must list the template's markers ([INST], …) as added or special tokens, as Mistral's Hugging Face repos do.
 
-Each input line holds a conversation, a list of {"role", "content"} under --messages-key (default "messages"):
-  transformers (default): AutoTokenizer.from_pretrained(MODEL).apply_chat_template(messages, tokenize=True) — the
-      model folder's chat template (tokenizer_config.json or chat_template.jinja), its special tokens as ids;
-  --mistral-common: mistral_common's MistralTokenizer.from_file(MODEL, finetuning)
-      .encode_chat_completion(…).tokens — MODEL a tekken.json or tokenizer.model.v3 file, Mistral's own request
-      format (its control tokens as ids).
-The transformers path is as right as the folder's tokenizer config: a SentencePiece folder must list the template's
-markers ([INST], …) as added or special tokens, as Mistral's Hugging Face repos do, or they too become plain text.
-The whole conversation is one document: the ids are trained on as they are (no per-token loss mask).
-
-usage: tools/chat_ids.py MODEL [--mistral-common] [--messages-key KEY] < chats.jsonl > ids.jsonl
-       ulysses-pack pack ids.jsonl -o packed/ --seq-len 131072 --sp 8
-exit 2, one line naming the input line, when a line is not a conversation.
+usage: tools/chat_ids.py MODEL [--loss-on answers|all] [--mistral-common] [--messages-key KEY] < sft.jsonl > ids.jsonl
+       ulysses-pack pack ids.jsonl --loss-mask-key loss_mask --long-docs truncate -o packed/ --seq-len 131072 --sp 8
+exit 2, one line naming the input line, when a line is not a record of either kind or its answers cannot be found.
 """
 import argparse
 import json
 import sys
 
 
-def encoder(a):
-    """A function from one conversation (a list of messages) to its ids."""
-    if a.mistral_common:
+class BadRecord(Exception):
+    """A record this tool cannot encode; the message says why and what to do."""
+
+
+class HfEncoder:
+    """transformers' tokenizer and chat template."""
+
+    def __init__(self, model):
+        from transformers import AutoTokenizer
+        self.tok = AutoTokenizer.from_pretrained(model)
+        template = self.tok.chat_template
+        self.marked = isinstance(template, str) and "{% generation %}" in template.replace("{%-", "{%")
+
+    def chat(self, messages, generation_prompt=False):
+        return list(self.tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt))
+
+    def assistant_mask(self, messages):
+        """The template's own {% generation %} marks (TRL's assistant_only_loss), or None when it has none."""
+        if not self.marked:
+            return None
+        out = self.tok.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                           return_assistant_tokens_mask=True)
+        return list(out["input_ids"]), list(out["assistant_masks"])
+
+    def text(self, s):
+        return list(self.tok(text=s)["input_ids"])
+
+    def eos(self):
+        return self.tok.eos_token
+
+
+class MistralEncoder:
+    """mistral_common's request format: finetuning mode for a conversation ending with its answer, test mode for one
+    ending with the question (the generation prompt)."""
+
+    def __init__(self, model):
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
         from mistral_common.protocol.instruct.validator import ValidationMode
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-        tok = MistralTokenizer.from_file(a.model, mode=ValidationMode.finetuning)   # may end with the answer
-        return lambda messages: tok.encode_chat_completion(ChatCompletionRequest(messages=messages)).tokens
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(a.model)
-    return lambda messages: list(tok.apply_chat_template(messages, tokenize=True))
+        self.request = ChatCompletionRequest
+        self.answered = MistralTokenizer.from_file(model, mode=ValidationMode.finetuning)
+        self.asking = MistralTokenizer.from_file(model, mode=ValidationMode.test)
+
+    def chat(self, messages, generation_prompt=False):
+        tok = self.asking if generation_prompt else self.answered
+        return tok.encode_chat_completion(self.request(messages=messages)).tokens
+
+    def assistant_mask(self, messages):
+        return None
+
+    def text(self, s):
+        raise BadRecord("text prompt-completion records need a transformers tokenizer (drop --mistral-common)")
+
+    eos = text
+
+
+def by_prefixes(enc, messages):
+    """(ids, mask): each assistant turn is what rendering up to it adds to rendering up to the turn before with the
+    generation prompt."""
+    ids = enc.chat(messages)
+    mask = [0] * len(ids)
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        asked, answered = enc.chat(messages[:i], generation_prompt=True), enc.chat(messages[:i + 1])
+        if answered[:len(asked)] != asked or ids[:len(answered)] != answered:
+            raise BadRecord(f"message {i} (assistant): the template renders the conversation up to it differently "
+                            "once later turns follow, so its tokens cannot be told — HINT: a template with "
+                            "{% generation %} marks, or --loss-on all")
+        mask[len(asked):len(answered)] = [1] * (len(answered) - len(asked))
+    return ids, mask
+
+
+def conversation(enc, messages, loss_on):
+    if loss_on == "all":
+        return enc.chat(messages), None
+    marked = enc.assistant_mask(messages)
+    ids, mask = marked if marked is not None else by_prefixes(enc, messages)
+    if 1 not in mask:
+        raise BadRecord("no assistant tokens: nothing to train on — HINT: --loss-on all trains on every token")
+    return ids, mask
+
+
+def prompt_completion(enc, prompt, completion):
+    if isinstance(prompt, list) and isinstance(completion, list):
+        asked, ids = enc.chat(prompt, generation_prompt=True), enc.chat(prompt + completion)
+    elif isinstance(prompt, str) and isinstance(completion, str):
+        eos = enc.eos()
+        if eos and not completion.endswith(eos):
+            completion += eos
+        asked, ids = enc.text(prompt), enc.text(prompt + completion)
+    else:
+        raise BadRecord('"prompt" and "completion" must both be lists of messages or both strings')
+    if ids[:len(asked)] != asked:
+        raise BadRecord("the prompt's tokens are not the start of prompt + completion's (a merge across the seam): "
+                        "the completion cannot be told — HINT: start the completion with a space or newline")
+    return ids, [0] * len(asked) + [1] * (len(ids) - len(asked))
+
+
+def messages_of(value):
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise BadRecord("not a list of messages ({role, content})")
+    return value
+
+
+def encode(enc, record, messages_key, loss_on):
+    """(ids, mask) of one record, the mask 1 on its answers (None for a conversation under --loss-on all)."""
+    if not isinstance(record, dict):
+        raise BadRecord("not a JSON object")
+    if messages_key in record:
+        return conversation(enc, messages_of(record[messages_key]), loss_on)
+    if "prompt" in record and "completion" in record:
+        prompt, completion = record["prompt"], record["completion"]
+        if isinstance(prompt, list) or isinstance(completion, list):
+            messages_of(prompt), messages_of(completion)
+        return prompt_completion(enc, prompt, completion)
+    raise BadRecord(f'neither "{messages_key}" nor "prompt" and "completion" — HINT: --messages-key names the '
+                    "conversation's key")
+
+
+def fail(number, why):
+    print(f"error: stdin line {number}: {' '.join(why.split())}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.split("\n")[1:]))
     p.add_argument("model", help="a Hugging Face model folder (or, with --mistral-common, a tekken.json / "
                                  "tokenizer.model.v3 file)")
+    p.add_argument("--loss-on", choices=("answers", "all"), default="answers",
+                   help="train on the assistant turns / the completion (default), or on every token")
     p.add_argument("--mistral-common", action="store_true", help="encode with mistral_common's MistralTokenizer")
-    p.add_argument("--messages-key", default="messages", help="the key of each line's conversation")
+    p.add_argument("--messages-key", default="messages", help="the key of each conversation (default: messages)")
     a = p.parse_args()
-    encode = encoder(a)
+    enc = MistralEncoder(a.model) if a.mistral_common else HfEncoder(a.model)
     for number, line in enumerate(sys.stdin, 1):
         if not line.strip():
             continue
         try:
-            messages = json.loads(line)[a.messages_key]
-            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-                raise TypeError("not a list of messages")
-        except (ValueError, KeyError, TypeError) as e:
-            print(f"error: stdin line {number}: no conversation (a list of {{role, content}}) under "
-                  f'"{a.messages_key}" ({type(e).__name__}: {e}) — HINT: --messages-key names the key',
-                  file=sys.stderr)
-            sys.exit(2)
-        print(json.dumps({"input_ids": [int(i) for i in encode(messages)]}))
+            ids, mask = encode(enc, json.loads(line), a.messages_key, a.loss_on)
+        except BadRecord as e:
+            fail(number, str(e))
+        except Exception as e:   # the template's or the tokenizer's own refusal of this record
+            fail(number, f"{type(e).__name__}: {e}")
+        print(json.dumps({"input_ids": [int(i) for i in ids],
+                          "loss_mask": mask if a.loss_on == "answers" else [1] * len(ids)}))
 
 
 if __name__ == "__main__":

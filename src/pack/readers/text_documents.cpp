@@ -36,10 +36,11 @@ std::string text_of(const std::string& line, const ReaderOptions& options) {
   const auto text = j.is_object() ? j.find(options.text_key) : j.end();
   const bool chat = text != j.end() && text->is_array() && !text->empty() && text->front().is_object() &&
                     text->front().contains("role");
-  if (chat)   // a conversation: encoded by the model's own tokenizer first (docs/user-guide.md, "Chat data")
+  if (chat)   // a conversation: encoded by the model's own tokenizer first (docs/user-guide.md, "Fine-tuning data")
     throw JsonLineError(0, fmt::format("\"{}\" holds a conversation (a list of messages), not text: encode it with "
-                                       "the model's chat template first (python3 tools/chat_ids.py MODEL < chats.jsonl "
-                                       "> ids.jsonl), then pack the ids (docs/user-guide.md, \"Chat data\")",
+                                       "the model's chat template first (python3 tools/chat_ids.py MODEL < sft.jsonl "
+                                       "> ids.jsonl), then pack the ids with --loss-mask-key loss_mask "
+                                       "(docs/user-guide.md, \"Fine-tuning data\")",
                                        options.text_key));
   if (!j.is_object() || text == j.end() || !text->is_string())
     throw JsonLineError(0, fmt::format("no text (a JSON string) under \"{}\" (--text-key)", options.text_key));
