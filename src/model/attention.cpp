@@ -1,7 +1,6 @@
 #include "model/attention.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -10,9 +9,10 @@
 
 namespace ulysses::model {
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups)
+AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups,
+                             const LoraOptions& lora)
     : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), head_groups_(head_groups),
-      eps_(c.rms_norm_eps), sp_degree_(sp.degree()), sp_(sp.group()) {
+      eps_(c.rms_norm_eps), lora_scale_(lora.enabled() ? lora.scale() : 0), sp_degree_(sp.degree()), sp_(sp.group()) {
   if (head_groups.groups != 1) arch::check_head_groups(c, sp_degree_, head_groups.groups);
   if (sp_degree_ > 1) {
     arch::check_heads_for_sp(c, sp_degree_, c.architecture);
@@ -26,6 +26,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, c
   k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
   v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
   o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.o_bias));
+  add_adapter(q_proj, "q_proj", lora);
+  add_adapter(k_proj, "k_proj", lora);
+  add_adapter(v_proj, "v_proj", lora);
+  add_adapter(o_proj, "o_proj", lora);
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
@@ -39,6 +43,9 @@ AttentionWeights AttentionImpl::weights() const {
     w.q_norm = q_norm->weight;
     w.k_norm = k_norm->weight;
   }
+  w.q_lora = adapter_of(q_proj), w.k_lora = adapter_of(k_proj), w.v_lora = adapter_of(v_proj);
+  w.o_lora = adapter_of(o_proj);
+  w.lora_scale = lora_scale_;
   return w;
 }
 
@@ -46,14 +53,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
                                      const AttentionWeights& w) const {
   const torch::Tensor heads = head_groups_.groups == 1 ? forward_heads(x, rope, plan, w)   // [B, S/P, H*D]
                                                        : forward_in_groups(x, rope, plan, w);
-  return at::linear(heads, w.o, w.o_bias);   // [B, S/P, hidden]
+  return project(heads, w.o, w.o_bias, w.o_lora, w.lora_scale);   // [B, S/P, hidden]
 }
 
 namespace {
 
 // The tensors of AttentionWeights a group computes with, in one fixed order (o_proj runs once, on all groups' heads).
-std::array<torch::Tensor*, 8> slots(AttentionWeights& w) {
-  return {&w.q, &w.k, &w.v, &w.q_bias, &w.k_bias, &w.v_bias, &w.q_norm, &w.k_norm};
+std::vector<torch::Tensor*> slots(AttentionWeights& w) {
+  return {&w.q,        &w.k,        &w.v,        &w.q_bias,   &w.k_bias,   &w.v_bias,  &w.q_norm,
+          &w.k_norm,   &w.q_lora.a, &w.q_lora.b, &w.k_lora.a, &w.k_lora.b, &w.v_lora.a, &w.v_lora.b};
 }
 
 }  // namespace
@@ -69,7 +77,9 @@ AttentionWeights AttentionImpl::group_weights(const AttentionWeights& w, std::in
   g.q = rows(w.q, group * q, q), g.q_bias = rows(w.q_bias, group * q, q);               // [q*D, hidden], [q*D]
   g.k = rows(w.k, first_kv, kv), g.k_bias = rows(w.k_bias, first_kv, kv);               // [kv*D, hidden], [kv*D]
   g.v = rows(w.v, first_kv, kv), g.v_bias = rows(w.v_bias, first_kv, kv);
-  g.o = g.o_bias = torch::Tensor();
+  g.q_lora.b = rows(w.q_lora.b, group * q, q);   // an adapter's B rows are its projection's; A is every head's
+  g.k_lora.b = rows(w.k_lora.b, first_kv, kv), g.v_lora.b = rows(w.v_lora.b, first_kv, kv);
+  g.o = g.o_bias = g.o_lora.a = g.o_lora.b = torch::Tensor();
   return g;
 }
 
@@ -79,19 +89,15 @@ torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const Rop
   std::vector<torch::Tensor> outputs;   // per group: [B, S/P, H/G*D]
   for (std::int64_t g = 0; g < head_groups_.groups; ++g) {
     AttentionWeights gw = group_weights(w, g);
-    const auto tensors = slots(gw);
-    std::vector<torch::Tensor> handed;   // its defined tensors, in slot order
-    std::array<bool, 8> present{};
-    for (std::size_t i = 0; i < tensors.size(); ++i)
-      if ((present[i] = tensors[i]->defined())) handed.push_back(*tensors[i]);
-    // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there — no
-    // weight (a sharded unit's gathered weights must not outlive its run)
-    const ChunkForward group = [self, rope, plan, present](const Chunk&, const torch::Tensor& xn,
-                                                           const std::vector<torch::Tensor>& ws) {
+    SlotMask mask;
+    const std::vector<torch::Tensor> handed = mask.take(slots(gw));   // its defined tensors, in slot order
+    // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
+    const double scale = w.lora_scale;
+    const ChunkForward group = [self, rope, plan, mask, scale](const Chunk&, const torch::Tensor& xn,
+                                                               const std::vector<torch::Tensor>& ws) {
       AttentionWeights gw;
-      std::size_t next = 0;
-      for (std::size_t i = 0; i < present.size(); ++i)
-        if (present[i]) *slots(gw)[i] = ws[next++];
+      gw.lora_scale = scale;
+      mask.put(slots(gw), ws);
       return torch::autograd::variable_list{self->forward_heads(xn, rope, plan, gw)};
     };
     Recompute recompute;
@@ -105,9 +111,10 @@ torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTab
                                            const AttentionWeights& w) const {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
-  auto q = at::linear(x, w.q, w.q_bias).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
-  auto k = at::linear(x, w.k, w.k_bias).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
-  auto v = at::linear(x, w.v, w.v_bias).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> [B, S/P, Hkv, D]
+  const double r = w.lora_scale;
+  auto q = project(x, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
+  auto k = project(x, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
+  auto v = project(x, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   if (w.q_norm.defined()) {
     q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
     k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]

@@ -33,6 +33,7 @@
 #include "core/sequence_parallel.hpp"
 #include "model/document_attention.hpp"
 #include "model/layers.hpp"
+#include "model/lora.hpp"
 #include "model/precision.hpp"
 
 namespace ulysses::model {
@@ -44,6 +45,8 @@ struct AttentionWeights {
   torch::Tensor q_bias, k_bias, v_bias;      // [H*D], [Hkv*D], [Hkv*D] (Qwen2; Llama with attention_bias)
   torch::Tensor o_bias;                      // [hidden]
   torch::Tensor q_norm, k_norm;              // [D] (Qwen3)
+  Lora q_lora, k_lora, v_lora, o_lora;       // LoRA adapters (lora.hpp): a [r, hidden] / [r, H*D], b [rows, r]
+  double lora_scale = 0;
 };
 
 // Attention in head groups: how many, and the precision each group's recomputation re-enters.
@@ -53,7 +56,8 @@ struct HeadGroups {
 };
 
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups = {});
+  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups = {},
+                const LoraOptions& lora = {});
 
   AttentionWeights weights() const;   // its own parameters
   // x [B, S/P, hidden], rope tables of this rank's tokens, the whole sequence's documents -> [B, S/P, hidden]
@@ -79,6 +83,7 @@ struct AttentionImpl : torch::nn::Module {
   std::int64_t heads_, kv_heads_, head_dim_;
   HeadGroups head_groups_;
   double eps_;                // of the q/k norms
+  double lora_scale_;
   std::int64_t sp_degree_;    // P
   comm::Communicator* sp_;    // non-null only when P > 1
 };

@@ -5,6 +5,7 @@
 #include <ATen/core/Reduction.h>
 #include <fmt/ostream.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.hpp"
 #include "model/recompute.hpp"
@@ -16,8 +17,8 @@ namespace ulysses::model {
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
     : options_(options) {
   self_attn = register_module("self_attn", Attention(c, sp, HeadGroups{options.attention_head_groups(),
-                                                                        options.precision()}));
-  mlp = register_module("mlp", Mlp(c));
+                                                                        options.precision()}, options.lora()));
+  mlp = register_module("mlp", Mlp(c, options.lora()));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -32,8 +33,10 @@ template <typename Fn>
 void for_each_tensor(DecoderLayerWeights& w, Fn&& fn) {
   AttentionWeights& a = w.attention;
   for (torch::Tensor* t : {&w.input_norm, &a.q, &a.k, &a.v, &a.o, &a.q_bias, &a.k_bias, &a.v_bias, &a.o_bias,
-                           &a.q_norm, &a.k_norm, &w.post_attention_norm, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
+                           &a.q_norm, &a.k_norm, &a.q_lora.a, &a.q_lora.b, &a.k_lora.a, &a.k_lora.b, &a.v_lora.a,
+                           &a.v_lora.b, &a.o_lora.a, &a.o_lora.b, &w.post_attention_norm})
     fn(*t);
+  for (torch::Tensor* t : tensor_slots(w.mlp)) fn(*t);
 }
 
 // Parameters become placeholders of the same shapes (every stride 0: one element of storage each), so the
@@ -73,7 +76,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
     : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), fp32_residual_(options.fp32_residual()),
-      runner_(options, c.num_layers) {
+      frozen_embeddings_(options.lora().enabled()), runner_(options, c.num_layers) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
                                                .padding_idx(c.pad_token_id)));
@@ -110,6 +113,10 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   // shared with the layers' recomputation in backward when checkpointing; in the embeddings' (compute) dtype
   const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
   if (fp32_residual_) h = h.to(torch::kFloat);   // the residual stream in fp32 (the bf16 model's --fp32-residual)
+  // LoRA: the frozen table gives an input that needs no gradient, and a recomputed layer whose inputs need none is
+  // never back-propagated (its adapters would get no gradient): the input becomes a leaf that needs one (transformers'
+  // enable_input_require_grads)
+  if (frozen_embeddings_ && torch::GradMode::is_enabled()) h = h.detach().requires_grad_(true);
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
   runner_.begin(h.device());
   for (std::size_t i = 0; i < layers->size(); ++i) {
@@ -130,6 +137,10 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, con
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size)
                                                                .bias(false)));
     if (sharding.enabled()) to_placeholders(*lm_head);
+  }
+  if (options.lora().enabled()) {
+    ULY_CHECK(!sharding.enabled(), "LoRA runs on replicated states (the trainer refuses --sharding with --lora-rank)");
+    freeze_base(*this);
   }
   if (!sharding.enabled()) return;
   std::vector<ShardedStates::Parameter> params;

@@ -96,6 +96,7 @@ struct DecoderImpl : torch::nn::Module {
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
   bool fp32_residual_;
+  bool frozen_embeddings_;   // LoRA: the layers' input is made a leaf that requires grad
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
 
   LayerRunner runner_;

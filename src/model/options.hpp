@@ -12,6 +12,7 @@
 
 #include <torch/arg.h>
 
+#include "model/lora.hpp"
 #include "model/precision.hpp"
 
 namespace ulysses::plan {
@@ -46,6 +47,8 @@ struct ModelOptions {
   // Prefetch (side_stream.hpp): issue the next unit's weight gathers (sharded states) and the copy back of the
   // previous layer's offloaded input (checkpoint offload) ahead, on side streams. Exact either way.
   TORCH_ARG(bool, prefetch) = false;
+  // LoRA (lora.hpp): adapters on the projections it names, the base frozen. rank 0 = off.
+  TORCH_ARG(LoraOptions, lora);
 };
 
 // The memory flags as resolved once for the planner and the trainer (plan/memory_flags.hpp: the same rules, so the

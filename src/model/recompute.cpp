@@ -202,4 +202,25 @@ torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x
                            c10::make_intrusive<Call>(std::move(f), o, x.device()));
 }
 
+std::vector<torch::Tensor> SlotMask::take(const std::vector<torch::Tensor*>& slots) {
+  std::vector<torch::Tensor> defined;
+  present_.clear();
+  for (const torch::Tensor* t : slots) {
+    present_.push_back(t->defined());
+    if (t->defined()) defined.push_back(*t);
+  }
+  return defined;
+}
+
+std::size_t SlotMask::put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
+                          std::size_t first) const {
+  ULY_CHECK(slots.size() == present_.size(), "{} slots for a mask of {}", slots.size(), present_.size());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (present_[i]) {
+      ULY_CHECK(first < ws.size(), "slot mask: {} tensors are too few", ws.size());
+      *slots[i] = ws[first++];
+    }
+  return first;
+}
+
 }  // namespace ulysses::model

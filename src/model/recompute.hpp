@@ -104,6 +104,20 @@ struct Recompute {
   std::optional<GatheredUnits> gathered;    // sharded: the weights f computes with
 };
 
+// A weights struct's optional tensors, handed to f as a list: take() lists the defined ones among fixed slots and
+// remembers which; put() sets them back into the same slots of a fresh struct inside f. The mask travels in f's
+// closure, the tensors only through `weights` (a sharded unit's gathered weights must not outlive its run).
+class SlotMask {
+ public:
+  std::vector<torch::Tensor> take(const std::vector<torch::Tensor*>& slots);
+  // ws[first …] into the slots that were defined; returns the index after the last one used
+  std::size_t put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
+                  std::size_t first = 0) const;
+
+ private:
+  std::vector<bool> present_;
+};
+
 // f over x's chunks with only x (and `weights`) kept for backward; differentiable in x and `weights`. A floating x
 // must require grad when grad is on (checked: else the units' parameters would get no gradient).
 torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x,

@@ -9,14 +9,23 @@ torch::Tensor tiled_mlp_block(const torch::Tensor& h, const torch::Tensor& norm_
                               const MlpWeights& w, std::int64_t tile_tokens, Precision precision) {
   ULY_CHECK(h.dim() == 2 && tile_tokens > 0, "tiled MLP: h [N, hidden], tile > 0 (got {} dims, {})", h.dim(),
             tile_tokens);
-  // the plain path's block on one tile: h_t [n, hidden] -> [n, hidden]; w: norm, gate, up, down
-  const ChunkForward block = [eps](const Chunk&, const torch::Tensor& ht, const std::vector<torch::Tensor>& w) {
-    return torch::autograd::variable_list{ht + mlp(rms_norm_for_matmul(ht, w[0], eps), {w[1], w[2], w[3]})};
+  // the plain path's block on one tile: h_t [n, hidden] -> [n, hidden]; ws: norm, then the MLP's defined tensors
+  MlpWeights handed = w;
+  SlotMask mask;
+  std::vector<torch::Tensor> ws = mask.take(tensor_slots(handed));
+  ws.insert(ws.begin(), norm_weight);
+  const double scale = w.lora_scale;
+  const ChunkForward block = [eps, mask, scale](const Chunk&, const torch::Tensor& ht,
+                                                const std::vector<torch::Tensor>& ws) {
+    MlpWeights mw;
+    mw.lora_scale = scale;
+    mask.put(tensor_slots(mw), ws, 1);
+    return torch::autograd::variable_list{ht + mlp(rms_norm_for_matmul(ht, ws[0], eps), mw)};
   };
   Recompute tiles;
   tiles.precision = precision;
   tiles.chunking.rows = tile_tokens;
-  return recomputed(block, h, {norm_weight, w.gate, w.up, w.down}, tiles)[0];   // [N, hidden]
+  return recomputed(block, h, ws, tiles)[0];   // [N, hidden]
 }
 
 }  // namespace ulysses::model

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "model/layers.hpp"
+#include "model/lora.hpp"
 
 namespace ulysses::model {
 namespace {
@@ -83,6 +84,11 @@ void set_parameter(CausalLm& model, const std::string& name, torch::Tensor& para
 }  // namespace
 
 void init_weights(CausalLm& model, std::uint64_t seed) {
+  init_base_weights(model, seed);
+  init_adapters(*model, seed);
+}
+
+void init_base_weights(CausalLm& model, std::uint64_t seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   const double init_std = model->config().initializer_range;
@@ -108,7 +114,9 @@ void init_weights(CausalLm& model, std::uint64_t seed) {
 
 void load_hf_weights(CausalLm& model, const std::filesystem::path& dir) {
   const st::HfWeights weights(dir);
-  auto params = model->named_parameters();
+  torch::OrderedDict<std::string, torch::Tensor> params;   // the base's: LoRA adapters are not in a model folder
+  for (const auto& item : model->named_parameters())
+    if (!is_adapter_parameter(item.key())) params.insert(item.key(), item.value());
   check_names_and_shapes(params, weights, dir);
   torch::NoGradGuard no_grad;
   for (auto& item : params) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
@@ -77,6 +78,40 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "offloaded input ahead, on side streams, to overlap compute (FSDP's forward/backward prefetch); "
                  "costs one more gathered unit and layer input. auto: on for a GPU, off for a CPU. Exact either way")
       ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
+  add_lora_flags(app, o);
+}
+
+// What PEFT's LoraConfig takes, by its names.
+void add_lora_flags(CLI::App& app, MemoryFlags& o) {
+  app.add_option("--lora-rank", o.lora_rank,
+                 "LoRA: train adapters of this rank on --lora-targets, the base weights frozen in the compute dtype "
+                 "(no gradient, master or AdamW state); PEFT's r. 0: full fine-tuning")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 16))->capture_default_str();
+  app.add_option("--lora-alpha", o.lora_alpha, "LoRA scale alpha / rank (PEFT's lora_alpha)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lora-targets", o.lora_targets,
+                 "The projections that get adapters, by PEFT's module names (comma-separated): q_proj, k_proj, v_proj, "
+                 "o_proj, gate_proj, up_proj, down_proj, or all-linear (all seven)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                             "all-linear"}))
+      ->capture_default_str();
+  app.add_option("--lora-dropout", o.lora_dropout, "Dropout on the adapters' input: 0 only (not built)")
+      ->check(CLI::Validator([](const std::string& v) {
+        return v == "0" || v == "0.0" ? std::string() : v + ": dropout in the adapters is not built; 0 only";
+      }, "0"))
+      ->capture_default_str();
+  app.add_flag("--lora-rslora", o.lora_rslora, "Scale by alpha / √rank (rsLoRA, PEFT's use_rslora)");
+}
+
+std::vector<std::string> lora_targets(const std::vector<std::string>& given) {
+  static const std::vector<std::string> all{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj"};
+  if (std::find(given.begin(), given.end(), "all-linear") != given.end()) return all;
+  std::vector<std::string> out;
+  for (const auto& name : all)   // model order, each once
+    if (std::find(given.begin(), given.end(), name) != given.end()) out.push_back(name);
+  return out;
 }
 
 std::string memory_args(const MemoryFlags& f) {
@@ -94,6 +129,11 @@ std::string memory_args(const MemoryFlags& f) {
   if (f.reduce_dtype != "fp32") s += " --reduce-dtype " + f.reduce_dtype;
   if (f.fp32_residual) s += " --fp32-residual";
   if (f.attention_head_groups != 1) s += " --attention-head-groups " + head_groups_name(f.attention_head_groups);
+  if (f.lora_rank > 0) {
+    s += fmt::format(" --lora-rank {} --lora-alpha {} --lora-targets {}", f.lora_rank, f.lora_alpha,
+                     fmt::join(f.lora_targets, ","));
+    if (f.lora_rslora) s += " --lora-rslora";
+  }
   return s.empty() ? s : s.substr(1);
 }
 
@@ -107,6 +147,17 @@ const char* sharding_name(Sharding s) {
 
 Sharding resolve_sharding(const MemoryFlags& o, int world) {
   const bool offload = o.offload_optimizer || o.offload_params;
+  if (o.lora_rank > 0) {   // the adapters are small, and the frozen base has no gradient or AdamW state to split
+    if (o.sharding != "auto" && o.sharding != "no_shard")
+      throw BadInput(fmt::format("--sharding {} with --lora-rank {}: LoRA runs on replicated states", o.sharding,
+                                 o.lora_rank),
+                     "drop --sharding (auto is no_shard with LoRA): the frozen base is 2 bytes a parameter in bf16");
+    if (offload)
+      throw BadInput(fmt::format("{} with --lora-rank {}: LoRA runs on replicated states, nothing is offloaded",
+                                 o.offload_params ? "--offload-params" : "--offload-optimizer", o.lora_rank),
+                     "drop it: the adapters' AdamW state is small; --offload-checkpoints moves the layer inputs");
+    return Sharding::kNone;
+  }
   if (o.sharding == "no_shard" && offload)
     throw BadInput(fmt::format("{} offloads the shards of sharded states, and --sharding is no_shard",
                                o.offload_params ? "--offload-params" : "--offload-optimizer"),
@@ -143,6 +194,10 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, in
                           : o.tiled_logits          ? default_logits_chunk_tokens(c.vocab_size)
                                                     : 0;
   f.prefetch = o.prefetch;
+  f.lora_rank = o.lora_rank;
+  f.lora_alpha = o.lora_alpha;
+  f.lora_rslora = o.lora_rslora;
+  if (o.lora_rank > 0) f.lora_targets = lora_targets(o.lora_targets);
   return f;
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -40,10 +41,19 @@ struct MemoryFlags {
   bool tiled_logits = false;               // head + cross-entropy over token chunks
   std::int64_t logits_chunk_tokens = 0;    // tokens per chunk (0: ~1 GiB of fp32 logits)
   std::string prefetch = "auto";           // on, off; auto: on for a GPU (side streams), off for a CPU
+  // LoRA (model/lora.hpp): adapters of this rank on the projections named, the base frozen; 0 = full fine-tuning
+  std::int64_t lora_rank = 0;
+  double lora_alpha = 8;                   // scale alpha / rank (PEFT's lora_alpha default)
+  double lora_dropout = 0;                 // 0 only
+  bool lora_rslora = false;                // scale alpha / √rank
+  std::vector<std::string> lora_targets{"q_proj", "v_proj"};   // PEFT's module names (its Llama default), all-linear
 };
 // The tools' memory flags. --precision's default there is auto: settle_precision makes it bf16 on a GPU, fp32 on a
 // CPU, once the device is known (the struct's own default, for code that builds flags, stays fp32).
-void add_memory_flags(CLI::App& app, MemoryFlags& flags);
+void add_memory_flags(CLI::App& app, MemoryFlags& flags);   // with add_lora_flags
+void add_lora_flags(CLI::App& app, MemoryFlags& flags);
+// --lora-targets expanded: all-linear → the seven projections; the names in model order, each once.
+std::vector<std::string> lora_targets(const std::vector<std::string>& given);
 void settle_precision(MemoryFlags& flags, bool gpu);
 // The command-line flags that give `flags` back through add_memory_flags, --precision left out (the sbatch's
 // PRECISION variable carries it): the sbatch's MEMORY_ARGS. Defaults are not written; "" when all are defaults.
@@ -72,6 +82,10 @@ struct Features {   // resolved
   std::int64_t mlp_tile_tokens = 0;       // 0: untiled
   std::int64_t logits_chunk_tokens = 0;   // 0: whole logits
   std::string prefetch = "auto";           // as given; prefetches() resolves auto with the device
+  std::int64_t lora_rank = 0;              // LoRA: adapters of this rank, the base frozen (0: full fine-tuning)
+  double lora_alpha = 0;
+  bool lora_rslora = false;
+  std::vector<std::string> lora_targets;   // expanded: all-linear → the seven projections, in model order
   int compute_bytes() const { return bf16 ? 2 : 4; }   // of a matrix's gathered copy and the matmuls' operands
   // Of the residual stream and each kept (or offloaded) layer input: 2 in bf16; autocast (and --fp32-residual) keep
   // them fp32.
@@ -80,7 +94,8 @@ struct Features {   // resolved
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
   bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
 };
-// BadInput for --sharding no_shard with --offload-optimizer or --offload-params, for --fp32-residual without
+// BadInput for --sharding no_shard with --offload-optimizer or --offload-params, for sharding or offloaded states with
+// LoRA (replicated only: auto means no_shard there), for --fp32-residual without
 // --precision bf16, and for head groups the model's heads cannot form at --sp `sp` (arch::check_head_groups).
 // --attention-head-groups auto must be settled first (settle_head_groups: it depends on the length and the machine).
 Sharding resolve_sharding(const MemoryFlags& flags, int world);

@@ -32,6 +32,11 @@ ModelStates::ModelStates(model::CausalLm model, comm::Communicator& grad_group, 
   const bool copies = model_->options().precision() == model::Precision::kBf16;
   for (const auto& item : model_->named_parameters()) {
     torch::Tensor p = item.value();
+    if (!p.requires_grad()) {   // LoRA's frozen base: not trained, held in the compute dtype only
+      torch::NoGradGuard no_grad;
+      if (copies) p.set_data(p.detach().to(torch::kBFloat16));
+      continue;
+    }
     if (!copies) {
       trained_.emplace_back(item.key(), p);
       continue;

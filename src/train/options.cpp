@@ -32,6 +32,10 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"offload_checkpoints", o.memory.offload_checkpoints},
           {"tiled_mlp", o.memory.tiled_mlp},        {"mlp_tile_tokens", o.memory.mlp_tile_tokens},
           {"prefetch", o.memory.prefetch},
+          {"lora_rank", o.memory.lora_rank}, {"lora_alpha", o.memory.lora_alpha},
+          {"lora_targets", o.memory.lora_rank > 0 ? plan::lora_targets(o.memory.lora_targets)
+                                                  : std::vector<std::string>{}},
+          {"lora_rslora", o.memory.lora_rslora},
           {"memory_profile", o.memory_profile},
           {"comm", o.comm},                  {"comm_timeout", o.comm_timeout},
           {"save_timeout", o.save_timeout},  {"stop_margin", o.stop_margin},

@@ -12,6 +12,34 @@ namespace fs = std::filesystem;
 
 namespace ulysses::train {
 
+namespace {
+
+// A LoRA checkpoint holds the adapters only: they continue with the same shape and scale, over the base they were
+// trained on (--init-from's folder, or the seed's weights from scratch) — not even --allow-changes changes those.
+void check_lora_resume(const nlohmann::json& stored, const nlohmann::json& now, const fs::path& from) {
+  const auto value = [](const nlohmann::json& j, const char* key) {   // a checkpoint from before LoRA: rank 0
+    if (j.contains(key)) return j.at(key);
+    return key == std::string_view("lora_rank") ? nlohmann::json(0) : nlohmann::json();
+  };
+  if (value(stored, "lora_rank") == 0 && now.at("lora_rank") == 0) return;
+  std::vector<std::string> differ;
+  const bool scratch = value(stored, "init_from") == "";
+  for (const char* key : {"lora_rank", "lora_alpha", "lora_targets", "lora_rslora", "init_from", "seed"}) {
+    if (key == std::string_view("seed") && !scratch) continue;   // the seed makes the base only from scratch
+    if (value(stored, key) != now.at(key))
+      differ.push_back(fmt::format("{} {} → {}", key, value(stored, key).dump(), now.at(key).dump()));
+  }
+  if (!differ.empty())
+    throw BadInput(fmt::format("--resume {}: its LoRA adapters were trained {}; this run differs: {}", from.string(),
+                               value(stored, "lora_rank") == 0 ? "(none: it is a full fine-tune)"
+                                                               : "over one base with one shape",
+                               fmt::join(differ, "; ")),
+                   "resume with the checkpoint's --init-from, --seed and --lora-* flags; to start LoRA from a full "
+                   "checkpoint, export-hf it and pass --init-from");
+}
+
+}  // namespace
+
 void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
   const fs::path state_path = from / checkpoint::kTrainerState;
   const nlohmann::json stored = read_trainer_state(state_path).options;   // checked: a damaged file is one line here
@@ -30,6 +58,7 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
       (std::string_view(key) == "data" || std::string_view(key) == "seed" ? order : changes)
           .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));
     }
+  check_lora_resume(stored, now, from);
   const checkpoint::Manifest m = checkpoint::read_manifest(from);
   const std::int64_t before = m.dp * stored_count("micro_batch", o.micro_batch) * stored_count("grad_accum", o.grad_accum);
   if (const std::int64_t after = dp * o.micro_batch * o.grad_accum; before != after)

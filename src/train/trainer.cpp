@@ -135,8 +135,12 @@ void check_memory(Run& r) {
 void build_model(Run& r) {
   r.model = model::CausalLm(r.config, r.sp, r.options,
                             r.groups->states_on(r.place.device, r.features));
-  if (r.o.init_from.empty()) model::init_weights(r.model, r.o.seed);
-  else model::load_hf_weights(r.model, r.o.init_from);
+  if (r.o.init_from.empty()) {
+    model::init_weights(r.model, r.o.seed);
+  } else {
+    model::load_hf_weights(r.model, r.o.init_from);
+    model::init_adapters(*r.model, r.o.seed);   // LoRA's, if any
+  }
 }
 
 void print_plan(const Run& r, const data::DataLoader& loader) {
