@@ -227,6 +227,15 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
 }
 
 void check_parameters(const Weights& w, const arch::ModelConfigFile& spec, bool f32_only, bool allow_ignorable) {
+  const auto& names = w.names();
+  const auto adapters = std::count_if(names.begin(), names.end(), [](const std::string& n) {
+    return n.ends_with(".lora_A.weight") || n.ends_with(".lora_B.weight");
+  });
+  if (adapters > 0)   // ulysses-train --lora-rank: the base is the run's --init-from, not in the checkpoint
+    throw BadInput(fmt::format("{} holds LoRA adapters ({} tensors) and no base model: this command needs a whole "
+                               "model", w.path().string(), adapters),
+                   "the base is the run's --init-from folder; export-peft and export-hf --merge-lora are not built "
+                   "yet (docs/training.md, LoRA)");
   std::vector<std::string> problems;
   std::map<std::string, bool> expected;
   for (const arch::ParameterSpec& t : arch::parameters(spec.config)) {

@@ -99,6 +99,16 @@ std::string wanted_type(const CLI::Option& o) {
   return "text";
 }
 
+// A list flag's string value split at its delimiter ("q_proj,v_proj", as --print-config writes a list flag's
+// default); any other value whole.
+std::vector<std::string> list_items(const CLI::Option& o, const std::string& value) {
+  if (o.get_expected_max() <= 1 || o.get_delimiter() == '\0') return {value};
+  std::vector<std::string> items;
+  std::istringstream in(value);
+  for (std::string item; std::getline(in, item, o.get_delimiter());) items.push_back(item);
+  return items;
+}
+
 // The option's own checks (member lists, ranges, transforms) on a copy of the value: their complaint, or "".
 std::string refused_by_checks(const CLI::Option& o, std::string value) {
   auto& option = const_cast<CLI::Option&>(o);   // CLI11 2.1 lists validators through a non-const getter; none changes
@@ -126,8 +136,10 @@ void check_value(const CLI::Option& o, const std::string& key, const std::string
     throw CLI::ConfigError(
         fmt::format("{}: key \"{}\" takes {} ({}), found {}", where, key, wants, o.get_name(), found));
   const bool quoted = v.size() >= 2 && (v.front() == '"' || v.front() == '\'');
-  if (const std::string why = refused_by_checks(o, quoted ? v.substr(1, v.size() - 2) : v); !why.empty())
-    throw CLI::ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, v, why));
+  const std::string text = quoted ? v.substr(1, v.size() - 2) : v;
+  for (const std::string& item : list_items(o, text))
+    if (const std::string why = refused_by_checks(o, item); !why.empty())
+      throw CLI::ConfigError(fmt::format("{}: key \"{}\" = {}: {}", where, key, v, why));
 }
 
 }  // namespace
@@ -202,7 +214,9 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& input) cons
       throw CLI::ConfigError(fmt::format("{}:{}: key \"{}\" sets --{} again (line {} set it): write each key once",
                                          file, again, item.name, name, first));
     }
-    check_value(*app_.get_option("--" + name), item.name, file + line_of(item.name), keys);
+    const CLI::Option& option = *app_.get_option("--" + name);
+    check_value(option, item.name, file + line_of(item.name), keys);
+    if (item.inputs.size() == 1) item.inputs = list_items(option, item.inputs.front());
     item.name = name;
     out.push_back(std::move(item));
   }

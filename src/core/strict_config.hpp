@@ -3,7 +3,8 @@
 // DeepSpeed user would write mapped to ours: learning_rate → lr). Keys are the flags without "--"; "-" and "_"
 // are alike (save_every = 5 is --save-every 5, as checkpoints' trainer_state.json writes options). A value of the
 // wrong TOML type is refused the same way, nothing coerced: an integer flag takes an integer (not 10.5, "10" or
-// [5]), a number flag a number, a flag true or false; a quoted word (auto) is left to the flag's own check.
+// [5]), a number flag a number, a flag true or false; a quoted word (auto) is left to the flag's own check. A list
+// flag takes an array or a string of its delimited items ("q_proj,v_proj", as --print-config writes its default).
 //   app.config_formatter(std::make_shared<StrictConfig>(app));   // after every option is added
 #pragma once
 

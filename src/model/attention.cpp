@@ -112,7 +112,7 @@ torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTab
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
-  auto q = project(x, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> [B, S/P, H, D]
+  auto q = project(x, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
   auto k = project(x, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   auto v = project(x, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   if (w.q_norm.defined()) {

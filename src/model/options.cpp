@@ -15,7 +15,8 @@ ModelOptions model_options(const plan::Features& f, Precision precision, bool cu
       .offload_checkpoints(f.offload_checkpoints)
       .mlp_tile_tokens(f.mlp_tile_tokens)
       .logits_chunk_tokens(f.logits_chunk_tokens)
-      .lora(LoraOptions{.rank = f.lora_rank, .alpha = f.lora_alpha, .rslora = f.lora_rslora, .targets = f.lora_targets});
+      .lora(LoraOptions{
+          .rank = f.lora_rank, .alpha = f.lora_alpha, .rslora = f.lora_rslora, .targets = f.lora_targets});
 }
 
 }  // namespace ulysses::model

@@ -145,6 +145,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     saved.insert(saved.end(), handed_in.begin(), handed_in.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    std::vector<std::int64_t> trained;   // per handed-in weight: 1 when it gets a gradient (not LoRA's frozen base)
+    for (const torch::Tensor& w : handed_in) trained.push_back(w.requires_grad());
+    ctx->saved_data["trained"] = trained;
     std::vector<torch::Tensor> weights(handed_in.begin(), handed_in.end());
     const std::vector<torch::Tensor> units = gathered(o.gathered);
     weights.insert(weights.end(), units.begin(), units.end());
@@ -167,7 +170,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     const std::vector<torch::Tensor> units = gathered(o.gathered, o.gathered && !o.gathered->weights_in_backward);
     leaves.insert(leaves.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
-    for (auto& w : leaves) w = w.detach().requires_grad_(true);
+    const std::vector<std::int64_t> trained = ctx->saved_data["trained"].toIntVector();
+    for (std::size_t i = 0; i < leaves.size(); ++i)   // a frozen handed-in weight: no gradient computed
+      leaves[i] = leaves[i].detach().requires_grad_(i >= trained.size() || trained[i] != 0);
     const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
     // [N, ...]: one chunk's gradient as it is, several chunks' each written into its rows
     torch::Tensor dx = chunks.size() > 1 && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();
@@ -176,7 +181,8 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
       if (chunks.size() == 1) dx = dxc;
       else if (dxc.defined()) dx.narrow(0, c.first, c.rows).copy_(dxc);
     }
-    for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced
+    for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced (a
+                                           // frozen weight's is undefined)
     const auto handed_end = leaves.begin() + static_cast<std::ptrdiff_t>(saved.size() - 1);
     scatter_gradients(o.gathered, {handed_end, leaves.end()});
     torch::autograd::variable_list grads{dx, torch::Tensor()};   // x, the anchor

@@ -12,7 +12,7 @@
 //
 // Where f's weights come from, in f's `weights` in this order:
 //   handed in   tensors passed to recomputed() (TiledMLP's, the tiled loss's): inputs of the autograd node, whose
-//               gradients it returns;
+//               gradients it returns — those that require grad (LoRA's frozen base gets none, and none is computed);
 //   gathered    sharded units (GatheredUnits): all-gathered for each pass; their gradients are reduce-scattered
 //               into the shards (ShardedStates::add_gradients);
 //   neither     f uses its module's own parameters, whose gradients accumulate into their .grad (checkpointing).

@@ -91,11 +91,11 @@ void add_lora_flags(CLI::App& app, MemoryFlags& o) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lora-targets", o.lora_targets,
                  "The projections that get adapters, by PEFT's module names (comma-separated): q_proj, k_proj, v_proj, "
-                 "o_proj, gate_proj, up_proj, down_proj, or all-linear (all seven)")
+                 "o_proj, gate_proj, up_proj, down_proj, or all-linear (all seven); default: PEFT's for Llama")
       ->delimiter(',')
       ->check(CLI::IsMember({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                              "all-linear"}))
-      ->capture_default_str();
+      ->default_str("q_proj,v_proj");
   app.add_option("--lora-dropout", o.lora_dropout, "Dropout on the adapters' input: 0 only (not built)")
       ->check(CLI::Validator([](const std::string& v) {
         return v == "0" || v == "0.0" ? std::string() : v + ": dropout in the adapters is not built; 0 only";

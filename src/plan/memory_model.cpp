@@ -41,6 +41,23 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
 
 std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 
+// Elements per token of each layer's adapter products x·Aᵀ (one [T, r] per adapted projection).
+double lora_row(const Features& f) {
+  return static_cast<double>(f.lora_rank) * static_cast<double>(f.lora_targets.size());
+}
+
+// LoRA's model states (replicated: resolve refuses sharding with it): the frozen base in the compute dtype — fp32, the
+// bf16 model's bf16, or amp-bf16's fp32 with autocast's bf16 copies of the matrices —, no gradient or AdamW state for
+// it; the adapters fp32 masters with their fp32 gradients and two AdamW moments, and under bf16 their bf16 copies
+// and those copies' gradients.
+void lora_states(const arch::ModelConfig& c, const Features& f, Breakdown& b) {
+  const std::int64_t base = arch::parameter_count(c), adapters = lora_parameter_count(c, f);
+  const std::int64_t autocast_copies = f.bf16 && !f.bf16_activations ? 2 * arch::matmul_parameter_count(c) : 0;
+  b.weights = (f.bf16_activations ? 2 : 4) * base + autocast_copies + (4 + (f.bf16 ? 2 : 0)) * adapters;
+  b.gradients = (4 + (f.bf16_activations ? 2 : 0)) * adapters;
+  b.optimizer = 8 * adapters;
+}
+
 // Replicated states' bf16 weights beside the fp32 masters: autocast's cached copies of the matrices (amp-bf16), or
 // the bf16 model's one copy of every weight (bf16).
 std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const Features& f) {
@@ -50,6 +67,16 @@ std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const
 
 
 }  // namespace
+
+std::int64_t lora_parameter_count(const arch::ModelConfig& c, const Features& f) {
+  if (f.lora_rank <= 0) return 0;
+  std::int64_t n = 0;   // r × (in + out) of each adapted projection: A [r, in], B [out, r]
+  for (const arch::ParameterSpec& p : arch::parameters(c))
+    for (const std::string& target : f.lora_targets)
+      if (p.layer >= 0 && p.shape.size() == 2 && p.name.ends_with("." + target + ".weight"))
+        n += f.lora_rank * (p.shape[0] + p.shape[1]);
+  return n;
+}
 
 std::vector<std::pair<std::string, std::int64_t>> Breakdown::device_lines() const {
   return {{"weights", weights},           {"gradients", gradients},
@@ -79,6 +106,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
   b.gradients = states.device.grads + (shards == 0 && f.bf16_activations ? 2 * arch::parameter_count(c) : 0);
   b.optimizer = states.device.optimizer;
+  if (f.lora_rank > 0) lora_states(c, f, b);
   if (shards > 0) {
     const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, gather);
     // the largest unit whole with its fp32 gradient, and (prefetch) the next unit beside it — always a layer in
@@ -89,7 +117,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
   // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward
-  const double layer_tokens = T * (n.attention + n.heads + n.mlp_token);
+  // LoRA: each adapted projection's [T, r] product beside the layer's tensors
+  const double layer_tokens = T * (n.attention + n.heads + n.mlp_token + lora_row(f));
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
@@ -103,7 +132,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   } else {
     const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only
     const double saved_heads = f.attention_head_groups > 1 ? 0.0 : T * n.heads;   // groups keep their input only
-    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token) + p.saved_factor * saved_heads +
+    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token + lora_row(f)) +
+                               p.saved_factor * saved_heads +
                                p.mlp_factor * saved_mlp));
   }
   const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;

@@ -76,6 +76,9 @@ struct Breakdown {   // bytes of one rank
   std::vector<std::pair<std::string, std::int64_t>> host_lines() const;
 };
 
+// LoRA's adapter parameters: rank × (in + out) of each adapted projection (0 without LoRA).
+std::int64_t lora_parameter_count(const arch::ModelConfig& c, const Features& f);
+
 Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                   std::int64_t seq_len);
 

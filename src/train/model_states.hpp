@@ -1,8 +1,9 @@
 // ModelStates: what training updates on this rank — the weights, their gradients and AdamW's state — whether
 // replicated (every rank holds every parameter: the modules' own, DDP style) or sharded (the model's
 // ShardedStates: ZeRO-3 / FSDP), behind one interface for the step, the optimizer and checkpoints.
-// The trained states are float32 in every precision. With LoRA only the adapters are trained states: the frozen base
-// (parameters that do not require grad) is neither here nor in checkpoints, and under bf16 becomes bf16 in place. A replicated bf16 model (--precision bf16) computes with bf16
+// The trained states are float32 in every precision. With LoRA only the adapters are trained states: the frozen
+// base (parameters that do not require grad) is neither here nor in checkpoints, and under bf16 becomes bf16 in
+// place. A replicated bf16 model (--precision bf16) computes with bf16
 // copies: its modules' parameters become bf16 here and their fp32 masters are kept beside them (Megatron's
 // Float16OptimizerWithFloat16Params); each backward's bf16 gradients are summed into the masters' fp32 ones
 // (take_gradients) and the copies refreshed after every optimizer step or load.

@@ -10,9 +10,10 @@ within 1e-5 (absolute: they are about 0.1). Both sides compute in fp32, and the 
 rounding: against a float64 PEFT run, ours and PEFT's own fp32 run both differ by ~5e-6 in Qwen3's q_proj A (behind
 the q norm), where the other adapters agree to ~1e-7. The checkpoint holds the adapters and their AdamW state only
 (the base is not a trained state). A LoRA checkpoint resumes only over its own base: another --init-from, or none, is
-one line, exit 2.
+one line, exit 2 (and resumed over its own, it continues as one run, bit for bit); export-hf of one is refused (it
+holds no base).
 
-usage: test_lora.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
+usage: test_lora.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
 import json
 import pathlib
@@ -28,8 +29,8 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
 from cli_checks import TempDirCase, TINY_CONFIG  # noqa: E402
 
-TRAIN, PACK, MPIEXEC = sys.argv[1:4]
-del sys.argv[1:4]
+TRAIN, PACK, CKPT, MPIEXEC = sys.argv[1:5]
+del sys.argv[1:5]
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
 BASE = json.loads(TINY_CONFIG.read_text())
@@ -140,6 +141,11 @@ class Lora(TempDirCase):
         lora = ["--lora-rank", 4]
         self.train(1, folder, out, "--steps", 2, "--lr", LR, *lora)
         self.train(1, folder, out, "--steps", 3, "--lr", LR, "--resume", "auto", *lora)   # the same base: continues
+        straight = self.root / "straight"   # as one run of 3 steps, bit for bit
+        self.train(1, folder, straight, "--steps", 3, "--lr", LR, *lora)
+        last = [load_file(str(d / "checkpoints/step-0000003/model.safetensors")) for d in (out, straight)]
+        self.assertEqual(sorted(last[0]), sorted(last[1]))
+        self.assertTrue(all(torch.equal(last[0][n], last[1][n]) for n in last[0]))
         other = hf_folder(self.shared, BASE, seed=8)
         for how, needle in (([other, "--lora-rank", 4], "init_from"), ([folder, "--lora-rank", 8], "lora_rank 4 → 8"),
                             ([folder], "lora_rank 4 → 0")):
@@ -147,6 +153,11 @@ class Lora(TempDirCase):
             self.assertEqual(p.stderr.count("error:"), 1, p.stderr)
             self.assertIn(needle, p.stderr)
             self.assertIn("resume with the checkpoint's --init-from", p.stderr)
+        p = subprocess.run(list(map(str, [CKPT, "export-hf", out, "-o", self.root / "hf-out"])), capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual((p.returncode, p.stderr.count("\n")), (2, 1), p.stderr)
+        self.assertIn("holds LoRA adapters (8 tensors) and no base model", p.stderr)
+        self.assertFalse((self.root / "hf-out").exists())
 
 
 if __name__ == "__main__":
