@@ -218,15 +218,14 @@ std::vector<torch::Tensor> SlotMask::take(const std::vector<torch::Tensor*>& slo
   return defined;
 }
 
-std::size_t SlotMask::put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
-                          std::size_t first) const {
+void SlotMask::put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
+                   std::size_t first) const {
   ULY_CHECK(slots.size() == present_.size(), "{} slots for a mask of {}", slots.size(), present_.size());
   for (std::size_t i = 0; i < slots.size(); ++i)
     if (present_[i]) {
       ULY_CHECK(first < ws.size(), "slot mask: {} tensors are too few", ws.size());
       *slots[i] = ws[first++];
     }
-  return first;
 }
 
 }  // namespace ulysses::model

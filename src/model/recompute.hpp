@@ -110,9 +110,9 @@ struct Recompute {
 class SlotMask {
  public:
   std::vector<torch::Tensor> take(const std::vector<torch::Tensor*>& slots);
-  // ws[first …] into the slots that were defined; returns the index after the last one used
-  std::size_t put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
-                  std::size_t first = 0) const;
+  // ws[first …] into the slots that were defined
+  void put(const std::vector<torch::Tensor*>& slots, const std::vector<torch::Tensor>& ws,
+           std::size_t first = 0) const;
 
  private:
   std::vector<bool> present_;

@@ -30,9 +30,10 @@ void check_lora_resume(const nlohmann::json& stored, const nlohmann::json& now, 
       differ.push_back(fmt::format("{} {} → {}", key, value(stored, key).dump(), now.at(key).dump()));
   }
   if (!differ.empty())
-    throw BadInput(fmt::format("--resume {}: its LoRA adapters were trained {}; this run differs: {}", from.string(),
-                               value(stored, "lora_rank") == 0 ? "(none: it is a full fine-tune)"
-                                                               : "over one base with one shape",
+    throw BadInput(fmt::format("--resume {}: {}; this run differs: {}", from.string(),
+                               value(stored, "lora_rank") == 0
+                                   ? "a full fine-tune's checkpoint, and this run trains LoRA adapters"
+                                   : "its LoRA adapters were trained over one base with one shape",
                                fmt::join(differ, "; ")),
                    "resume with the checkpoint's --init-from, --seed and --lora-* flags; to start LoRA from a full "
                    "checkpoint, export-hf it and pass --init-from");

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -162,6 +164,11 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
              r.layout.sp() == 1 ? "each sequence whole on one rank"
                                 : fmt::format("each sequence split over {} ranks", r.layout.sp()),
              r.layout.dp(), loader.manifest().sp);
+  if (r.features.lora_rank > 0)
+    log_info("LoRA: rank {}, alpha {}{} on {}: {} adapter parameters trained, the base's {} frozen",
+             r.features.lora_rank, r.features.lora_alpha, r.features.lora_rslora ? " (rsLoRA)" : "",
+             fmt::join(r.features.lora_targets, ", "), plan::lora_parameter_count(r.config, r.features),
+             arch::parameter_count(r.config));
   log_info("device {}; precision {}; collectives {}{}", device_line(r.place.device), r.o.memory.precision,
            comm::backend_name(r.place.backend),
            r.place.backend == comm::Backend::kMpi && r.place.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
