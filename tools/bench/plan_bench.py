@@ -5,7 +5,7 @@ On this machine (CPU, fp32): a profile is calibrated first (ulysses-train --cali
 lengths), then memory_bench's model (Llama-3.1-8B's ratios scaled down) trains 2 steps at every S of --lengths ×
 {plain, all features: checkpointing + TiledMLP + tiled logits (both replicated), sharded with the optimizer and
 parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits, LoRA (rank 16, all-linear) with
-checkpointing, TiledMLP and tiled logits} × {SP 1, SP 2}; each run's peak RSS
+checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point)} × {SP 1, SP 2}; each run's peak RSS
 per rank (the largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
 memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints every point and
 
@@ -60,8 +60,8 @@ GROUPED_OFFLOAD = ["--offload-params", "--attention-head-groups", "2", "--tiled-
 # LoRA on every projection over the frozen base (replicated), checkpointed, TiledMLP and tiled logits
 LORA = ["--lora-rank", "16", "--lora-targets", "all-linear", "--activation-checkpointing", "--tiled-mlp",
         "--logits-chunk-tokens", "256"]
-FEATURE_SETS = (("plain", ["--sharding", "no_shard"]), ("all", ALL_FEATURES), ("G2+offload", GROUPED_OFFLOAD),
-                ("LoRA", LORA))
+FEATURE_SETS = (("plain", ["--sharding", "no_shard"], (1, 2)), ("all", ALL_FEATURES, (1, 2)),
+                ("G2+offload", GROUPED_OFFLOAD, (1, 2)), ("LoRA", LORA, (1,)))   # LoRA's worst point is SP 1
 
 
 def run(cmd):
@@ -121,8 +121,8 @@ def main():
         ratios = []
         for S in lengths:
             data = pack(a, work, S)
-            for name, features in FEATURE_SETS:
-                for sp in (1, 2):
+            for name, features, degrees in FEATURE_SETS:
+                for sp in degrees:
                     m = measured(a, work, data, sp, name, features)
                     r = predicted(a, work, profile, S, sp, features) / m
                     ratios.append(r)
