@@ -81,6 +81,17 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
   add_lora_flags(app, o);
 }
 
+namespace {
+
+// The projections LoRA adapts, in model order: all-linear.
+const std::vector<std::string>& lora_modules() {
+  static const std::vector<std::string> all{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj"};
+  return all;
+}
+
+}  // namespace
+
 // What PEFT's LoraConfig takes, by its names.
 void add_lora_flags(CLI::App& app, MemoryFlags& o) {
   app.add_option("--lora-rank", o.lora_rank,
@@ -93,8 +104,11 @@ void add_lora_flags(CLI::App& app, MemoryFlags& o) {
                  "The projections that get adapters, by PEFT's module names (comma-separated): q_proj, k_proj, v_proj, "
                  "o_proj, gate_proj, up_proj, down_proj, or all-linear (all seven); default: PEFT's for Llama")
       ->delimiter(',')
-      ->check(CLI::IsMember({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                             "all-linear"}))
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names = lora_modules();
+        names.push_back("all-linear");
+        return names;
+      }()))
       ->default_str("q_proj,v_proj");
   app.add_option("--lora-dropout", o.lora_dropout, "Dropout on the adapters' input: 0 only (not built)")
       ->check(CLI::Validator([](const std::string& v) {
@@ -105,8 +119,7 @@ void add_lora_flags(CLI::App& app, MemoryFlags& o) {
 }
 
 std::vector<std::string> lora_targets(const std::vector<std::string>& given) {
-  static const std::vector<std::string> all{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj"};
+  const std::vector<std::string>& all = lora_modules();
   if (std::find(given.begin(), given.end(), "all-linear") != given.end()) return all;
   std::vector<std::string> out;
   for (const auto& name : all)   // model order, each once
