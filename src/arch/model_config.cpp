@@ -284,6 +284,19 @@ std::vector<ParameterSpec> parameters(const ModelConfig& c) {
   return out;
 }
 
+std::vector<ParameterSpec> lora_parameters(const ModelConfig& c, std::int64_t rank,
+                                           const std::vector<std::string>& targets) {
+  std::vector<ParameterSpec> out;
+  for (const ParameterSpec& p : parameters(c))
+    for (const std::string& target : targets)
+      if (p.layer >= 0 && p.shape.size() == 2 && p.name.ends_with("." + target + ".weight")) {
+        const std::string stem = p.name.substr(0, p.name.size() - std::string(".weight").size());
+        out.push_back({stem + ".lora_A.weight", {rank, p.shape[1]}, p.layer});   // [r, in]
+        out.push_back({stem + ".lora_B.weight", {p.shape[0], rank}, p.layer});   // [out, r]
+      }
+  return out;
+}
+
 std::int64_t parameter_count(const ModelConfig& c) {
   std::int64_t n = 0;
   for (const ParameterSpec& p : parameters(c)) n += p.numel();

@@ -99,6 +99,10 @@ struct ParameterSpec {
 
 // Every parameter in transformers' named_parameters() order; no lm_head.weight when tied.
 std::vector<ParameterSpec> parameters(const ModelConfig& c);
+// LoRA's adapter factors (model/lora.hpp) on the decoder projections named by PEFT's module names (q_proj, …,
+// down_proj): <projection>.lora_A.weight [rank, in] and <projection>.lora_B.weight [out, rank], in parameters() order.
+std::vector<ParameterSpec> lora_parameters(const ModelConfig& c, std::int64_t rank,
+                                           const std::vector<std::string>& targets);
 std::int64_t parameter_count(const ModelConfig& c);         // all parameters
 std::int64_t layer_parameter_count(const ModelConfig& c);   // one decoder layer's
 // The weights of matrix products: every 2-d parameter except an untied embedding table (a lookup, no

@@ -16,14 +16,27 @@ struct MergeOptions {
 };
 int run_merge(const MergeOptions& o);
 
-// A checkpoint → a Hugging Face model directory (safetensors in --dtype, config, generation config).
+// A checkpoint → a Hugging Face model directory (safetensors in --dtype, config, generation config). A LoRA
+// checkpoint only with merge_lora: its adapters merged into the base (`base`, else the run's --init-from).
 struct ExportOptions {
   std::filesystem::path input, output, tokenizer;
   std::string dtype = "bf16";                          // bf16 | fp16 | fp32
   std::uint64_t max_shard_bytes = 5'000'000'000;       // 5GB, as transformers' default
+  bool merge_lora = false;
+  std::filesystem::path base;
   bool overwrite = false, dry_run = false;
 };
 int run_export_hf(const ExportOptions& o);
+
+// A LoRA checkpoint → a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that
+// peft.PeftModel.from_pretrained loads over the base; base_model_name_or_path: `base`, else the run's --init-from.
+struct ExportPeftOptions {
+  std::filesystem::path input, output;
+  std::string base;
+  std::string dtype = "fp32";   // the adapters' masters are fp32; bf16 | fp16 halve a small file
+  bool overwrite = false, dry_run = false;
+};
+int run_export_peft(const ExportPeftOptions& o);
 
 // A Hugging Face model directory → a step-0000000 checkpoint (fp32, zero optimizer state).
 struct ImportOptions {

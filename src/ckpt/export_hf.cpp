@@ -1,10 +1,13 @@
 // export-hf: checkpoint → Hugging Face directory. The mapping is the identity on names (the trainer's
 // parameters already carry transformers' names; a tied model has no lm_head.weight, as transformers
 // saves it), a dtype cast per element (dtype.hpp), and a config.json with every field spelled out.
+// --merge-lora: a LoRA checkpoint's adapters added to its base's weights (ckpt/lora.hpp), as PEFT merges.
 // Tensors stream in kChunkBytes pieces: memory is ~3 chunks (fp32 in, converted out, hash state) however
 // large the model. Everything written is read back and compared (sizes, header, per-tensor xxh3) before
 // the directory is renamed into place.
+#include <algorithm>
 #include <future>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -61,6 +64,38 @@ std::vector<fs::path> tokenizer_files(const fs::path& dir) {
   return files;
 }
 
+// The base a LoRA checkpoint's adapters merge into: --base, else the run's --init-from; checked against config.json.
+Weights lora_base(const Checkpoint& c, const fs::path& flag) {
+  if (!c.lora)
+    throw BadInput(fmt::format("--merge-lora: {} is a full fine-tune's checkpoint; it holds no LoRA adapters",
+                               c.dir.string()),
+                   "drop --merge-lora: export-hf writes the whole model");
+  const fs::path dir = flag.empty() ? fs::path(c.lora->init_from) : flag;
+  if (dir.empty())
+    throw BadInput(fmt::format("--merge-lora: the run of {} trained its adapters over a base made from --seed (no "
+                               "--init-from), which no file holds", c.dir.string()),
+                   "export-peft writes the adapters alone; a base to merge into is a Hugging Face directory (--base)");
+  if (!is_hf_dir(dir))
+    throw BadInput(fmt::format("--merge-lora: the base {} ({}) is not a Hugging Face model directory (config.json + "
+                               "model.safetensors or its index)", dir.string(), flag.empty() ? "the run's --init-from"
+                                                                                              : "--base"),
+                   "pass --base DIR: the folder the run's --init-from named, as it was");
+  Weights w = Weights::hf_dir(dir);
+  check_parameters(w, c.spec, /*f32_only=*/false, /*allow_ignorable=*/true);
+  return w;
+}
+
+// Every adapted projection's tensor gains its LoRA update.
+void add_lora_deltas(const Checkpoint& c, std::vector<OutTensor>& tensors) {
+  for (const std::string& stem : lora_stems(c.lora->parameters(c.spec.config))) {
+    const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const OutTensor& t) {
+      return t.name == stem + ".weight";
+    });
+    ULY_CHECK(it != tensors.end(), "no weight {}.weight for its adapter", stem);
+    it->delta = std::make_shared<const LoraDelta>(c.model, stem, c.lora->scale());
+  }
+}
+
 }  // namespace
 
 int run_export_hf(const ExportOptions& o) {
@@ -69,17 +104,27 @@ int run_export_hf(const ExportOptions& o) {
   // sizes, headers and shapes now; the checksums of the files we read are computed on a second thread
   // while the export runs (the page cache serves both readers) and must agree before the rename
   const Checkpoint c = open_checkpoint(o.input, Verify::kNone);
+  if (!o.merge_lora) require_whole_model(c, "export-hf");
+  const std::optional<Weights> base = o.merge_lora ? std::optional(lora_base(c, o.base)) : std::nullopt;
+  const Weights& from = base ? *base : c.model;
   const std::vector<fs::path> tokenizer = o.tokenizer.empty() ? std::vector<fs::path>{} : tokenizer_files(o.tokenizer);
   std::vector<OutTensor> tensors;
   std::uint64_t total = 0;
-  for (const std::string& n : c.model.names()) {
-    tensors.push_back({n, n, c.model.info(n).shape, dtype});
+  std::vector<std::string> names = c.model.names();   // the checkpoint's order; a base's: its parameters only
+  if (base) {
+    names.clear();
+    for (const arch::ParameterSpec& p : arch::parameters(c.spec.config)) names.push_back(p.name);
+  }
+  for (const std::string& n : names) {
+    tensors.push_back({n, n, from.info(n).shape, dtype});
     total += tensors.back().nbytes();
   }
+  if (base) add_lora_deltas(c, tensors);
   const auto shards = plan_shards(tensors, o.max_shard_bytes);
-  log_info("{}: step {}, {} ({} tensors{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step, c.spec.config.architecture,
-           tensors.size(), c.spec.config.tie_word_embeddings ? ", tied embeddings" : "", human_bytes(total), st::dtype_name(dtype),
-           shards.size(), shards.size() > 1 ? "s" : "");
+  log_info("{}: step {}, {} ({} tensors{}{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step,
+           c.spec.config.architecture, tensors.size(), c.spec.config.tie_word_embeddings ? ", tied embeddings" : "",
+           base ? fmt::format("; LoRA {} merged into {}", c.lora->summary(), base->path().string()) : "",
+           human_bytes(total), st::dtype_name(dtype), shards.size(), shards.size() > 1 ? "s" : "");
   for (std::size_t i = 0; i < shards.size(); ++i)
     log_info("  {}/{}: {} tensors", o.output.string(), shard_name(i, shards.size()), shards[i].size());
   if (o.dry_run) return end_dry_run();
@@ -94,7 +139,7 @@ int run_export_hf(const ExportOptions& o) {
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_name(i, shards.size());
-    sums.push_back(write_tensors(out.tmp() / name, c.model, shards[i], {{"format", "pt"}}, &progress));
+    sums.push_back(write_tensors(out.tmp() / name, from, shards[i], {{"format", "pt"}}, &progress));
     for (const OutTensor& t : shards[i]) weight_map[t.name] = name;
   }
   progress.finish();

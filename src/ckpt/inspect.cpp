@@ -1,5 +1,6 @@
-// inspect: what a checkpoint, a consolidated checkpoint, a Hugging Face directory or one .safetensors
-// file holds — step, layout, config summary, files with checksums, tensors with dtype, shape and bytes.
+// inspect: what a checkpoint, a consolidated checkpoint, a Hugging Face directory, a PEFT adapter directory or one
+// .safetensors file holds — step, layout, config summary, LoRA adapters, files with checksums, tensors with dtype,
+// shape and bytes.
 #include <fmt/ranges.h>
 
 #include "ckpt/commands.hpp"
@@ -8,6 +9,7 @@
 #include "ckpt/source.hpp"
 #include "core/checksum.hpp"
 #include "core/error.hpp"
+#include "core/json_input.hpp"
 
 namespace fs = std::filesystem;
 
@@ -68,6 +70,10 @@ int inspect_checkpoint(const InspectOptions& o, const fs::path& dir) {
   print_spec(c.spec.config);
   fmt::print("trainer state: step {}, {} sequences consumed, {} tokens trained; optimizer steps {}\n", c.state.step,
              c.state.cursor, c.state.tokens_seen, c.optimizer_steps);
+  if (c.lora)
+    fmt::print("LoRA adapters: {}; {} holds them only, over the base {}\n", c.lora->summary(),
+               c.model.path().filename().string(),
+               c.lora->init_from.empty() ? "made from --seed (no --init-from)" : c.lora->init_from);
   print_tensors(c.model.path().filename().string(), c.model, o.tensors);   // sharded: "model-*-of-WWWWW..."
   print_tensors(c.optimizer.path().filename().string(), c.optimizer, false);
   return 0;
@@ -91,6 +97,18 @@ int inspect_hf(const InspectOptions& o, const fs::path& dir) {
   return 0;
 }
 
+int inspect_peft(const InspectOptions& o, const fs::path& dir) {
+  fmt::print("PEFT adapter directory {}\n", dir.string());
+  const nlohmann::json config = read_json_file(dir / "adapter_config.json", "a PEFT adapter_config.json is JSON");
+  for (const char* key : {"peft_type", "base_model_name_or_path", "r", "lora_alpha", "use_rslora", "target_modules"})
+    if (config.contains(key)) fmt::print("{}: {}\n", key, config[key].dump());
+  const fs::path file = dir / "adapter_model.safetensors";
+  fmt::print("file: {} ({} bytes{})\n", file.filename().string(), fs::file_size(file),
+             o.checksums ? ", xxh3 " + xxh3_file_hex(file) : "");
+  print_tensors("adapters", Weights::file(file), o.tensors);
+  return 0;
+}
+
 }  // namespace
 
 int run_inspect(const InspectOptions& o) {
@@ -107,9 +125,11 @@ int run_inspect(const InspectOptions& o) {
                    "pass a checkpoint, a run's checkpoints/, a Hugging Face directory or a .safetensors file");
   if (const auto dir = checkpoint::find_checkpoint(o.path)) return inspect_checkpoint(o, *dir);
   if (fs::exists(o.path / "config.json")) return inspect_hf(o, o.path);
-  throw BadInput(fmt::format("{} is neither a checkpoint (manifest.json, latest) nor a Hugging Face directory "
-                             "(config.json)", o.path.string()),
-                 "pass a checkpoint, a run's checkpoints/, a Hugging Face directory or a .safetensors file");
+  if (fs::exists(o.path / "adapter_config.json") && fs::exists(o.path / "adapter_model.safetensors"))
+    return inspect_peft(o, o.path);
+  throw BadInput(fmt::format("{} is neither a checkpoint (manifest.json, latest), a Hugging Face directory "
+                             "(config.json) nor a PEFT adapter directory (adapter_config.json)", o.path.string()),
+                 "pass a checkpoint, a run's checkpoints/, an HF or PEFT directory or a .safetensors file");
 }
 
 }  // namespace ulysses::ckpt

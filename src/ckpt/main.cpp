@@ -1,5 +1,5 @@
-// ulysses-ckpt: checkpoints of ulysses-train ↔ Hugging Face, torch-free (merge, export-hf, import-hf,
-// inspect, diff). One set_up_X per subcommand fills an options struct; run_X (commands.hpp) does the work.
+// ulysses-ckpt: checkpoints of ulysses-train ↔ Hugging Face, torch-free (merge, export-hf, export-peft,
+// import-hf, inspect, diff). One set_up_X per subcommand fills an options struct; run_X (commands.hpp) does the work.
 // Exit codes: 0 ok, 1 a difference (diff) / a checksum mismatch (inspect) / an I/O failure, 2 bad input.
 #include <CLI/CLI.hpp>
 
@@ -19,6 +19,7 @@ namespace {
 struct CliState {
   uc::MergeOptions merge;
   uc::ExportOptions export_hf;
+  uc::ExportPeftOptions export_peft;
   std::string max_shard_size = "5GB";
   uc::ImportOptions import_hf;
   uc::InspectOptions inspect;
@@ -54,7 +55,9 @@ Examples:
   # bf16 weights, tokenizer copied, ready for from_pretrained / huggingface-cli upload
   ulysses-ckpt export-hf runs/llama-1m/checkpoints -o llama-1m-hf --tokenizer meta-llama-3.1-8b/
   # fp32, sharded above 2 GiB per file
-  ulysses-ckpt export-hf runs/llama-1m/checkpoints/step-0002000 -o hf-fp32 --dtype fp32 --max-shard-size 2GiB)");
+  ulysses-ckpt export-hf runs/llama-1m/checkpoints/step-0002000 -o hf-fp32 --dtype fp32 --max-shard-size 2GiB
+  # a LoRA run: its adapters merged into the base it trained over (the run's --init-from, or --base DIR)
+  ulysses-ckpt export-hf runs/llama-lora/checkpoints -o llama-merged --merge-lora)");
   auto& o = st.export_hf;
   cmd->add_option("checkpoint", o.input, "A step-NNNNNNN directory, a run's checkpoints/ or the run directory")
       ->required();
@@ -64,6 +67,30 @@ Examples:
   cmd->add_option("--max-shard-size", st.max_shard_size, "Largest file before sharding (5GB, 500MB, 2GiB, bytes)")
       ->capture_default_str();
   cmd->add_option("--tokenizer", o.tokenizer, "Copy the tokenizer files of this directory");
+  cmd->add_flag("--merge-lora", o.merge_lora, "A LoRA checkpoint: write the base with its adapters merged (as PEFT's "
+                                              "merge_and_unload)");
+  cmd->add_option("--base", o.base, "With --merge-lora: the base's Hugging Face directory (default: the run's "
+                                    "--init-from)");
+}
+
+void set_up_export_peft(CLI::App& app, CliState& st) {
+  auto* cmd = app.add_subcommand("export-peft", "Write a LoRA checkpoint's adapters as a PEFT adapter directory");
+  cmd->footer(R"(
+Examples:
+  # adapter_config.json + adapter_model.safetensors; base_model_name_or_path: the run's --init-from
+  ulysses-ckpt export-peft runs/llama-lora/checkpoints -o llama-lora-adapter
+  #   python: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), "llama-lora-adapter")
+  # name the base as the Hub does, for AutoPeftModelForCausalLM.from_pretrained("llama-lora-adapter")
+  ulysses-ckpt export-peft runs/llama-lora/checkpoints -o adapter --base meta-llama/Llama-3.1-8B
+  # the merged full model instead
+  ulysses-ckpt export-hf runs/llama-lora/checkpoints -o llama-merged --merge-lora)");
+  auto& o = st.export_peft;
+  cmd->add_option("checkpoint", o.input, "A LoRA run's step-NNNNNNN directory, its checkpoints/ or the run directory")
+      ->required();
+  output_flags(cmd, o.output, o.overwrite, o.dry_run);
+  cmd->add_option("--dtype", o.dtype, "Dtype of the written adapters")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))->capture_default_str();
+  cmd->add_option("--base", o.base, "base_model_name_or_path to record (default: the run's --init-from)");
 }
 
 void set_up_import(CLI::App& app, CliState& st) {
@@ -83,8 +110,10 @@ void set_up_inspect(CLI::App& app, CliState& st) {
 Examples:
   ulysses-ckpt inspect runs/llama-1m/checkpoints      # the latest checkpoint, checksums verified
   ulysses-ckpt inspect llama-1m-hf --no-tensors      # a Hugging Face directory
-  ulysses-ckpt inspect llama-1m-hf/model.safetensors  # one file)");
-  cmd->add_option("path", st.inspect.path, "A checkpoint, a run's checkpoints/, an HF directory or a .safetensors file")
+  ulysses-ckpt inspect llama-1m-hf/model.safetensors  # one file
+  ulysses-ckpt inspect llama-lora-adapter             # an export-peft directory)");
+  cmd->add_option("path", st.inspect.path,
+                  "A checkpoint, a run's checkpoints/, an HF or PEFT adapter directory or a .safetensors file")
       ->required();
   cmd->add_flag("--no-tensors", st.no_tensors, "Do not list every tensor");
   cmd->add_flag("--no-checksums", st.no_checksums, "Do not hash the files (faster on large models)");
@@ -128,6 +157,7 @@ int main(int argc, char** argv) {
   CliState st;
   set_up_merge(app, st);
   set_up_export(app, st);
+  set_up_export_peft(app, st);
   set_up_import(app, st);
   set_up_inspect(app, st);
   set_up_diff(app, st);
@@ -138,6 +168,7 @@ int main(int argc, char** argv) {
       st.export_hf.max_shard_bytes = ulysses::parse_size(st.max_shard_size, "--max-shard-size");
       return uc::run_export_hf(st.export_hf);
     }
+    if (app.got_subcommand("export-peft")) return uc::run_export_peft(st.export_peft);
     if (app.got_subcommand("import-hf")) return uc::run_import_hf(st.import_hf);
     if (app.got_subcommand("inspect")) {
       st.inspect.tensors = !st.no_tensors;

@@ -47,6 +47,17 @@ std::vector<std::string> write_tensors(const fs::path& path, const Weights& from
         hash.update(out.data(), n);
         writer.write_part(out.data(), n);
       }
+    } else if (t.delta) {   // base + LoRA update, in fp32
+      f32.resize(std::min(numel, chunk));
+      out.resize(std::min(numel, chunk) * out_size);
+      for (std::uint64_t first = 0; first < numel; first += chunk) {
+        const std::uint64_t n = std::min(chunk, numel - first);
+        from.read_f32(t.source, first, n, f32.data(), raw);
+        t.delta->add_to(first, n, f32.data());
+        convert(f32.data(), st::DType::kF32, out.data(), t.dtype, n);
+        hash.update(out.data(), n * out_size);
+        writer.write_part(out.data(), n * out_size);
+      }
     } else {
       const st::TensorInfo& in = from.info(t.source);
       ULY_CHECK(in.numel() == numel, "'{}' has {} elements, '{}' {}", t.source, in.numel(), t.name, numel);

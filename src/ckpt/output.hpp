@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,16 +20,18 @@ class Progress;
 
 namespace ulysses::ckpt {
 
-// One tensor to write: `name` in the output, read from `source` (a name in `from`, or zeros when empty).
+// One tensor to write: `name` in the output, read from `source` (a name in `from`, or zeros when empty), plus a
+// LoRA update when `delta` is set (export-hf --merge-lora; the sum formed in fp32).
 struct OutTensor {
   std::string name, source;
   std::vector<std::int64_t> shape;
   st::DType dtype;
+  std::shared_ptr<const LoraDelta> delta = nullptr;
   std::uint64_t nbytes() const;
 };
 
 // Streams `tensors` into a new safetensors file at `path`, converting each from its source dtype to
-// OutTensor::dtype in kChunkBytes pieces. Returns the xxh3 of each tensor's written bytes, in order.
+// OutTensor::dtype (adding its LoRA update first) in kChunkBytes pieces. Returns the xxh3 of each tensor's written bytes, in order.
 std::vector<std::string> write_tensors(const std::filesystem::path& path, const Weights& from,
                                        const std::vector<OutTensor>& tensors,
                                        const std::map<std::string, std::string>& metadata, Progress* progress);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <optional>
 
 #include <fmt/ranges.h>
@@ -73,6 +74,7 @@ TrainerStateSummary read_trainer_state(const fs::path& file, std::int64_t manife
                    checkpoint::kDamagedHint);
   TrainerStateSummary s{j["step"].get<std::int64_t>(), j["cursor"].get<std::uint64_t>(), 0};
   if (j.contains("tokens_seen") && j["tokens_seen"].is_number_integer()) s.tokens_seen = j["tokens_seen"].get<std::int64_t>();
+  if (j.contains("options")) s.options = j["options"];
   if (s.step != manifest_step)
     throw BadInput(fmt::format("{}: step {} disagrees with the manifest's step {}", file.string(), s.step, manifest_step),
                    checkpoint::kDamagedHint);
@@ -113,6 +115,32 @@ std::int64_t check_optimizer(const Weights& opt, const Weights& model) {
   if (steps < 0)
     throw BadInput(fmt::format("{}: metadata \"steps\" is missing or not a count", opt.path().string()), checkpoint::kDamagedHint);
   return steps;
+}
+
+// `w` holds exactly `expected` (names, shapes; F32 only if `f32_only`) besides the names `ignorable` accepts; else
+// the error `fail` makes of the first differences.
+void check_tensors(const Weights& w, const std::vector<arch::ParameterSpec>& expected_specs, bool f32_only,
+                   const std::function<bool(const std::string&)>& ignorable,
+                   const std::function<BadInput(const std::string&)>& fail) {
+  std::vector<std::string> problems;
+  std::map<std::string, bool> expected;
+  for (const arch::ParameterSpec& t : expected_specs) {
+    expected[t.name] = true;
+    if (!w.contains(t.name)) {
+      problems.push_back(fmt::format("'{}' missing", t.name));
+      continue;
+    }
+    const st::TensorInfo& info = w.info(t.name);
+    if (info.shape != t.shape)
+      problems.push_back(fmt::format("'{}' has shape [{}], the config gives [{}]", t.name, fmt::join(info.shape, ", "),
+                                     fmt::join(t.shape, ", ")));
+    else if (f32_only ? info.dtype != st::DType::kF32 : !is_model_float(info.dtype))
+      problems.push_back(fmt::format("'{}' is {}, expected {}", t.name, st::dtype_name(info.dtype),
+                                     f32_only ? "F32" : "F32, BF16 or F16"));
+  }
+  for (const std::string& n : w.names())
+    if (!expected.count(n) && !ignorable(n)) problems.push_back(fmt::format("'{}' is unexpected", n));
+  if (!problems.empty()) throw fail(first_few(problems));
 }
 
 }  // namespace
@@ -216,49 +244,42 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
     throw BadInput(fmt::format("{}: architecture {} disagrees with {} ({})", (*dir / checkpoint::kManifest).string(),
                                c.manifest.architecture, c.spec.path.string(), c.spec.config.architecture), checkpoint::kDamagedHint);
   c.model = layout ? Weights::sharded(*dir, *layout, checkpoint::kModelStem) : Weights::file(*dir / checkpoint::kModel);
-  check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
+  c.state = read_trainer_state(*dir / checkpoint::kTrainerState, c.manifest.step);
+  c.lora = lora_run(c.state.options, *dir / checkpoint::kTrainerState);
+  if (c.lora)
+    check_tensors(c.model, c.lora->parameters(c.spec.config), /*f32_only=*/true, [](const std::string&) { return false; },
+                  [&](const std::string& problems) {
+                    return BadInput(fmt::format("{} does not hold the LoRA adapters its {} gives ({}): {}",
+                                                c.model.path().string(), checkpoint::kTrainerState, c.lora->summary(),
+                                                problems), checkpoint::kDamagedHint);
+                  });
+  else
+    check_parameters(c.model, c.spec, /*f32_only=*/true, /*allow_ignorable=*/false);
   c.optimizer = layout ? Weights::sharded(*dir, *layout, checkpoint::kOptimizerStem)
                        : Weights::file(*dir / checkpoint::kOptimizer);
   for (const std::string& f : needed)   // the weights' files, the config and the trainer state: not the optimizer's
     if (!f.starts_with(checkpoint::kOptimizerStem)) c.model_files.push_back(f);
   c.optimizer_steps = check_optimizer(c.optimizer, c.model);
-  c.state = read_trainer_state(*dir / checkpoint::kTrainerState, c.manifest.step);
   return c;
 }
 
 void check_parameters(const Weights& w, const arch::ModelConfigFile& spec, bool f32_only, bool allow_ignorable) {
-  const auto& names = w.names();
-  const auto adapters = std::count_if(names.begin(), names.end(), [](const std::string& n) {
-    return n.ends_with(".lora_A.weight") || n.ends_with(".lora_B.weight");
-  });
-  if (adapters > 0)   // ulysses-train --lora-rank: the base is the run's --init-from, not in the checkpoint
-    throw BadInput(fmt::format("{} holds LoRA adapters ({} tensors) and no base model: this command needs a whole "
-                               "model", w.path().string(), adapters),
-                   "the base is the run's --init-from folder; export-peft and export-hf --merge-lora are not built "
-                   "yet (docs/training.md, LoRA)");
-  std::vector<std::string> problems;
-  std::map<std::string, bool> expected;
-  for (const arch::ParameterSpec& t : arch::parameters(spec.config)) {
-    expected[t.name] = true;
-    if (!w.contains(t.name)) {
-      problems.push_back(fmt::format("'{}' missing", t.name));
-      continue;
-    }
-    const st::TensorInfo& info = w.info(t.name);
-    if (info.shape != t.shape)
-      problems.push_back(fmt::format("'{}' has shape [{}], the config gives [{}]", t.name, fmt::join(info.shape, ", "),
-                                     fmt::join(t.shape, ", ")));
-    else if (f32_only ? info.dtype != st::DType::kF32 : !is_model_float(info.dtype))
-      problems.push_back(fmt::format("'{}' is {}, expected {}", t.name, st::dtype_name(info.dtype),
-                                     f32_only ? "F32" : "F32, BF16 or F16"));
-  }
-  for (const std::string& n : w.names())
-    if (!expected.count(n) && !(allow_ignorable && ignorable_extra(spec.config, n)))
-      problems.push_back(fmt::format("'{}' is not a parameter of this {}", n, spec.config.architecture));
-  if (!problems.empty())
-    throw BadInput(fmt::format("{} does not match {} ({}): {}", w.path().string(), spec.path.string(),
-                               spec.config.architecture, first_few(problems)),
-                   "the weights and config.json come from different models");
+  check_tensors(w, arch::parameters(spec.config), f32_only,
+                [&](const std::string& n) { return allow_ignorable && ignorable_extra(spec.config, n); },
+                [&](const std::string& problems) {
+                  return BadInput(fmt::format("{} does not match {} ({}): {}", w.path().string(), spec.path.string(),
+                                              spec.config.architecture, problems),
+                                  "the weights and config.json come from different models");
+                });
+}
+
+void require_whole_model(const Checkpoint& c, const std::string& command) {
+  if (!c.lora) return;
+  throw BadInput(fmt::format("{}: {} holds LoRA adapters ({} tensors: {}) and no base model, which {} needs",
+                             c.dir.string(), c.model.path().filename().string(), c.model.names().size(),
+                             c.lora->summary(), command),
+                 "ulysses-ckpt export-peft writes the adapters for PEFT; export-hf --merge-lora merges them into the "
+                 "base (docs/checkpoints.md, LoRA)");
 }
 
 void verify_checksums(const fs::path& dir, const checkpoint::Manifest& m, const std::vector<std::string>& files) {

@@ -6,7 +6,8 @@
 //   Checkpoint  a step-NNNNNNN directory of the trainer (io/checkpoint_format.hpp), found from the
 //               directory itself, a run's checkpoints/ (following `latest`) or the run directory; every
 //               file the manifest lists is checked (bytes, xxh3), the weights and optimizer state against
-//               the config's parameter table (names, shapes, F32), the trainer state against the manifest.
+//               the config's parameter table (names, shapes, F32) — a LoRA run's against its adapters
+//               (ckpt/lora.hpp) — the trainer state against the manifest.
 //
 // Every check failure is a BadInput naming the file and the numbers (exit 2). Tensors are read in chunks
 // (kChunkBytes), so what these hold in memory is headers and one chunk — never a whole model.
@@ -24,6 +25,7 @@
 
 #include "arch/model_config.hpp"
 #include "ckpt/hf_files.hpp"
+#include "ckpt/lora.hpp"
 #include "io/checkpoint_format.hpp"
 #include "io/safetensors.hpp"
 #include "io/sharded_checkpoint.hpp"
@@ -65,6 +67,7 @@ struct TrainerStateSummary {
   std::int64_t step = 0;
   std::uint64_t cursor = 0;
   std::int64_t tokens_seen = 0;
+  nlohmann::json options;   // the run's resolved options (empty for import-hf's step 0)
 };
 
 struct Checkpoint {
@@ -75,6 +78,7 @@ struct Checkpoint {
   std::vector<std::string> model_files;   // the files the weights are read from, with config and trainer state
   std::int64_t optimizer_steps = 0;
   TrainerStateSummary state;
+  std::optional<LoraRun> lora;   // a LoRA run's checkpoint: `model` holds its adapters only, not the base
 };
 
 // Which files open_checkpoint hashes against the manifest (sizes are always checked).
@@ -89,6 +93,10 @@ Checkpoint open_checkpoint(const std::filesystem::path& path, Verify verify = Ve
 // Checks `w` holds exactly the parameters of `spec` (names, shapes; F32 only if `f32_only`), ignoring
 // ignorable_extra() names when `allow_ignorable`. BadInput listing the first differences.
 void check_parameters(const Weights& w, const arch::ModelConfigFile& spec, bool f32_only, bool allow_ignorable);
+
+// The tensors of `model` by name: "a whole model" (a LoRA checkpoint's adapters are refused, one line naming
+// export-peft and export-hf --merge-lora).
+void require_whole_model(const Checkpoint& c, const std::string& command);
 
 // Hashes the listed files of a checkpoint against its manifest (BadInput naming the first mismatch).
 void verify_checksums(const std::filesystem::path& dir, const checkpoint::Manifest& m,

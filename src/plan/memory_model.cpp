@@ -70,11 +70,8 @@ std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const
 
 std::int64_t lora_parameter_count(const arch::ModelConfig& c, const Features& f) {
   if (f.lora_rank <= 0) return 0;
-  std::int64_t n = 0;   // r × (in + out) of each adapted projection: A [r, in], B [out, r]
-  for (const arch::ParameterSpec& p : arch::parameters(c))
-    for (const std::string& target : f.lora_targets)
-      if (p.layer >= 0 && p.shape.size() == 2 && p.name.ends_with("." + target + ".weight"))
-        n += f.lora_rank * (p.shape[0] + p.shape[1]);
+  std::int64_t n = 0;   // r × (in + out) of each adapted projection
+  for (const arch::ParameterSpec& p : arch::lora_parameters(c, f.lora_rank, f.lora_targets)) n += p.numel();
   return n;
 }
 

@@ -180,6 +180,20 @@ TEST(Parameters, FollowTheFeaturesOfEachArchitecture) {
                        "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"}));
 }
 
+TEST(Parameters, LoraFactorsOfTheNamedProjectionsOnly) {
+  const ModelConfig c = config_of(llama_json());   // hidden 32, I 48, H 4 x D 8 = 32, Hkv 2 x D 8 = 16
+  const std::vector<ParameterSpec> p = lora_parameters(c, 4, {"v_proj", "down_proj"});
+  ASSERT_EQ(p.size(), 2 * 2 * 2u);   // 2 layers x 2 projections x (A, B)
+  EXPECT_EQ(p[0].name, "model.layers.0.self_attn.v_proj.lora_A.weight");
+  EXPECT_EQ(p[0].shape, (std::vector<std::int64_t>{4, 32}));    // A [r, in]
+  EXPECT_EQ(p[1].name, "model.layers.0.self_attn.v_proj.lora_B.weight");
+  EXPECT_EQ(p[1].shape, (std::vector<std::int64_t>{16, 4}));    // B [out, r]
+  EXPECT_EQ(p[3].name, "model.layers.0.mlp.down_proj.lora_B.weight");
+  EXPECT_EQ(p[2].shape, (std::vector<std::int64_t>{4, 48}));
+  EXPECT_EQ(p[4].layer, 1);
+  EXPECT_TRUE(lora_parameters(c, 4, {}).empty());
+}
+
 // ---- heads per SP rank -------------------------------------------------------------------------
 
 TEST(UlyssesHeads, SplitsQueryHeadsAndReplicatesFewKvHeads) {

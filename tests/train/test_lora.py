@@ -10,8 +10,13 @@ within 1e-5 (absolute: they are about 0.1). Both sides compute in fp32, and the 
 rounding: against a float64 PEFT run, ours and PEFT's own fp32 run both differ by ~5e-6 in Qwen3's q_proj A (behind
 the q norm), where the other adapters agree to ~1e-7. The checkpoint holds the adapters and their AdamW state only
 (the base is not a trained state). A LoRA checkpoint resumes only over its own base: another --init-from, or none, is
-one line, exit 2 (and resumed over its own, it continues as one run, bit for bit); export-hf of one is refused (it
-holds no base).
+one line, exit 2 (and resumed over its own, it continues as one run, bit for bit).
+
+Exports (ulysses-ckpt): export-peft's directory, loaded by PeftModel.from_pretrained over the base, is the PEFT model
+with our adapters (logits bit for bit) and its loss over the documents is ours (the next step's loss of an equal run,
+1e-5 relative); export-hf --merge-lora equals merge_and_unload() (1e-6) and loads in transformers with PeftModel's
+logits. export-hf of a LoRA checkpoint without --merge-lora, export-peft and --merge-lora of a full one: one line,
+exit 2.
 
 usage: test_lora.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
@@ -23,7 +28,7 @@ import unittest
 
 import torch
 import transformers
-from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
@@ -50,13 +55,30 @@ def hf_folder(root, config, seed=7):
     return folder
 
 
-def reference(folder, adapters, rank, alpha, targets, rslora):
-    """PEFT's model over the same base, ours initial adapters loaded, trained STEPS steps: (losses, adapters)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
-    peft = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
-                                            use_rslora=rslora))
+def base_model(folder):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+
+
+def peft_model(folder, adapters, rank, alpha, targets, rslora):
+    """get_peft_model over the base with these options, its adapters set to ours (names as our checkpoint holds them)."""
+    peft = get_peft_model(base_model(folder), LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets,
+                                                         lora_dropout=0.0, use_rslora=rslora))
     result = set_peft_model_state_dict(peft, {f"base_model.model.{k}": v for k, v in adapters.items()})
     assert not result.unexpected_keys, result.unexpected_keys
+    return peft
+
+
+def document_loss(model):
+    """The mean next-token loss over DOCS, each document alone (as the packed sequence's attention sees it)."""
+    with torch.no_grad():
+        total = sum(torch.nn.functional.cross_entropy(model(input_ids=torch.tensor([d])).logits[0, :-1],
+                                                      torch.tensor(d[1:]), reduction="sum").item() for d in DOCS)
+    return total / sum(len(d) - 1 for d in DOCS)
+
+
+def reference(folder, adapters, rank, alpha, targets, rslora):
+    """PEFT's model over the same base, ours initial adapters loaded, trained STEPS steps: (losses, adapters)."""
+    peft = peft_model(folder, adapters, rank, alpha, targets, rslora)
     trained = {n: p for n, p in peft.named_parameters() if p.requires_grad}
     assert len(trained) == len(adapters), (len(trained), len(adapters))
     opt = torch.optim.AdamW(trained.values(), lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=WD)
@@ -125,6 +147,38 @@ class Lora(TempDirCase):
                     self.assertLess((got[name] - tensor).abs().max().item(), 1e-5, name)
                 moments = load_file(str(final / "optimizer.safetensors"))
                 self.assertEqual(sorted(moments), sorted(f"{m}.{n}" for m in ("exp_avg", "exp_avg_sq") for n in want))
+        self.check_exports(folder, final, peft_model(folder, got, rank, alpha, targets, rslora))
+
+    def ckpt(self, *args, code=0):
+        p = subprocess.run(list(map(str, [CKPT, *args])), capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, code, p.stderr[-3000:])
+        if code == 2:
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        return p
+
+    def check_exports(self, folder, checkpoint, want):
+        """export-peft loads in PEFT as `want` (get_peft_model with our adapters set); --merge-lora is its merge."""
+        adapter, merged = self.root / "adapter", self.root / "merged"
+        self.ckpt("export-peft", checkpoint, "-o", adapter, "--overwrite")
+        self.ckpt("export-hf", checkpoint, "-o", merged, "--merge-lora", "--dtype", "fp32", "--overwrite")
+        config = json.loads((adapter / "adapter_config.json").read_text())
+        self.assertEqual(config["base_model_name_or_path"], str(folder))
+        loaded = PeftModel.from_pretrained(base_model(folder), adapter)
+        ids = torch.tensor([DOCS[0]])
+        with torch.no_grad():
+            expected = want(input_ids=ids).logits
+            self.assertTrue(torch.equal(loaded(input_ids=ids).logits, expected))
+            unloaded = want.merge_and_unload()
+            reference_merge = unloaded.state_dict()   # a tied model's lm_head.weight is the embedding: not written
+            tied = unloaded.config.tie_word_embeddings
+            ours = load_file(str(merged / "model.safetensors"))
+            self.assertEqual(sorted(ours), sorted(k for k in reference_merge if not (tied and k == "lm_head.weight")))
+            base = base_model(folder).state_dict()
+            for name, tensor in ours.items():   # the update each added: equal to 1e-5 of its size (0: bit for bit)
+                update = (reference_merge[name] - base[name]).abs().max().item()
+                self.assertLessEqual((tensor - reference_merge[name]).abs().max().item(), 1e-5 * update, name)
+            got = base_model(merged)(input_ids=ids).logits
+            self.assertLess((got - expected).abs().max().item(), 1e-5 * expected.abs().max().item())
 
     def test_llama_q_v_adapters_equal_peft(self):
         self.check_against_peft(BASE, 4, 8, ["q_proj", "v_proj"])
@@ -153,11 +207,20 @@ class Lora(TempDirCase):
             self.assertEqual(p.stderr.count("error:"), 1, p.stderr)
             self.assertIn(needle, p.stderr)
             self.assertIn("resume with the checkpoint's --init-from", p.stderr)
-        p = subprocess.run(list(map(str, [CKPT, "export-hf", out, "-o", self.root / "hf-out"])), capture_output=True,
-                           text=True, timeout=120)
-        self.assertEqual((p.returncode, p.stderr.count("\n")), (2, 1), p.stderr)
-        self.assertIn("holds LoRA adapters (8 tensors) and no base model", p.stderr)
-        self.assertFalse((self.root / "hf-out").exists())
+        # export-peft of the step-2 adapters, in PEFT over the base: the loss our equal run saw at step 3
+        self.ckpt("export-peft", out / "checkpoints/step-0000002", "-o", self.root / "adapter")
+        ours = [json.loads(line)["loss"] for line in (straight / "metrics.jsonl").read_text().splitlines()][2]
+        theirs = document_loss(PeftModel.from_pretrained(base_model(folder), self.root / "adapter"))
+        self.assertLess(abs(theirs - ours), 1e-5 * ours, (theirs, ours))
+        p = self.ckpt("export-hf", out, "-o", self.root / "hf-out", code=2)
+        self.assertIn("holds LoRA adapters (8 tensors: rank 4, alpha 8 (scale 2), targets q_proj, v_proj) and no base "
+                      "model", p.stderr)
+        full = self.root / "full"
+        self.train(1, folder, full, "--steps", 1)
+        for args, needle in ((["export-peft", full, "-o", self.root / "x"], "a full fine-tune's checkpoint; export-peft"),
+                             (["export-hf", full, "-o", self.root / "x", "--merge-lora"], "--merge-lora: ")):
+            self.assertIn(needle, self.ckpt(*args, code=2).stderr)
+        self.assertFalse((self.root / "hf-out").exists() or (self.root / "x").exists())
 
 
 if __name__ == "__main__":
