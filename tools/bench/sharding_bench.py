@@ -10,11 +10,16 @@
   init    --init-from a Hugging Face directory of that model (fp32, exported here) at W = 4: the same
           model-state bytes RATIO, which must hold while every rank streams each tensor and keeps its slice
           (peak ≈ its shards + one tensor) — target <= 1.10
+  lora    model-state bytes of that model at W = 1 with LoRA (--lora-rank 16, all-linear: A adapter parameters)
+          against the full fine-tune in the same run: fp32 LoRA against 4·N + 16·A (the frozen base's fp32 weights,
+          the adapters' weights, gradients and AdamW moments), bf16 LoRA against 2·N + 20·A (the base in bf16; the
+          adapters' fp32 masters, moments and gradients, their bf16 copies and bf16 gradients) — target <= 1.10 —
+          and the full fine-tune against 16·N (reference).
   step    step time at W = 4 (SP=4, S=1024), sharded over the 4 ranks against replicated with activation
           checkpointing (sharded units are always recomputed: the like-for-like anchor) — target <= 1.3;
           against replicated without checkpointing, printed for information.
 
-usage: tools/bench/sharding_bench.py [memory|init|step|all] [--build build] [--repeat 3] [--check R]
+usage: tools/bench/sharding_bench.py [memory|init|lora|step|all] [--build build] [--repeat 3] [--check R]
 CI runs `init --repeat 1 --check 1.2` as the test train_init_from_memory (a memory bound, not a timing).
 Every rank is a process on this machine (mpiexec, oversubscribed on small machines): medians and ratios only.
 """
@@ -96,6 +101,38 @@ def bench_memory(a, work, init=False):
         print(f"RATIO model-state bytes no_shard W={w} / 16N = {sizes['no_shard'] / (16 * n):.2f}  (reference)")
 
 
+def lora_parameters(c, rank):
+    """r × (in + out) of every projection of every layer (all-linear)."""
+    h, i = c["hidden_size"], c["intermediate_size"]
+    d = h // c["num_attention_heads"]
+    q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return c["num_hidden_layers"] * rank * per_layer
+
+
+def bench_lora(a, work):
+    n, rank = parameters(BIG), 16
+    adapters = lora_parameters(BIG, rank)
+    print(f"model: {n / 1e6:.1f}M parameters; LoRA rank {rank}, all-linear: {adapters / 1e6:.2f}M adapter parameters")
+    data = pack(a.build, work, "lora", 32, 4, 1, VOCAB)
+    anchor_data = pack(a.build, work, "lora-anchor", 32, 4, 1, ANCHOR["vocab_size"])
+    lora = ["--lora-rank", rank, "--lora-targets", "all-linear"]
+    base = peak(a, work, ANCHOR, anchor_data, 1, "lora-anchor", "--precision", "fp32")
+    got = {tag: (peak(a, work, BIG, data, 1, f"lora-{tag}", *extra) - base) * 2**20 for tag, extra in
+           (("full", ["--precision", "fp32"]), ("lora-fp32", ["--precision", "fp32", *lora]),
+            ("lora-bf16", ["--precision", "bf16", *lora]))}
+    ideal = {"full": 16 * n, "lora-fp32": 4 * n + 16 * adapters, "lora-bf16": 2 * n + 20 * adapters}
+    for tag, bytes_ in got.items():
+        print(f"W=1 {tag}: model states {bytes_ / 2**20:.0f} MiB; expected {ideal[tag] / 2**20:.0f} MiB")
+    print(f"RATIO model-state bytes LoRA fp32 / full fine-tune fp32 = {got['lora-fp32'] / got['full']:.2f}  "
+          f"(expected {ideal['lora-fp32'] / ideal['full']:.2f})")
+    print(f"RATIO model-state bytes LoRA fp32 / (4N + 16A) = {got['lora-fp32'] / ideal['lora-fp32']:.2f}  "
+          f"(target <= 1.10)")
+    print(f"RATIO model-state bytes LoRA bf16 / (2N + 20A) = {got['lora-bf16'] / ideal['lora-bf16']:.2f}  "
+          f"(target <= 1.10)")
+    print(f"RATIO model-state bytes full fine-tune fp32 / 16N = {got['full'] / ideal['full']:.2f}  (reference)")
+
+
 def bench_step(a, work):
     data = pack(a.build, work, "step", 1024, a.repeat + 4, 4, VOCAB)
     times = {}
@@ -113,7 +150,7 @@ def bench_step(a, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", default="all", choices=["memory", "init", "step", "all"])
+    ap.add_argument("what", nargs="?", default="all", choices=["memory", "init", "lora", "step", "all"])
     ap.add_argument("--build", default="build")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--check", type=float, help="init: exit 1 when the ratio exceeds this (the CI test's bound)")
@@ -124,6 +161,8 @@ def main():
             bench_memory(a, work)
         if a.what in ("init", "all"):
             bench_memory(a, work, init=True)
+        if a.what in ("lora", "all"):
+            bench_lora(a, work)
         if a.what in ("step", "all"):
             bench_step(a, work)
 
