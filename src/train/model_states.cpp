@@ -18,6 +18,13 @@ std::vector<torch::Tensor> tensors_of(const NamedTensors& named) {
 
 }  // namespace
 
+void ModelStates::hold_frozen_in_compute_dtype(model::CausalLm& model) {
+  if (model->sharded_states() || model->options().precision() != model::Precision::kBf16) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters())
+    if (!p.requires_grad() && p.scalar_type() != torch::kBFloat16) p.set_data(p.detach().to(torch::kBFloat16));
+}
+
 ModelStates::ModelStates(model::CausalLm model, comm::Communicator& grad_group, AdamWOptions adamw)
     : model_(std::move(model)), grad_group_(grad_group) {
   if (const auto& states = model_->sharded_states()) {
@@ -30,13 +37,10 @@ ModelStates::ModelStates(model::CausalLm model, comm::Communicator& grad_group, 
     return;
   }
   const bool copies = model_->options().precision() == model::Precision::kBf16;
+  hold_frozen_in_compute_dtype(model_);
   for (const auto& item : model_->named_parameters()) {
     torch::Tensor p = item.value();
-    if (!p.requires_grad()) {   // LoRA's frozen base: not trained, held in the compute dtype only
-      torch::NoGradGuard no_grad;
-      if (copies) p.set_data(p.detach().to(torch::kBFloat16));
-      continue;
-    }
+    if (!p.requires_grad()) continue;   // LoRA's frozen base: not trained
     if (!copies) {
       trained_.emplace_back(item.key(), p);
       continue;

@@ -34,6 +34,11 @@ class ModelStates {
   // grad_group: where replicated gradients are summed (SP × DP); the sharded model has its own groups.
   ModelStates(model::CausalLm model, comm::Communicator& grad_group, AdamWOptions adamw = {});
 
+  // LoRA's frozen base (parameters that do not require grad) in the compute dtype, in place: bf16 under
+  // --precision bf16 (replicated). The constructor does it; the trainer does it first, before the model moves to its
+  // device, so that the device never holds the base in fp32.
+  static void hold_frozen_in_compute_dtype(model::CausalLm& model);
+
   bool sharded() const { return model_->sharded_states() != nullptr; }
   comm::Communicator& grad_group() { return grad_group_; }
 

@@ -272,7 +272,8 @@ int dry_run(const Run& r) {
 // The trained states on the device, the output folder checked, the checkpoint loaded (its time returned, 0 for a
 // fresh start) and the plan printed.
 double prepare_states(Run& r, TrainerState& state) {
-  // replicated: the fp32 masters on the device; AdamW's state follows
+  // replicated: the fp32 masters (and LoRA's frozen base, in the compute dtype) on the device; AdamW's state follows
+  ModelStates::hold_frozen_in_compute_dtype(r.model);
   if (r.groups->sharding() == plan::Sharding::kNone) r.model->to(r.place.device);
   r.states = std::make_unique<ModelStates>(r.model, r.groups->loss(),
                                            AdamWOptions{r.o.beta1, r.o.beta2, r.o.eps, r.o.weight_decay});
