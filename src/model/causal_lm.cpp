@@ -138,13 +138,11 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, con
                                                                .bias(false)));
     if (sharding.enabled()) to_placeholders(*lm_head);
   }
-  if (options.lora().enabled()) {
-    ULY_CHECK(!sharding.enabled(), "LoRA runs on replicated states (the trainer refuses --sharding with --lora-rank)");
-    freeze_base(*this);
-  }
+  if (options.lora().enabled()) freeze_base(*this);
   if (!sharding.enabled()) return;
-  std::vector<ShardedStates::Parameter> params;
-  for (const auto& item : named_parameters()) params.push_back({item.key(), item.value().sizes().vec()});
+  std::vector<ShardedStates::Parameter> params;   // LoRA's frozen base: groups of their own, not trained
+  for (const auto& item : named_parameters())
+    params.push_back({item.key(), item.value().sizes().vec(), item.value().requires_grad()});
   const StateDtypes dtypes{.matrices = compute_dtype(options.precision()),
                            .others = weight_dtype(options.precision()), .reduce = options.reduce_dtype()};
   states_ = std::make_shared<ShardedStates>(params, dtypes, sharding, sharding.device, options.prefetch());

@@ -52,18 +52,4 @@ void freeze_base(torch::nn::Module& model) {
     if (!is_adapter_parameter(item.key())) item.value().requires_grad_(false);
 }
 
-void init_adapters(torch::nn::Module& model, std::uint64_t seed) {
-  torch::manual_seed(seed + 1);
-  torch::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters()) {
-    torch::Tensor& p = item.value();
-    if (item.key().ends_with(".lora_A.weight")) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(p.size(1)));   // kaiming_uniform_(a=√5), fan_in
-      p.uniform_(-bound, bound);
-    } else if (item.key().ends_with(".lora_B.weight")) {
-      p.zero_();
-    }
-  }
-}
-
 }  // namespace ulysses::model

@@ -56,8 +56,4 @@ bool is_adapter_parameter(const std::string& name);
 // The base's parameters stop requiring grad; the adapters keep it.
 void freeze_base(torch::nn::Module& model);
 
-// Every adapter of `model` as PEFT initialises it, from torch::manual_seed(seed + 1) (the base's own draws, from
-// seed, are the same with and without LoRA).
-void init_adapters(torch::nn::Module& model, std::uint64_t seed);
-
 }  // namespace ulysses::model

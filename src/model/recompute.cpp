@@ -91,6 +91,15 @@ std::vector<torch::Tensor> gathered(const std::optional<GatheredUnits>& g, bool 
   return out;
 }
 
+// Per gathered weight (gathered()'s order): 1 when it is trained, 0 for LoRA's frozen base.
+std::vector<std::int64_t> gathered_trained(const std::optional<GatheredUnits>& g) {
+  std::vector<std::int64_t> out;
+  if (!g) return out;
+  for (int u : g->units)
+    for (bool t : g->states->trained(u)) out.push_back(t ? 1 : 0);
+  return out;
+}
+
 // Hands each unit its slice of the gathered weights' gradients (reduce-scattered into its shards).
 void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<torch::Tensor>& grads) {
   if (!g) return;
@@ -145,8 +154,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     saved.insert(saved.end(), handed_in.begin(), handed_in.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    std::vector<std::int64_t> trained;   // per handed-in weight: 1 when it gets a gradient (not LoRA's frozen base)
-    for (const torch::Tensor& w : handed_in) trained.push_back(w.requires_grad());
+    std::vector<std::int64_t> trained;   // per handed-in, then gathered weight: 1 when it gets a gradient (not LoRA's
+    for (const torch::Tensor& w : handed_in) trained.push_back(w.requires_grad());   // frozen base)
+    for (std::int64_t t : gathered_trained(o.gathered)) trained.push_back(t);
     ctx->saved_data["trained"] = trained;
     std::vector<torch::Tensor> weights(handed_in.begin(), handed_in.end());
     const std::vector<torch::Tensor> units = gathered(o.gathered);
@@ -171,8 +181,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     leaves.insert(leaves.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
     const std::vector<std::int64_t> trained = ctx->saved_data["trained"].toIntVector();
-    for (std::size_t i = 0; i < leaves.size(); ++i)   // a frozen handed-in weight: no gradient computed
-      leaves[i] = leaves[i].detach().requires_grad_(i >= trained.size() || trained[i] != 0);
+    ULY_CHECK(trained.size() == leaves.size(), "{} weights, {} marked trained or not", leaves.size(), trained.size());
+    for (std::size_t i = 0; i < leaves.size(); ++i)   // a frozen weight: no gradient computed
+      leaves[i] = leaves[i].detach().requires_grad_(trained[i] != 0);
     const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
     // [N, ...]: one chunk's gradient as it is, several chunks' each written into its rows
     torch::Tensor dx = chunks.size() > 1 && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();

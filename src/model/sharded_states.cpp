@@ -26,7 +26,8 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 void ShardedStates::group_parameters(const StateDtypes& dtypes) {
   const plan::StateLayout layout = plan::state_layout(params_);
   for (const auto& g : layout.groups)
-    groups_.push_back({g.name, g.matrix ? dtypes.matrices : dtypes.others, g.decay, g.numel, 0, {}, {}, g.params});
+    groups_.push_back({g.name, g.matrix ? dtypes.matrices : dtypes.others, g.decay, g.trained, g.numel, 0, {}, {},
+                       g.params});
   for (const auto& u : layout.units) units_.push_back({u.name, u.params, u.groups});
   for (const auto& at : layout.places) places_.push_back({at.group, at.offset});
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) index_[params_[i].name] = i;
@@ -51,14 +52,18 @@ ShardedStates::ShardedStates(const std::vector<Parameter>& params, const StateDt
   if (offload_params_) params_host_.emplace(device_, /*keep=*/false);
   for (Group& g : groups_) {
     g.shard_numel = (g.numel + W - 1) / W;
-    g.master = host ? host->take({g.shard_numel}, torch::kFloat).zero_()
-                    : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
-    g.master.requires_grad_(true);
+    if (g.trained) {
+      g.master = host ? host->take({g.shard_numel}, torch::kFloat).zero_()
+                      : torch::zeros({g.shard_numel}, torch::dtype(torch::kFloat).device(device_));
+      g.master.requires_grad_(true);
+    }
     if (offload_params_) g.compute = params_host_->take({g.shard_numel}, g.gather_dtype).zero_();
-    else if (offload_) g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
+    else if (offload_ || !g.trained)
+      g.compute = torch::zeros({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_));
   }
   if (offload_ && device_.is_cuda())   // the gradient shards' page-locked buffers, kept for the first backward
-    for (const Group& g : groups_) static_cast<void>(grad_host_->take({g.shard_numel}, torch::kFloat));
+    for (const Group& g : groups_)
+      if (g.trained) static_cast<void>(grad_host_->take({g.shard_numel}, torch::kFloat));
   if (prefetch) side_ = std::make_unique<SideStream>(device_);
 }
 
@@ -67,7 +72,8 @@ void ShardedStates::refresh() {
   if (params_host_) params_host_->wait_for_copies();   // copies over of the host copies may still be in flight
   torch::NoGradGuard no_grad;
   if (offload_)
-    for (Group& g : groups_) g.compute.copy_(g.master.detach());
+    for (Group& g : groups_)
+      if (g.trained) g.compute.copy_(g.master.detach());
   stale_ = false;
 }
 
@@ -100,7 +106,8 @@ std::vector<torch::Tensor> ShardedStates::gather_groups(int unit, const std::vec
   std::vector<torch::Tensor> flat;   // per group of the unit: [numel] in its gather dtype
   for (std::size_t k = 0; k < units_[unit].groups.size(); ++k) {
     const Group& g = groups_[units_[unit].groups[k]];
-    const torch::Tensor source = offload_ ? g.compute : g.master.detach();   // [n]: host memory with offload_params
+    // [n]: in host memory with offload_params
+    const torch::Tensor source = offload_ || !g.trained ? g.compute : g.master.detach();
     torch::Tensor all;                                                       // [W*n]
     if (world() == 1) {   // a copy (a cast, or one over from host memory) into the buffer, else none where it can
       all = into.empty() ? source.to(device_, g.gather_dtype, /*non_blocking=*/true)
@@ -111,7 +118,7 @@ std::vector<torch::Tensor> ShardedStates::gather_groups(int unit, const std::vec
         shard = staged.empty() ? torch::empty({g.shard_numel}, torch::dtype(g.gather_dtype).device(device_))
                                : staged[k];
         shard.copy_(source, /*non_blocking=*/true);
-      } else if (!offload_) {
+      } else if (!offload_ && g.trained) {
         shard = source.to(g.gather_dtype);
       }
       all = into.empty() ? gather_group_->all_gather(shard) : into[k];
@@ -131,7 +138,7 @@ void ShardedStates::prefetch(const std::vector<int>& units) {
                                                       // the device shards [n] offloaded ones are copied into
     for (int gi : units_[u].groups) {
       const Group& g = groups_[gi];
-      reads.push_back(offload_ ? g.compute : g.master);   // host copies are not the allocator's: launch skips them
+      reads.push_back(offload_ || !g.trained ? g.compute : g.master);   // host copies: not the allocator's (skipped)
       const auto on_device = torch::dtype(g.gather_dtype).device(device_);
       into.push_back(SideStream::unfilled(torch::empty({g.shard_numel * world()}, on_device)));
       if (stages()) staged.push_back(SideStream::unfilled(torch::empty({g.shard_numel}, on_device)));
@@ -166,6 +173,12 @@ std::vector<torch::Tensor> ShardedStates::gather(int unit) {
   return out;
 }
 
+std::vector<bool> ShardedStates::trained(int unit) const {
+  std::vector<bool> out;
+  for (int i : units_[unit].params) out.push_back(groups_[places_[i].group].trained);
+  return out;
+}
+
 std::vector<torch::Tensor> ShardedStates::placeholders(int unit) const {
   std::vector<torch::Tensor> out;
   for (int i : units_[unit].params)
@@ -181,6 +194,7 @@ void ShardedStates::add_gradients(int unit, const std::vector<torch::Tensor>& gr
             u.params.size());
   for (int gi : u.groups) {
     Group& g = groups_[gi];
+    if (!g.trained) continue;
     torch::Tensor flat =   // [W*n] in the reduce dtype
         torch::zeros({g.shard_numel * world()}, torch::dtype(reduce_dtype_).device(device_));
     for (std::size_t k = 0; k < grads.size(); ++k) {
@@ -203,6 +217,7 @@ void ShardedStates::finish_gradients(double global_count) {
   drop_prefetched();   // the optimizer step comes next and changes the shards
   torch::NoGradGuard no_grad;
   for (Group& g : groups_) {
+    if (!g.trained) continue;
     if (!g.master.grad().defined()) g.master.mutable_grad() = torch::zeros_like(g.master);
     torch::Tensor& grad = g.master.mutable_grad();
     if (replica_group_ && replica_group_->size() > 1) sum_over(*replica_group_, grad);
@@ -214,7 +229,7 @@ double ShardedStates::grad_norm(double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const Group& g : groups_)
-    if (g.master.grad().defined()) grads.push_back(g.master.grad());
+    if (g.trained && g.master.grad().defined()) grads.push_back(g.master.grad());
   if (grads.empty()) return 0;
   // one fp32 norm per shard (no temporary of the shard's size), their squares summed in float64 over the group
   torch::Tensor squares = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum().reshape({1});
@@ -224,7 +239,7 @@ double ShardedStates::grad_norm(double max_norm) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1)
       for (Group& g : groups_)
-        if (g.master.grad().defined()) g.master.mutable_grad().mul_(coef);
+        if (g.trained && g.master.grad().defined()) g.master.mutable_grad().mul_(coef);
   }
   return norm;
 }
@@ -262,6 +277,7 @@ void ShardedStates::for_each_whole(const std::function<torch::Tensor(const Group
   for (const Unit& u : units_)
     for (int gi : u.groups) {
       const Group& g = groups_[gi];
+      if (!g.trained) continue;
       const torch::Tensor shard = shard_of(g).detach().to(device_, torch::kFloat).contiguous();   // [n] on the device
       const torch::Tensor all = world() > 1 ? gather_group_->all_gather(shard) : shard;   // [W*n]
       for (int i : g.slots)
@@ -273,6 +289,7 @@ checkpoint::ShardLayout ShardedStates::layout() const {
   checkpoint::ShardLayout l;
   l.world = world();
   for (const Group& g : groups_) {
+    if (!g.trained) continue;
     checkpoint::ShardLayout::Group out{g.name, g.numel, g.shard_numel, {}};
     for (int i : g.slots) out.parameters.push_back({params_[i].name, params_[i].shape, places_[i].offset});
     l.groups.push_back(std::move(out));
@@ -284,7 +301,8 @@ std::vector<ShardedStates::Parameter> ShardedStates::whole_order() const {
   std::vector<Parameter> out;
   for (const Unit& u : units_)
     for (int gi : u.groups)
-      for (int i : groups_[gi].slots) out.push_back(params_[i]);
+      if (groups_[gi].trained)
+        for (int i : groups_[gi].slots) out.push_back(params_[i]);
   return out;
 }
 

@@ -11,7 +11,10 @@
 //             in bf16 under --precision bf16 (the model is bf16: half the gathered bytes); weight decay only for
 //             the 2-D embedding (its own unit, so a group never mixes the two).
 // Rank r of W holds elements [r·n, (r+1)·n) of each group, n = ceil(numel / W): the fp32 master shard [n],
-// its gradient (.grad, fp32) and, in the optimizer, the AdamW moments of the same shape.
+// its gradient (.grad, fp32) and, in the optimizer, the AdamW moments of the same shape. A frozen group (LoRA's base,
+// plan/state_layout.hpp) holds its shard in the gather dtype only (`compute`): no master, gradient or AdamW state;
+// its gathered weights need no gradient, it takes none, and checkpoints (for_each_whole, whole_order, layout) leave
+// it out.
 //
 //   gather(unit)          all-gather of each group (in its dtype) → the unit's parameters, in module order,
 //                         as views of the gathered buffers; collective over the shard group
@@ -97,10 +100,12 @@ class ShardedStates {
     std::string name;                 // "<unit>.matrices" or "<unit>.others"
     c10::ScalarType gather_dtype;
     bool decay;                       // AdamW weight decay applies
+    bool trained;                     // false: frozen (no master; `compute` holds the shard)
     std::int64_t numel = 0;           // of its parameters, unpadded
     std::int64_t shard_numel = 0;     // n = ceil(numel / W)
     torch::Tensor master;             // [n] fp32 on `device` (host when offloaded), requires grad; .grad: its gradient
-    torch::Tensor compute;            // [n] offloaded only: the copy in gather_dtype that gather() sends (on the
+                                      // (trained groups only)
+    torch::Tensor compute;            // [n] offloaded or frozen: the copy in gather_dtype that gather() sends (on the
                                       // device; in host memory with offload_params)
     std::vector<int> slots;           // indices into parameters(), in flat order
   };
@@ -112,6 +117,7 @@ class ShardedStates {
 
   int unit(const std::string& name) const;   // "model.embed_tokens", "model.layers.N" or "head"
   std::vector<torch::Tensor> gather(int unit);                          // in the unit's parameter order
+  std::vector<bool> trained(int unit) const;   // per parameter of gather(unit): false for a frozen one
   void prefetch(const std::vector<int>& units);   // their gathers issued ahead (nothing unless constructed to)
   int prefetched() const { return static_cast<int>(ahead_.size()); }   // issued, not yet taken
   std::int64_t taken_ahead() const { return taken_ahead_; }   // gathers served by a prefetch, since construction
@@ -130,14 +136,14 @@ class ShardedStates {
   // shard_of(its group) where this rank holds them; the rest is ignored.
   void load(const std::string& name, std::int64_t first, const torch::Tensor& values,
             const std::function<torch::Tensor(const Group&)>& shard_of);
-  void load(const std::string& name, const torch::Tensor& whole) {   // the whole tensor, into the masters
-    load(name, 0, whole, [](const Group& g) { return g.master; });
+  void load(const std::string& name, const torch::Tensor& whole) {   // the whole tensor, into the masters (frozen: the
+    load(name, 0, whole, [](const Group& g) { return g.trained ? g.master : g.compute; });   // shard, cast)
   }
-  // Collective: gathers shard_of(group) for every group in turn (fp32) and calls fn(name, whole tensor) for its
-  // parameters, in whole_order(). Every rank gets every tensor.
+  // Collective: gathers shard_of(group) for every trained group in turn (fp32) and calls fn(name, whole tensor) for
+  // its parameters, in whole_order(). Every rank gets every tensor.
   void for_each_whole(const std::function<torch::Tensor(const Group&)>& shard_of,
                       const std::function<void(const std::string&, const torch::Tensor&)>& fn) const;
-  std::vector<Parameter> whole_order() const;   // the order for_each_whole emits
+  std::vector<Parameter> whole_order() const;   // the order for_each_whole emits (trained parameters only)
   checkpoint::ShardLayout layout() const;        // what a sharded checkpoint's manifest records
   int shard_rank() const { return shard_group_->rank(); }
   // One copy of each shard is written: by the ranks of the first replica (hybrid), by every rank otherwise.

@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -85,7 +86,20 @@ void set_parameter(CausalLm& model, const std::string& name, torch::Tensor& para
 
 void init_weights(CausalLm& model, std::uint64_t seed) {
   init_base_weights(model, seed);
-  init_adapters(*model, seed);
+  init_adapters(model, seed);
+}
+
+void init_adapters(CausalLm& model, std::uint64_t seed) {
+  torch::manual_seed(seed + 1);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    if (item.key().ends_with(".lora_A.weight")) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(item.value().size(1)));   // kaiming_uniform_(a=√5)
+      set_parameter(model, item.key(), item.value(), [&](torch::Tensor& t) { t.uniform_(-bound, bound); });
+    } else if (item.key().ends_with(".lora_B.weight")) {
+      set_parameter(model, item.key(), item.value(), [](torch::Tensor& t) { t.zero_(); });
+    }
+  }
 }
 
 void init_base_weights(CausalLm& model, std::uint64_t seed) {

@@ -16,9 +16,12 @@ namespace ulysses::model {
 
 // torch::manual_seed(seed), then: Linear and Embedding weights ~ normal(0, initializer_range) (the
 // padding row of the embedding zero), biases zero, RMSNorm weights one; then the LoRA adapters, if any
-// (init_adapters, lora.hpp). Same seed → same weights, the base's the same with and without LoRA.
+// (init_adapters). Same seed → same weights, the base's the same with and without LoRA.
 void init_weights(CausalLm& model, std::uint64_t seed);
 void init_base_weights(CausalLm& model, std::uint64_t seed);   // the same without the adapters
+// Every LoRA adapter (model/lora.hpp) as PEFT initialises it — A kaiming-uniform (±1/√in), B zero — from
+// torch::manual_seed(seed + 1) (the base's own draws, from seed, are the same with and without LoRA). Sharded or not.
+void init_adapters(CausalLm& model, std::uint64_t seed);
 
 // The base's parameters (every one but the LoRA adapters, which a model folder does not hold).
 void load_hf_weights(CausalLm& model, const std::filesystem::path& dir);

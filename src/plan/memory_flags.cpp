@@ -49,7 +49,8 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                "the layers' outputs");
   app.add_option("--sharding", o.sharding,
                  "Split weights, gradients and AdamW state over ranks (FSDP / DeepSpeed ZeRO-3): full_shard (every "
-                 "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1")
+                 "rank), hybrid_shard (each SP group; DP replicas all-reduce), no_shard; auto: full_shard when world > 1 "
+                 "(with --lora-rank: no_shard unless offloading; sharded, the frozen base is split in its compute dtype)")
       ->check(CLI::IsMember({"auto", "full_shard", "hybrid_shard", "no_shard"}))->capture_default_str();
   app.add_flag("--offload-optimizer", o.offload_optimizer,
                "Keep the fp32 master shards, their gradients and AdamW state in host memory and run AdamW on the CPU "
@@ -160,17 +161,9 @@ const char* sharding_name(Sharding s) {
 
 Sharding resolve_sharding(const MemoryFlags& o, int world) {
   const bool offload = o.offload_optimizer || o.offload_params;
-  if (o.lora_rank > 0) {   // the adapters are small, and the frozen base has no gradient or AdamW state to split
-    if (o.sharding != "auto" && o.sharding != "no_shard")
-      throw BadInput(fmt::format("--sharding {} with --lora-rank {}: LoRA runs on replicated states", o.sharding,
-                                 o.lora_rank),
-                     "drop --sharding (auto is no_shard with LoRA): the frozen base is 2 bytes a parameter in bf16");
-    if (offload)
-      throw BadInput(fmt::format("{} with --lora-rank {}: LoRA runs on replicated states, nothing is offloaded",
-                                 o.offload_params ? "--offload-params" : "--offload-optimizer", o.lora_rank),
-                     "drop it: the adapters' AdamW state is small; --offload-checkpoints moves the layer inputs");
-    return Sharding::kNone;
-  }
+  // LoRA: the adapters are small and the frozen base has no gradient or AdamW state, so auto keeps them replicated
+  // unless an offload flag asks for shards; --sharding full_shard / hybrid_shard shard the base (for the large models)
+  if (o.lora_rank > 0 && o.sharding == "auto" && !offload) return Sharding::kNone;
   if (o.sharding == "no_shard" && offload)
     throw BadInput(fmt::format("{} offloads the shards of sharded states, and --sharding is no_shard",
                                o.offload_params ? "--offload-params" : "--offload-optimizer"),

@@ -46,10 +46,10 @@ double lora_row(const Features& f) {
   return static_cast<double>(f.lora_rank) * static_cast<double>(f.lora_targets.size());
 }
 
-// LoRA's model states (replicated: resolve refuses sharding with it): the frozen base in the compute dtype — fp32, the
-// bf16 model's bf16, or amp-bf16's fp32 with autocast's bf16 copies of the matrices —, no gradient or AdamW state for
-// it; the adapters fp32 masters with their fp32 gradients and two AdamW moments, and under bf16 their bf16 copies
-// and those copies' gradients.
+// LoRA's replicated model states (sharded, they are plan_states' frozen groups): the frozen base in the compute dtype —
+// fp32, the bf16 model's bf16, or amp-bf16's fp32 with autocast's bf16 copies of the matrices —, no gradient or AdamW
+// state for it; the adapters fp32 masters with their fp32 gradients and two AdamW moments, and under bf16 their bf16
+// copies and those copies' gradients.
 void lora_states(const arch::ModelConfig& c, const Features& f, Breakdown& b) {
   const std::int64_t base = arch::parameter_count(c), adapters = lora_parameter_count(c, f);
   const std::int64_t autocast_copies = f.bf16 && !f.bf16_activations ? 2 * arch::matmul_parameter_count(c) : 0;
@@ -93,7 +93,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
                   std::int64_t seq_len) {
   const int shards = shard_ranks(f.sharding, l.world(), l.sp);
   const GatherBytes gather{f.compute_bytes(), f.other_weight_bytes()};
-  const StatePlan states = plan_states(c, shards, {f.offload_optimizer, f.offload_params}, gather);
+  const std::vector<Parameter> params = parameters_of(c, f.lora_rank, f.lora_targets);
+  const StatePlan states = plan_states(params, shards, {f.offload_optimizer, f.offload_params}, gather);
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
@@ -103,9 +104,9 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
   b.gradients = states.device.grads + (shards == 0 && f.bf16_activations ? 2 * arch::parameter_count(c) : 0);
   b.optimizer = states.device.optimizer;
-  if (f.lora_rank > 0) lora_states(c, f, b);
+  if (f.lora_rank > 0 && shards == 0) lora_states(c, f, b);
   if (shards > 0) {
-    const UnitSize u = largest_unit(state_layout(parameters_of(c)), c.tie_word_embeddings, gather);
+    const UnitSize u = largest_unit(state_layout(params), c.tie_word_embeddings, gather);
     // the largest unit whole with its fp32 gradient, and (prefetch) the next unit beside it — always a layer in
     // backward, and in forward never more than that
     b.gathered = u.gathered_bytes + 4 * u.elements + (f.prefetches(p.cuda) ? u.layer_gathered_bytes : 0);

@@ -30,7 +30,7 @@ StateLayout state_layout(const std::vector<Parameter>& params) {
     const Parameter& p = params[i];
     const std::string unit = unit_of(p.name);
     const bool matrix = p.shape.size() == 2 && unit != "model.embed_tokens";
-    const std::string group = unit + (matrix ? ".matrices" : ".others");
+    const std::string group = unit + (p.trained ? "." : ".frozen_") + (matrix ? "matrices" : "others");
     if (l.units.empty() || l.units.back().name != unit) {
       ULY_CHECK(std::none_of(l.units.begin(), l.units.end(), [&](const auto& u) { return u.name == unit; }),
                 "parameter {} of unit {} comes after another unit's", p.name, unit);
@@ -38,7 +38,7 @@ StateLayout state_layout(const std::vector<Parameter>& params) {
     }
     auto [it, added] = group_index.emplace(group, static_cast<int>(l.groups.size()));
     if (added) {
-      l.groups.push_back({group, matrix, p.shape.size() >= 2, 0, {}});
+      l.groups.push_back({group, matrix, p.shape.size() >= 2, p.trained, 0, {}});
       l.units.back().groups.push_back(it->second);
     }
     StateLayout::Group& g = l.groups[it->second];
@@ -52,9 +52,20 @@ StateLayout state_layout(const std::vector<Parameter>& params) {
   return l;
 }
 
-std::vector<Parameter> parameters_of(const arch::ModelConfig& c) {
+std::vector<Parameter> parameters_of(const arch::ModelConfig& c, std::int64_t lora_rank,
+                                     const std::vector<std::string>& lora_targets) {
+  const std::vector<arch::ParameterSpec> adapters =
+      lora_rank > 0 ? arch::lora_parameters(c, lora_rank, lora_targets) : std::vector<arch::ParameterSpec>{};
+  const std::vector<arch::ParameterSpec> base = arch::parameters(c);
+  const auto module_of = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
   std::vector<Parameter> out;
-  for (const auto& p : arch::parameters(c)) out.push_back({p.name, p.shape});
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    out.push_back({base[i].name, base[i].shape, adapters.empty()});
+    const std::string module = module_of(base[i].name);
+    if (i + 1 < base.size() && module_of(base[i + 1].name) == module) continue;
+    for (const auto& a : adapters)   // registered under their projection, after its own weight and bias
+      if (a.name.starts_with(module + ".lora_")) out.push_back({a.name, a.shape, true});
+  }
   return out;
 }
 
@@ -62,6 +73,10 @@ ShardSize shard_size(const StateLayout& layout, int world, GatherBytes bytes) {
   ShardSize size;
   for (const auto& g : layout.groups) {
     const std::int64_t n = (g.numel + world - 1) / world;
+    if (!g.trained) {
+      size.frozen_bytes += n * (g.matrix ? bytes.matrices : bytes.others);
+      continue;
+    }
     size.elements += n;
     size.compute_copy_bytes += n * (g.matrix ? bytes.matrices : bytes.others);
   }
@@ -74,7 +89,7 @@ UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, GatherByt
     for (int gi : u.groups) {
       const auto& g = layout.groups[gi];
       s.gathered_bytes += g.numel * (g.matrix ? bytes.matrices : bytes.others);
-      s.elements += g.numel;
+      if (g.trained) s.elements += g.numel;   // a frozen group gets no gradient
     }
     return s;
   };
@@ -91,13 +106,16 @@ UnitSize largest_unit(const StateLayout& layout, bool tied_embeddings, GatherByt
   return largest;
 }
 
-StatePlan plan_states(const arch::ModelConfig& c, int shards, Offload offload, GatherBytes bytes) {
-  const ShardSize size = shards > 0 ? shard_size(state_layout(parameters_of(c)), shards, bytes)
-                                    : ShardSize{arch::parameter_count(c), 0};
+StatePlan plan_states(const std::vector<Parameter>& params, int shards, Offload offload, GatherBytes bytes) {
+  ShardSize size;
+  if (shards > 0) size = shard_size(state_layout(params), shards, bytes);
+  else
+    for (const Parameter& p : params) size.elements += p.numel();
   const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
-  if (offload.params) return {{}, fp32, size.compute_copy_bytes};
-  if (offload.optimizer) return {{size.compute_copy_bytes, 0, 0}, fp32};
-  return {fp32, {}};
+  // the frozen shards are the gather-dtype copies' kind: on the device, or in host memory with the parameters
+  if (offload.params) return {{}, fp32, size.compute_copy_bytes + size.frozen_bytes};
+  if (offload.optimizer) return {{size.compute_copy_bytes + size.frozen_bytes, 0, 0}, fp32};
+  return {{fp32.weights + size.frozen_bytes, fp32.grads, fp32.optimizer}, {}};
 }
 
 }  // namespace ulysses::plan

@@ -59,9 +59,11 @@ std::vector<checkpoint::FileEntry> write_shards(const fs::path& dir, ModelStates
   const model::ShardedStates& s = *states.sharded_states();
   if (!s.writes_checkpoint()) return {};
   std::vector<std::pair<std::string, torch::Tensor>> masters, moments;
-  for (const auto& g : s.groups()) masters.emplace_back(g.name, g.master);
+  for (const auto& g : s.groups())
+    if (g.trained) masters.emplace_back(g.name, g.master);   // LoRA's frozen base is not a trained state
   for (const char* prefix : {"exp_avg.", "exp_avg_sq."})
     for (const auto& g : s.groups()) {
+      if (!g.trained) continue;
       const auto [avg, sq] = states.optimizer().moments(g.name);
       moments.emplace_back(prefix + g.name, std::string(prefix) == "exp_avg." ? avg : sq);
     }

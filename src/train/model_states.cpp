@@ -30,6 +30,7 @@ ModelStates::ModelStates(model::CausalLm model, comm::Communicator& grad_group, 
   if (const auto& states = model_->sharded_states()) {
     std::vector<bool> decay;
     for (const auto& g : states->groups()) {
+      if (!g.trained) continue;   // LoRA's frozen base
       trained_.emplace_back(g.name, g.master);
       decay.push_back(g.decay);
     }

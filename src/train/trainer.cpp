@@ -141,7 +141,7 @@ void build_model(Run& r) {
     model::init_weights(r.model, r.o.seed);
   } else {
     model::load_hf_weights(r.model, r.o.init_from);
-    model::init_adapters(*r.model, r.o.seed);   // LoRA's, if any
+    model::init_adapters(r.model, r.o.seed);   // LoRA's, if any
   }
 }
 

@@ -32,23 +32,48 @@ constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 TEST(StateLayout, ShardsAreCeilOfEachGroupAndReplicatedIsSixteenBytesAParameter) {
   const std::int64_t n = arch::parameter_count(kSmall);
-  const StatePlan replicated = plan_states(kSmall, 0, {}, {4, 4});
+  const StatePlan replicated = plan_states(parameters_of(kSmall), 0, {}, {4, 4});
   EXPECT_EQ(replicated.device.total(), 16 * n);
   EXPECT_EQ(replicated.host.total(), 0);
   const StateLayout layout = state_layout(parameters_of(kSmall));
   std::int64_t expected = 0;
   for (const auto& g : layout.groups) expected += (g.numel + 2) / 3;
-  EXPECT_EQ(plan_states(kSmall, 3, {}, {4, 4}).device.total(), 16 * expected);
-  const StatePlan offloaded = plan_states(kSmall, 3, {.optimizer = true}, {2, 4});
+  EXPECT_EQ(plan_states(parameters_of(kSmall), 3, {}, {4, 4}).device.total(), 16 * expected);
+  const StatePlan offloaded = plan_states(parameters_of(kSmall), 3, {.optimizer = true}, {2, 4});
   EXPECT_EQ(offloaded.host.total(), 16 * expected);
   EXPECT_LT(offloaded.device.total(), 4 * expected);   // bf16 matrices, fp32 others
   EXPECT_EQ(offloaded.host_copies, 0);
   // --offload-params: the same copies, in host memory; nothing of the states left on the device
-  const StatePlan params = plan_states(kSmall, 3, {.optimizer = true, .params = true}, {2, 4});
+  const StatePlan params = plan_states(parameters_of(kSmall), 3, {.optimizer = true, .params = true}, {2, 4});
   EXPECT_EQ(params.device.total(), 0);
   EXPECT_EQ(params.host.total(), offloaded.host.total());
   EXPECT_EQ(params.host_copies, offloaded.device.total());
   EXPECT_EQ(layout.units.size(), static_cast<std::size_t>(kSmall.num_layers + 2));
+}
+
+TEST(StateLayout, LorasFrozenBaseIsHeldInItsGatherDtypeOnlyAndItsAdaptersAreTrainedShards) {
+  const std::vector<std::string> targets{"q_proj", "v_proj"};
+  const std::vector<Parameter> params = parameters_of(kSmall, 8, targets);
+  const StateLayout layout = state_layout(params);
+  std::int64_t frozen = 0, trained = 0;
+  for (const auto& g : layout.groups) {
+    EXPECT_EQ(g.trained, g.name.find(".frozen_") == std::string::npos) << g.name;
+    (g.trained ? trained : frozen) += g.numel;
+  }
+  EXPECT_EQ(frozen, arch::parameter_count(kSmall));
+  std::int64_t adapters = 0;
+  for (const auto& a : arch::lora_parameters(kSmall, 8, targets)) adapters += a.numel();
+  EXPECT_EQ(trained, adapters);
+  EXPECT_EQ(params[2].name, "model.layers.0.self_attn.q_proj.lora_A.weight");   // after its projection, as registered
+  // 4 shards of a bf16 base: 2 bytes a frozen element, 16 a trained one; with --offload-params all in host memory
+  const ShardSize size = shard_size(layout, 4, {2, 2});
+  EXPECT_NEAR(static_cast<double>(size.frozen_bytes), 2.0 * frozen / 4, 64.0);
+  const StatePlan on_device = plan_states(params, 4, {}, {2, 2});
+  EXPECT_EQ(on_device.device.weights, 4 * size.elements + size.frozen_bytes);
+  EXPECT_EQ(on_device.device.optimizer, 8 * size.elements);
+  const StatePlan offloaded = plan_states(params, 4, {.optimizer = true, .params = true}, {2, 2});
+  EXPECT_EQ(offloaded.device.total(), 0);
+  EXPECT_EQ(offloaded.host_copies, size.compute_copy_bytes + size.frozen_bytes);
 }
 
 TEST(MemoryModel, MemoryGrowsWithLengthAndEachFeatureRemovesWhatItSays) {

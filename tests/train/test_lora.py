@@ -3,14 +3,16 @@ the same rank, alpha and targets, its adapters loaded with ours before the first
 clip_grad_norm_ (as HF Trainer sets them up), fp32.
 
 One packed sequence of three documents (so every step sees it: attention stays inside each document, positions
-restart), 5 steps at lr 2e-3, on a Llama with grouped KV heads (q/v adapters, PEFT's Llama default) at SP = 1 and
-SP = 4, and a Qwen3 with tied embeddings and q/k norms (all-linear, rsLoRA; checkpointing, tiled MLP, tiled logits and
-two head groups) at SP = 1 and SP = 2: the losses of every step within 1e-5 relative, the adapters after the steps
-within 1e-5 (absolute: they are about 0.1). Both sides compute in fp32, and the adapters' AdamW amplifies its
-rounding: against a float64 PEFT run, ours and PEFT's own fp32 run both differ by ~5e-6 in Qwen3's q_proj A (behind
-the q norm), where the other adapters agree to ~1e-7. The Qwen3 case runs again under --precision bf16 (the base in
-bf16): as close to the fp32 truth as PEFT over transformers' bf16 model (HF Trainer's bf16 LoRA). The checkpoint holds the adapters and their AdamW state only
-(the base is not a trained state). A LoRA checkpoint resumes only over its own base: another --init-from, or none, is
+restart), 5 steps at lr 2e-3, on a Llama with grouped KV heads (q/v adapters, PEFT's Llama default) at SP = 1 and SP =
+4 (replicated, and sharded with the parameters offloaded: the frozen base's groups held in the compute dtype only),
+and a Qwen3 with tied embeddings and q/k norms (all-linear, rsLoRA; checkpointing, tiled MLP, tiled logits and two
+head groups) at SP = 1 and SP = 2 (replicated and full_shard): the losses of every step within 1e-5 relative, the
+adapters after the steps within 1e-5 (absolute: they are about 0.1). Both sides compute in fp32, and the adapters'
+AdamW amplifies its rounding: against a float64 PEFT run, ours and PEFT's own fp32 run both differ by ~5e-6 in Qwen3's
+q_proj A (behind the q norm), where the other adapters agree to ~1e-7. The Qwen3 case runs again under --precision
+bf16 (the base in bf16, sharded): as close to the fp32 truth as PEFT over transformers' bf16 model (HF Trainer's bf16
+LoRA). The checkpoint holds the adapters and their AdamW state only (the base is not a trained state). A LoRA
+checkpoint resumes only over its own base: another --init-from, or none, is
 one line, exit 2 (and resumed over its own, it continues as one run, bit for bit).
 
 Exports (ulysses-ckpt): export-peft's directory, loaded by PeftModel.from_pretrained over the base, is the PEFT model
@@ -129,7 +131,9 @@ class Lora(TempDirCase):
         self.assertEqual(p.returncode, code, p.stderr[-3000:])
         return p
 
-    def check_against_peft(self, config, rank, alpha, targets, *flags, rslora=False, sp_degrees=(1, 4), bf16=False):
+    def check_against_peft(self, config, rank, alpha, targets, *flags, rslora=False, runs=((1, ()), (4, ())),
+                           bf16=False):
+        """runs: (ranks, extra flags) each; a sharded run's checkpoint is consolidated (ulysses-ckpt merge) to read."""
         folder = hf_folder(self.shared, config)
         lora = ["--lora-rank", rank, "--lora-alpha", alpha, "--lora-targets", ",".join(targets),
                 *(["--lora-rslora"] if rslora else []), *flags]
@@ -137,14 +141,17 @@ class Lora(TempDirCase):
         self.train(1, folder, self.root / "init", "--steps", 1, "--lr", 0, *lora)
         initial = load_file(str(self.root / "init/checkpoints/step-0000001/model.safetensors"))
         want_losses, want = reference(folder, initial, rank, alpha, targets, rslora)
-        for ranks in sp_degrees:
-            with self.subTest(ranks=ranks):
-                out = self.root / f"run-{ranks}"
-                self.train(ranks, folder, out, "--steps", STEPS, "--lr", LR, *lora)
+        for ranks, extra in runs:
+            with self.subTest(ranks=ranks, extra=extra):
+                out = self.root / f"run-{ranks}-{len(extra)}"
+                self.train(ranks, folder, out, "--steps", STEPS, "--lr", LR, *lora, *extra)
                 losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
                 for step, (got, expected) in enumerate(zip(losses, want_losses, strict=True), 1):
                     self.assertLess(abs(got - expected), 1e-5 * abs(expected), f"step {step}: {got} vs {expected}")
                 final = out / f"checkpoints/step-{STEPS:07d}"
+                if extra:
+                    self.ckpt("merge", final, "-o", out / "merged")
+                    final = out / "merged"
                 got = load_file(str(final / "model.safetensors"))
                 self.assertEqual(sorted(got), sorted(want))   # the adapters only: the base is not trained
                 for name, tensor in want.items():   # values of about 0.1: 1e-5 is ~1e-4 of them, ~1e-3 of 5 steps
@@ -153,7 +160,8 @@ class Lora(TempDirCase):
                 self.assertEqual(sorted(moments), sorted(f"{m}.{n}" for m in ("exp_avg", "exp_avg_sq") for n in want))
         self.check_exports(folder, final, peft_model(folder, got, rank, alpha, targets, rslora))
         if bf16:
-            self.check_bf16(folder, initial, want_losses, want, sp_degrees[-1], lora, (rank, alpha, targets, rslora))
+            ranks, extra = runs[-1]
+            self.check_bf16(folder, initial, want_losses, want, ranks, [*lora, *extra], (rank, alpha, targets, rslora))
 
     def check_bf16(self, folder, initial, truth_losses, truth, ranks, lora, options):
         """Our bf16 run (a bf16 base, the adapters' fp32 masters) is as close to the fp32 truth as PEFT over
@@ -162,7 +170,11 @@ class Lora(TempDirCase):
         out = self.root / "bf16"
         self.train(ranks, folder, out, "--steps", STEPS, "--lr", LR, *lora, precision="bf16")
         losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-        ours = load_file(str(out / f"checkpoints/step-{STEPS:07d}/model.safetensors"))
+        final = out / f"checkpoints/step-{STEPS:07d}"
+        if "--sharding" in lora:   # this rank's shards: consolidated to be read
+            self.ckpt("merge", final, "-o", out / "merged")
+            final = out / "merged"
+        ours = load_file(str(final / "model.safetensors"))
         their_losses, theirs = reference(folder, initial, *options, dtype=torch.bfloat16)
 
         def distance(adapters):
@@ -209,13 +221,14 @@ class Lora(TempDirCase):
             self.assertLess((got - expected).abs().max().item(), 1e-5 * expected.abs().max().item())
 
     def test_llama_q_v_adapters_equal_peft(self):
-        self.check_against_peft(BASE, 4, 8, ["q_proj", "v_proj"])
+        self.check_against_peft(BASE, 4, 8, ["q_proj", "v_proj"],
+                                runs=((1, ()), (4, ()), (4, ("--sharding", "full_shard", "--offload-params"))))
 
     def test_qwen3_tied_all_linear_rslora_with_memory_features_equals_peft(self):
         self.check_against_peft(QWEN3, 8, 16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"], "--activation-checkpointing", "--mlp-tile-tokens", 48,
                                 "--logits-chunk-tokens", 40, "--attention-head-groups", 2, rslora=True,
-                                sp_degrees=(1, 2), bf16=True)
+                                runs=((1, ()), (2, ()), (2, ("--sharding", "full_shard"))), bf16=True)
 
     def test_resume_needs_the_base_the_adapters_were_trained_on(self):
         folder = hf_folder(self.shared, BASE)
@@ -245,7 +258,7 @@ class Lora(TempDirCase):
                       "model", p.stderr)
         full = self.root / "full"
         self.train(1, folder, full, "--steps", 1)
-        for args, needle in ((["export-peft", full, "-o", self.root / "x"], "a full fine-tune's checkpoint; export-peft"),
+        for args, needle in ((["export-peft", full, "-o", self.root / "x"], "full fine-tune's checkpoint; export-peft"),
                              (["export-hf", full, "-o", self.root / "x", "--merge-lora"], "--merge-lora: ")):
             self.assertIn(needle, self.ckpt(*args, code=2).stderr)
         self.assertFalse((self.root / "hf-out").exists() or (self.root / "x").exists())
