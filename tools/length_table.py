@@ -5,7 +5,8 @@ H100s — or 141 GB H200s where the row says so —, 1.9 TiB host per node), for
 --prefetch off) and for ours (profile h100 or h200) in --precision bf16 and amp-bf16, with --prefetch auto (on for a
 GPU) and, in parentheses, off; and ours in bf16 with attention in head groups (--attention-head-groups auto: the
 least G that fits the longest length), with the parameters offloaded too (--offload-params) where that reaches further,
-and what stops the next length (ulysses-plan's refusal one unit past it). The byte model's own lengths, as the
+and what stops the next length (ulysses-plan's refusal one unit past it). Then LoRA (rank 16 on all seven projections,
+the frozen bf16 base sharded over the ranks) with the same features, against ALST's full fine-tune on the same GPUs. The byte model's own lengths, as the
 records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
@@ -43,6 +44,9 @@ ROWS = [("Llama-3.1-8B", 1, 1, 1, ALL, "500K", "ALST"), ("Llama-3.1-8B", 1, 1, 1
         ("Qwen3-32B", 1, 8, 8, ALL, "1.55M†", "ALST"), ("Qwen3-32B", 2, 8, 16, ALL, "4M†", "ALST"),
         ("Qwen3-32B", 2, 8, 16, ALL, "4M", "UPipe"), ("Qwen3-32B", 4, 8, 32, ALL, "7M†", "ALST")]
 GPU_MEMORY = {"H100": "80GiB", "H200": "141GB"}
+# LoRA over the frozen base, sharded: against ALST's full fine-tune rows of the same model and GPUs
+LORA = ["--lora-rank", "16", "--lora-targets", "all-linear", "--sharding", "full_shard"]
+LORA_ROWS = [("Llama-3.1-70B", 1, 8, 8, "200K†"), ("Llama-3.1-70B", 2, 8, 16, "1.2M†"), ("Qwen3-32B", 1, 8, 8, "1.55M†")]
 ABLATION = [("ZeRO-3, optimizer offload, checkpointing (SP 1)", 1, BASE, "32K"),
             ("+ tiled logits and loss", 1, BASE + ["--tiled-logits"], "160K"),
             ("+ Ulysses SP 8", 8, BASE + ["--tiled-logits"], "1.1M"),
@@ -133,6 +137,16 @@ def main():
             print(f"| {model} | {nodes * gpus} {gpu} ({sp}) | {figure} ({source}) | {human(alst)} | {error} | "
                   f"{bf16_text} | {bf16 / tokens(figure):.2f} | {amp_text} | {best_text} | "
                   f"{longest_ours / tokens(figure):.2f} | {bound} |")
+        print()
+        print("| model | GPUs (SP) | ALST, full fine-tune | ours, LoRA, bf16 | ours / ALST | ours, LoRA, head groups "
+              "(+ parameter offload) | ours / ALST | what binds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for model, nodes, gpus, sp, figure in LORA_ROWS:
+            cfg, flags = cfgs[model], ALL + LORA
+            lora, lora_text, _ = ours(a, cfg, nodes, gpus, sp, flags, "bf16")
+            longest_ours, best_text, bound = best(a, cfg, nodes, gpus, sp, flags, "H100")
+            print(f"| {model} | {nodes * gpus} H100 ({sp}) | {figure} | {lora_text} | {lora / tokens(figure):.2f} | "
+                  f"{best_text} | {longest_ours / tokens(figure):.2f} | {bound} |")
         print()
         print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
         print("|---|---|---|---|---|---|---|")
