@@ -38,8 +38,8 @@ int run_export_peft(const ExportPeftOptions& o) {
            c.spec.config.architecture, c.lora->summary(), tensors.size(), human_bytes(total), st::dtype_name(dtype),
            base.empty() ? "none recorded" : base);
   if (base.empty())
-    log_info("note: the run trained its adapters over a base made from --seed (no --init-from): adapter_config.json names "
-             "no base_model_name_or_path (--base NAME sets one)");
+    log_info("note: the run trained its adapters over a base made from --seed (no --init-from): "
+             "adapter_config.json names no base_model_name_or_path (--base NAME sets one)");
   if (o.dry_run) return end_dry_run();
 
   OutputDir out(o.output, o.overwrite);

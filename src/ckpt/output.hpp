@@ -31,7 +31,8 @@ struct OutTensor {
 };
 
 // Streams `tensors` into a new safetensors file at `path`, converting each from its source dtype to
-// OutTensor::dtype (adding its LoRA update first) in kChunkBytes pieces. Returns the xxh3 of each tensor's written bytes, in order.
+// OutTensor::dtype (adding its LoRA update first) in kChunkBytes pieces. Returns the xxh3 of each tensor's
+// written bytes, in order.
 std::vector<std::string> write_tensors(const std::filesystem::path& path, const Weights& from,
                                        const std::vector<OutTensor>& tensors,
                                        const std::map<std::string, std::string>& metadata, Progress* progress);

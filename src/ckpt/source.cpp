@@ -247,7 +247,8 @@ Checkpoint open_checkpoint(const fs::path& path, Verify verify) {
   c.state = read_trainer_state(*dir / checkpoint::kTrainerState, c.manifest.step);
   c.lora = lora_run(c.state.options, *dir / checkpoint::kTrainerState);
   if (c.lora)
-    check_tensors(c.model, c.lora->parameters(c.spec.config), /*f32_only=*/true, [](const std::string&) { return false; },
+    check_tensors(c.model, c.lora->parameters(c.spec.config), /*f32_only=*/true,
+                  [](const std::string&) { return false; },
                   [&](const std::string& problems) {
                     return BadInput(fmt::format("{} does not hold the LoRA adapters its {} gives ({}): {}",
                                                 c.model.path().string(), checkpoint::kTrainerState, c.lora->summary(),

@@ -11,7 +11,8 @@ adapters after the steps within 1e-5 (absolute: they are about 0.1). Both sides 
 AdamW amplifies its rounding: against a float64 PEFT run, ours and PEFT's own fp32 run both differ by ~5e-6 in Qwen3's
 q_proj A (behind the q norm), where the other adapters agree to ~1e-7. The Qwen3 case runs again under --precision
 bf16 (the base in bf16, sharded): as close to the fp32 truth as PEFT over transformers' bf16 model (HF Trainer's bf16
-LoRA). The checkpoint holds the adapters and their AdamW state only (the base is not a trained state). A LoRA
+LoRA). SP 2 × DP 2 with hybrid_shard is one rank accumulating the same two sequences a step (1e-6). The checkpoint
+holds the adapters and their AdamW state only (the base is not a trained state). A LoRA
 checkpoint resumes only over its own base: another --init-from, or none, is
 one line, exit 2 (and resumed over its own, it continues as one run, bit for bit).
 
@@ -122,9 +123,9 @@ class Lora(TempDirCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def train(self, ranks, folder, out, *flags, code=0, precision="fp32"):
-        cmd = [MPIEXEC, "-n", ranks, TRAIN, "--data", self.data, "--init-from", folder, "--output", out, "--threads", 1,
-               "--sp", ranks, "--warmup", 0, "--lr-decay", "constant", "--weight-decay", WD, "--clip", CLIP,
+    def train(self, ranks, folder, out, *flags, code=0, precision="fp32", sp=None, data=None):
+        cmd = [MPIEXEC, "-n", ranks, TRAIN, "--data", data or self.data, "--init-from", folder, "--output", out,
+               "--threads", 1, "--sp", sp or ranks, "--warmup", 0, "--lr-decay", "constant", "--weight-decay", WD, "--clip", CLIP,
                "--precision", precision, *flags]
         env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")   # bf16 kernels where the CPU has them, AMX off
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600, env=env)
@@ -236,6 +237,29 @@ class Lora(TempDirCase):
                                                "down_proj"], "--activation-checkpointing", "--mlp-tile-tokens", 48,
                                 "--logits-chunk-tokens", 40, "--attention-head-groups", 2, rslora=True,
                                 runs=((1, ()), (2, ()), (2, ("--sharding", "full_shard"))), bf16=True)
+
+    def test_sp_times_dp_hybrid_shard_is_one_rank_accumulating(self):
+        """SP 2 × DP 2 with hybrid_shard (the frozen base split in each SP group) against one rank with --grad-accum 2
+        over the same two sequences a step: the same run (1e-6)."""
+        docs = self.root / "two.jsonl"   # two packed sequences: the documents, then the same ones reversed
+        docs.write_text("".join(json.dumps({"input_ids": d}) + "\n" for d in DOCS + [d[::-1] for d in DOCS]))
+        data = self.root / "two"
+        subprocess.run(list(map(str, [PACK, "pack", docs, "-o", data, "--seq-len", 256, "--sp", 2, "--vocab-size",
+                                      320])), check=True, capture_output=True)
+        folder = hf_folder(self.shared, BASE)
+        lora = ["--lora-rank", 4, "--lora-targets", "all-linear", "--steps", 3, "--lr", LR]
+        one, four = self.root / "one", self.root / "four"
+        self.train(1, folder, one, *lora, "--grad-accum", 2, data=data)
+        self.train(4, folder, four, *lora, "--sharding", "hybrid_shard", sp=2, data=data)
+        losses = [[json.loads(line)["loss"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+                  for d in (one, four)]
+        for a, b in zip(*losses, strict=True):
+            self.assertLess(abs(a - b), 1e-6 * abs(a), losses)
+        self.ckpt("merge", four / "checkpoints/step-0000003", "-o", four / "merged")
+        got = load_file(str(four / "merged/model.safetensors"))
+        want = load_file(str(one / "checkpoints/step-0000003/model.safetensors"))
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertLessEqual(max((got[n] - want[n]).abs().max().item() for n in want), 1e-6)
 
     def test_resume_needs_the_base_the_adapters_were_trained_on(self):
         folder = hf_folder(self.shared, BASE)
