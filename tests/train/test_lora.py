@@ -4,7 +4,8 @@ clip_grad_norm_ (as HF Trainer sets them up), fp32.
 
 One packed sequence of three documents (so every step sees it: attention stays inside each document, positions
 restart), 5 steps at lr 2e-3, on a Llama with grouped KV heads (q/v adapters, PEFT's Llama default) at SP = 1 and SP =
-4 (replicated, and sharded with the parameters offloaded: the frozen base's groups held in the compute dtype only),
+4 (replicated, and sharded with the parameters and every layer input offloaded, prefetch on: the frozen base's groups
+held in the compute dtype only),
 and a Qwen3 with tied embeddings and q/k norms (all-linear, rsLoRA; checkpointing, tiled MLP, tiled logits and two
 head groups) at SP = 1 and SP = 2 (replicated and full_shard): the losses of every step within 1e-5 relative, the
 adapters after the steps within 1e-5 (absolute: they are about 0.1). Both sides compute in fp32, and the adapters'
@@ -230,7 +231,8 @@ class Lora(TempDirCase):
 
     def test_llama_q_v_adapters_equal_peft(self):
         self.check_against_peft(BASE, 4, 8, ["q_proj", "v_proj"],
-                                runs=((1, ()), (4, ()), (4, ("--sharding", "full_shard", "--offload-params"))))
+                                runs=((1, ()), (4, ()), (4, ("--sharding", "full_shard", "--offload-params",
+                                                                "--offload-checkpoints", "-1", "--prefetch", "on"))))
 
     def test_qwen3_tied_all_linear_rslora_with_memory_features_equals_peft(self):
         self.check_against_peft(QWEN3, 8, 16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
