@@ -3,7 +3,8 @@
 //
 // Units are what is gathered at once: the embeddings ("model.embed_tokens"), each decoder layer
 // ("model.layers.N") and the head ("head": the final norm and lm_head). A unit's parameters fall into at
-// most two groups, each one flat vector (the parameters in module order, padded to a multiple of W):
+// most two groups (four with LoRA: frozen ones apart, below), each one flat vector (the parameters in module order,
+// padded to a multiple of W):
 //   matrices  2-D weights that feed a matmul (the *_proj and lm_head weights): gathered in the compute
 //             dtype (bf16 under both bf16 precisions — under amp-bf16 autocast would cast them per use anyway, so
 //             the forward is the replicated one bit for bit), weight decay;

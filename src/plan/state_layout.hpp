@@ -2,8 +2,8 @@
 // shapes alone (torch-free): the sharded model (model/sharded_states) builds its flat groups from this, and the
 // planner, --dry-run and the start-up refusal count bytes with the same arithmetic, nothing built.
 //
-// Units (what is gathered whole at once): model.embed_tokens, model.layers.N, and "head" (model.norm.*,
-// lm_head.*). A unit has at most two groups, each one flat vector split evenly over the shard group (the last
+// Units (what is gathered whole at once): model.embed_tokens, model.layers.N, and "head" (model.norm.*, lm_head.*).
+// A unit has at most two groups (four with LoRA), each one flat vector split evenly over the shard group (the last
 // shard padded): "<unit>.matrices" (2-d weights of matrix products, gathered in the compute dtype, decayed) and
 // "<unit>.others" (norms, biases and the embedding table: gathered in fp32, or bf16 under --precision bf16; decayed
 // iff 2-d, the table). Parameters that are not trained (LoRA's frozen base) go into groups of their own,
