@@ -110,7 +110,8 @@ StatePlan plan_states(const std::vector<Parameter>& params, int shards, Offload 
   ShardSize size;
   if (shards > 0) size = shard_size(state_layout(params), shards, bytes);
   else
-    for (const Parameter& p : params) size.elements += p.numel();
+    for (const Parameter& p : params)
+      if (p.trained) size.elements += p.numel();
   const StateBytes fp32{4 * size.elements, 4 * size.elements, 8 * size.elements};   // weights, grads, two moments
   // the frozen shards are the gather-dtype copies' kind: on the device, or in host memory with the parameters
   if (offload.params) return {{}, fp32, size.compute_copy_bytes + size.frozen_bytes};
