@@ -53,13 +53,47 @@ void check_sequence_split(std::int64_t seq_len, std::int64_t sp, const std::stri
                  split_hint(seq_len, unit, alignment));
 }
 
-SequenceParallel::SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* group)
-    : degree_(layout.sp()), rank_(layout.sp_rank(global_rank)), group_(degree_ > 1 ? group : nullptr) {}
+void check_ring_split(std::int64_t seq_len, std::int64_t sp, std::int64_t ring, const std::string& source,
+                      std::int64_t alignment) {
+  if (ring == 1) return check_sequence_split(seq_len, sp, source, alignment);
+  const std::optional<std::int64_t> unit = split_unit(2 * sp, alignment);
+  if (unit && seq_len >= *unit && seq_len % *unit == 0) return;
+  const std::int64_t u = unit.value_or(2 * sp);
+  throw BadInput(fmt::format("{}: sequence length ({}) is not divisible by 2 × --sp ({}){}: --sp-ring {} splits each "
+                             "sequence into {} chunks of --sp / --sp-ring = {} equal pieces",
+                             source, seq_len, sp, alignment == 1 ? "" : fmt::format(" × alignment ({})", alignment),
+                             ring, 2 * ring, sp / ring),
+                 fmt::format("the nearest valid lengths are {} and {}", std::max(u, seq_len / u * u),
+                             (std::max<std::int64_t>(seq_len, 0) / u + 1) * u));
+}
+
+std::int64_t SequenceSlice::size() const {
+  std::int64_t n = 0;
+  for (const TokenRange& r : ranges) n += r.size();
+  return n;
+}
+
+std::array<TokenRange, 2> ring_block(std::int64_t seq_len, std::int64_t ring, std::int64_t j) {
+  const std::int64_t C = seq_len / (2 * ring), tail = 2 * ring - 1 - j;
+  return {TokenRange{j * C, (j + 1) * C}, TokenRange{tail * C, (tail + 1) * C}};
+}
+
+SequenceParallel::SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* ulysses,
+                                   comm::Communicator* ring)
+    : degree_(layout.sp()), rank_(layout.sp_rank(global_rank)), ring_(layout.ring()),
+      ulysses_(degree_ / ring_ > 1 ? ulysses : nullptr), ring_group_(ring_ > 1 ? ring : nullptr) {}
 
 SequenceSlice SequenceParallel::slice(std::int64_t seq_len, const std::string& source) const {
-  check_sequence_split(seq_len, degree_, source);
-  const std::int64_t local = seq_len / degree_;
-  return {rank_ * local, (rank_ + 1) * local};
+  check_ring_split(seq_len, degree_, ring_, source);
+  if (ring_ == 1) {
+    const std::int64_t local = seq_len / degree_;
+    return {{TokenRange{rank_ * local, (rank_ + 1) * local}}};
+  }
+  const std::int64_t piece = seq_len / (2 * degree_), u = ulysses_rank();   // C / U tokens of each chunk
+  SequenceSlice s;
+  for (const TokenRange& chunk : ring_block(seq_len, ring_, ring_rank()))
+    s.ranges.push_back({chunk.begin + u * piece, chunk.begin + (u + 1) * piece});
+  return s;
 }
 
 }  // namespace ulysses

@@ -1,17 +1,22 @@
-// SequenceParallel: the one handle of a rank's sequence-parallel (Ulysses) group, built once from the
-// RankLayout. It answers the SP degree P, this rank's index in its group, the slice [begin, end) of a
-// sequence the rank holds (contiguous: rank r holds tokens [r·S/P, (r+1)·S/P)), and carries the group's
-// communicator for the model's all-to-alls. The data loader, the model and the reports take it; nobody
-// else computes a slice or checks S % P (check_sequence_split is the one check, with one message).
+// SequenceParallel: the one handle of a rank's sequence-parallel group, built once from the RankLayout. It answers
+// the SP degree P = U × R (Ulysses degree U, ring degree R: RankLayout), this rank's indices, the tokens of a sequence
+// the rank holds, and carries the communicators the model's attention uses: the Ulysses group's (all-to-alls) and the
+// ring group's (K/V blocks). The data loader, the model and the reports take it; nobody else computes a slice or
+// checks S % P (check_sequence_split is the one check, with one message).
 //
-// Torch-free: the communicator is an opaque pointer here (core never calls it); the model checks that
-// its size is P. A later axis (ring attention inside the group) changes slice() and adds fields here,
-// not the code that asks for a slice.
+// Which tokens: with R = 1, rank r holds [r·S/P, (r+1)·S/P). With a ring the sequence is 2R chunks of C = S/(2R)
+// tokens and ring rank j's block is chunks j and 2R−1−j (the head-tail balance of causal attention: every block has
+// the same work); Ulysses rank u holds the u-th of U equal pieces of each of its block's two chunks, so the Ulysses
+// all-to-all gathers the block.
+//
+// Torch-free: the communicators are opaque pointers here (core never calls them); the model checks their sizes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/rank_layout.hpp"
 
@@ -22,10 +27,19 @@ class Communicator;
 }
 
 // [begin, end) of a sequence, in tokens.
-struct SequenceSlice {
+struct TokenRange {
   std::int64_t begin = 0, end = 0;
   std::int64_t size() const { return end - begin; }
 };
+
+// The tokens a rank holds, in the order it holds them: one range, or two with a ring.
+struct SequenceSlice {
+  std::vector<TokenRange> ranges;
+  std::int64_t size() const;
+};
+
+// Ring block j of a sequence of seq_len tokens in 2·ring chunks: chunks j and 2·ring − 1 − j, in that order.
+std::array<TokenRange, 2> ring_block(std::int64_t seq_len, std::int64_t ring, std::int64_t j);
 
 // sp × alignment, or nullopt when either is below 1 or the product overflows (hostile attributes, flags):
 // every `S % (sp × alignment)` goes through this so none divides by a wrapped zero.
@@ -37,23 +51,36 @@ std::optional<std::int64_t> split_unit(std::int64_t sp, std::int64_t alignment);
 void check_sequence_split(std::int64_t seq_len, std::int64_t sp, const std::string& source,
                           std::int64_t alignment = 1);
 
+// check_sequence_split for a ring of degree `ring` inside SP degree `sp`: S must split into 2·ring chunks of sp/ring
+// equal pieces (S % 2·sp == 0, × alignment); one line naming both flags. ring = 1 is check_sequence_split.
+void check_ring_split(std::int64_t seq_len, std::int64_t sp, std::int64_t ring, const std::string& source,
+                      std::int64_t alignment = 1);
+
 class SequenceParallel {
  public:
   SequenceParallel() = default;   // no sequence parallelism: P = 1, no communicator
-  // The SP group of `global_rank` in `layout`; `group` is that group's communicator (not owned; may be
-  // null where no collective is called, e.g. the data loader's tests).
-  SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* group);
+  // The SP group of `global_rank` in `layout`. The communicators are not owned and may be null where no collective
+  // is called (the data loader's tests): `ulysses`, the Ulysses group's (with R = 1 the SP group's); `ring`, the ring
+  // group's (R > 1 only).
+  SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* ulysses,
+                   comm::Communicator* ring = nullptr);
 
-  std::int64_t degree() const { return degree_; }      // P
-  std::int64_t rank() const { return rank_; }          // this rank's index in its SP group, 0 ≤ rank < P
-  comm::Communicator* group() const { return group_; } // null when P = 1 or none was given
+  std::int64_t degree() const { return degree_; }            // P = U × R
+  std::int64_t rank() const { return rank_; }                // this rank's index in its SP group, 0 ≤ rank < P
+  std::int64_t ulysses_degree() const { return degree_ / ring_; }   // U
+  std::int64_t ring_degree() const { return ring_; }         // R
+  std::int64_t ulysses_rank() const { return rank_ % ulysses_degree(); }
+  std::int64_t ring_rank() const { return rank_ / ulysses_degree(); }
+  comm::Communicator* ulysses_group() const { return ulysses_; }   // null when U = 1 or none was given
+  comm::Communicator* ring_group() const { return ring_group_; }   // null when R = 1 or none was given
 
-  // This rank's tokens of a sequence of seq_len tokens; check_sequence_split first.
+  // This rank's tokens of a sequence of seq_len tokens; check_ring_split first.
   SequenceSlice slice(std::int64_t seq_len, const std::string& source) const;
 
  private:
-  std::int64_t degree_ = 1, rank_ = 0;
-  comm::Communicator* group_ = nullptr;
+  std::int64_t degree_ = 1, rank_ = 0, ring_ = 1;
+  comm::Communicator* ulysses_ = nullptr;
+  comm::Communicator* ring_group_ = nullptr;
 };
 
 }  // namespace ulysses

@@ -104,15 +104,20 @@ void DataLoader::read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b) {
   const Location loc = index_[seq];
   const shard::ShardReader& reader = shards_[loc.shard];
   const shard::SequenceMeta& meta = reader.meta(loc.row);
-  const std::int64_t L = mb.local_len, S = mb.seq_len, begin = slice_.begin;
-  const std::int64_t n_read = std::min(L + 1, S - begin);         // the slice, and the next token if any
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(L + 1), 0);  // [L + 1]
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(L + 1), 0);
-  reader.read(loc.row, begin, n_read, ids.data(), mask.data());
-  const auto off = static_cast<std::size_t>(b * L);
-  std::copy(ids.begin(), ids.begin() + L, mb.input_ids.begin() + static_cast<std::ptrdiff_t>(off));
-  shard::slice_labels(meta, begin, ids, mask, std::span(mb.labels).subspan(off, static_cast<std::size_t>(L)));
-  shard::slice_positions(meta, begin, std::span(mb.positions).subspan(off, static_cast<std::size_t>(L)));
+  const std::int64_t S = mb.seq_len;
+  auto off = static_cast<std::size_t>(b * mb.local_len);   // where the range's tokens go in [B, L]
+  for (const TokenRange& range : slice_.ranges) {
+    const std::int64_t L = range.size(), begin = range.begin;
+    const std::int64_t n_read = std::min(L + 1, S - begin);         // the range, and the next token if any
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(L + 1), 0);  // [L + 1]
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(L + 1), 0);
+    reader.read(loc.row, begin, n_read, ids.data(), mask.data());
+    const auto n = static_cast<std::size_t>(L);
+    std::copy(ids.begin(), ids.begin() + L, mb.input_ids.begin() + static_cast<std::ptrdiff_t>(off));
+    shard::slice_labels(meta, begin, ids, mask, std::span(mb.labels).subspan(off, n));
+    shard::slice_positions(meta, begin, std::span(mb.positions).subspan(off, n));
+    off += n;
+  }
   shard::slice_doc_ids(meta, 0, std::span(mb.doc_ids).subspan(static_cast<std::size_t>(b * S), static_cast<std::size_t>(S)));
 }
 

@@ -6,8 +6,8 @@
 // So SP=2 × DP=2 sees exactly the tokens of SP=1 × DP=1 with grad_accum 2. The cursor (sequences consumed)
 // is all the state there is: it goes into checkpoints, and restoring it resumes the same order.
 //
-// Reading: an SP rank reads its slice [begin, end) of each sequence (SequenceParallel::slice) and one more
-// token for its last label — never the rest — and derives labels, positions and document ids exactly as
+// Reading: an SP rank reads its slice of each sequence (SequenceParallel::slice: one range, two with a ring) and one
+// more token after each range for its last label — never the rest — and derives labels, positions and document ids exactly as
 // for the whole sequence (io/labels.hpp). Document ids are given for the whole sequence (from metadata
 // only), since attention after the all-to-all sees all S positions.
 #pragma once
@@ -34,7 +34,7 @@ struct LoaderOptions {
   std::string split = "train";
 };
 
-// One micro-batch for this rank: B sequences, L = S/P local tokens each.
+// One micro-batch for this rank: B sequences, L = S/P local tokens each (the slice's ranges one after the other).
 struct MicroBatch {
   std::int64_t batch = 0, local_len = 0, seq_len = 0;
   std::vector<std::int64_t> input_ids;     // [B, L]

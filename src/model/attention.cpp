@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/recompute.hpp"
+#include "model/ring_attention.hpp"
 #include "model/ulysses.hpp"
 
 namespace ulysses::model {
@@ -12,13 +13,17 @@ namespace ulysses::model {
 AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups,
                              const LoraOptions& lora)
     : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), head_groups_(head_groups),
-      eps_(c.rms_norm_eps), lora_scale_(lora.enabled() ? lora.scale() : 0), sp_degree_(sp.degree()), sp_(sp.group()) {
-  if (head_groups.groups != 1) arch::check_head_groups(c, sp_degree_, head_groups.groups);
-  if (sp_degree_ > 1) {
-    arch::check_heads_for_sp(c, sp_degree_, c.architecture);
-    ULY_CHECK(sp_ != nullptr && sp_->size() == sp_degree_, "SP degree {} needs its group's communicator (size {})",
-              sp_degree_, sp_ ? sp_->size() : 0);
+      eps_(c.rms_norm_eps), lora_scale_(lora.enabled() ? lora.scale() : 0), ulysses_degree_(sp.ulysses_degree()),
+      ulysses_(sp.ulysses_group()), ring_(sp.ring_group()), ring_position_{0, sp.ring_rank(), sp.ring_degree()} {
+  if (head_groups.groups != 1) arch::check_head_groups(c, ulysses_degree_, head_groups.groups);
+  if (ulysses_degree_ > 1) {
+    arch::check_heads_for_sp(c, ulysses_degree_, c.architecture);
+    ULY_CHECK(ulysses_ != nullptr && ulysses_->size() == ulysses_degree_,
+              "Ulysses degree {} needs its group's communicator (size {})", ulysses_degree_,
+              ulysses_ ? ulysses_->size() : 0);
   }
+  ULY_CHECK(sp.ring_degree() == 1 || (ring_ != nullptr && ring_->size() == sp.ring_degree()),
+            "ring degree {} needs its group's communicator (size {})", sp.ring_degree(), ring_ ? ring_->size() : 0);
   auto linear = [](std::int64_t in, std::int64_t out, bool bias) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
   };
@@ -125,15 +130,43 @@ torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTab
   q = apply_rope(q, rope).to(compute);
   k = apply_rope(k, rope).to(compute);
   auto flat = [&](const torch::Tensor& out) { return out.reshape({B, s, heads * head_dim_}); };   // -> [B, S/P, H*D]
-  if (!sp_) return flat(attend(q, k, v, plan));   // P = 1: S/P = S
+  if (!ulysses_ && !ring_) return flat(attend(q, k, v, plan));   // P = 1: S/P = S
 
-  const std::int64_t P = sp_degree_;
-  k = replicate_kv_heads_for_sp(k, P);             // [B, S/P, max(Hkv, P), D]
-  v = replicate_kv_heads_for_sp(v, P);             // [B, S/P, max(Hkv, P), D]
-  q = scatter_heads_gather_sequence(*sp_, q);      // [B, S, H/P, D]
-  k = scatter_heads_gather_sequence(*sp_, k);      // [B, S, max(Hkv, P)/P, D]
-  v = scatter_heads_gather_sequence(*sp_, v);      // [B, S, max(Hkv, P)/P, D]
-  return flat(scatter_sequence_gather_heads(*sp_, attend(q, k, v, plan)));   // [B, S, H/P, D] -> [B, S/P, H, D]
+  // U = P without a ring: the block is the whole sequence, S/R = S
+  const std::int64_t U = ulysses_degree_;
+  if (ulysses_) {
+    k = replicate_kv_heads_for_sp(k, U);               // [B, S/P, max(Hkv, U), D]
+    v = replicate_kv_heads_for_sp(v, U);               // [B, S/P, max(Hkv, U), D]
+    q = scatter_heads_gather_sequence(*ulysses_, q);   // [B, S/R, H/U, D]
+    k = scatter_heads_gather_sequence(*ulysses_, k);   // [B, S/R, max(Hkv, U)/U, D]
+    v = scatter_heads_gather_sequence(*ulysses_, v);   // [B, S/R, max(Hkv, U)/U, D]
+  }
+  const torch::Tensor out = ring_ ? ring_attend(q, k, v, plan) : attend(q, k, v, plan);   // [B, S/R, H/U, D]
+  return flat(ulysses_ ? scatter_sequence_gather_heads(*ulysses_, out) : out);   // -> [B, S/P, H, D]
+}
+
+namespace {
+
+// The Ulysses group's ranks each hold a piece of both chunks of the ring block, so its all-to-all gathers the block as
+// [B, U, 2, C/U, h, D] (rank-major); the ring works on the chunks in order, [B, 2, U, C/U, h, D]. to_chunks: the
+// first into the second; its inverse swaps the same two axes back. Identity at U = 1.
+torch::Tensor swap_rank_and_chunk(const torch::Tensor& x, std::int64_t first, std::int64_t second) {
+  const std::int64_t B = x.size(0), L = x.size(1);
+  return x.reshape({B, first, second, L / (first * second), x.size(2), x.size(3)}).transpose(1, 2).reshape(x.sizes());
+}
+
+}  // namespace
+
+// q [B, S/R, h, D], k, v [B, S/R, hkv, D] as the Ulysses all-to-all gathered them → ring attention → the same order
+torch::Tensor AttentionImpl::ring_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const AttentionPlan& plan) const {
+  const std::int64_t U = ulysses_degree_;
+  RingPosition where = ring_position_;
+  where.seq_len = q.size(1) * where.degree;
+  auto to_chunks = [U](const torch::Tensor& x) { return swap_rank_and_chunk(x, U, 2); };
+  const torch::Tensor out = ring_attention(*ring_, where, to_chunks(q), to_chunks(k), to_chunks(v), plan,
+                                           1.0 / std::sqrt(static_cast<double>(head_dim_)));   // [B, S/R, h, D]
+  return swap_rank_and_chunk(out, 2, U);
 }
 
 // Local attention of h query heads over the whole sequence; each kv head serves h / hkv consecutive

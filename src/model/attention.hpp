@@ -2,13 +2,15 @@
 // key/value heads), RoPE, optional Qwen3 q/k norms, over a sequence split across an SP group.
 //
 //   x [B, S/P, hidden] -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]  (q/k RMSNorm over D for Qwen3, RoPE)
-//   Hkv < P: replicate k, v heads to P (P % Hkv == 0)
-//   all-to-all: [B, S/P, h, D] -> [B, S, h/P, D]            (only when P > 1)
-//   attention over the whole sequence for H/P heads, causal within each document
-//   all-to-all back: [B, S, H/P, D] -> [B, S/P, H, D] -> o_proj -> [B, S/P, hidden]
+//   Hkv < U: replicate k, v heads to U (U % Hkv == 0)
+//   all-to-all in the Ulysses group: [B, S/P, h, D] -> [B, S/R, h/U, D]   (only when U > 1)
+//   attention for H/U heads: over the whole sequence (R = 1), causal within each document; or, with a ring
+//     (--sp-ring R, ring_attention.hpp), of this ring rank's block over the whole sequence's k/v blocks
+//   all-to-all back: [B, S/R, H/U, D] -> [B, S/P, H, D] -> o_proj -> [B, S/P, hidden]
+// P = U × R (SequenceParallel); without a ring U = P and S/R = S.
 //
-// The SP group comes from the SequenceParallel handle; its communicator is not owned and must outlive
-// the module and every backward pass through it. P = 1 calls no collective. The head rules are checked at
+// The groups come from the SequenceParallel handle; their communicators are not owned and must outlive
+// the module and every backward pass through it. P = 1 calls no collective. The head rules (on U) are checked at
 // construction (BadInput with both numbers). Attention itself runs per document (document_attention.hpp):
 // fused causal SDPA calls, no S×S mask except for a sliding window.
 //
@@ -35,6 +37,7 @@
 #include "model/layers.hpp"
 #include "model/lora.hpp"
 #include "model/precision.hpp"
+#include "model/ring_attention.hpp"
 
 namespace ulysses::model {
 
@@ -73,6 +76,8 @@ struct AttentionImpl : torch::nn::Module {
  private:
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const AttentionPlan& plan) const;
+  torch::Tensor ring_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const AttentionPlan& plan) const;
   // The pipeline on the heads of w's q/k/v rows (all of them, or one group's) -> their output [B, S/P, heads·D]
   torch::Tensor forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                               const AttentionWeights& w) const;
@@ -84,8 +89,10 @@ struct AttentionImpl : torch::nn::Module {
   HeadGroups head_groups_;
   double eps_;                // of the q/k norms
   double lora_scale_;
-  std::int64_t sp_degree_;    // P
-  comm::Communicator* sp_;    // non-null only when P > 1
+  std::int64_t ulysses_degree_;    // U (P without a ring)
+  comm::Communicator* ulysses_;    // non-null only when U > 1
+  comm::Communicator* ring_;       // non-null only when R > 1
+  RingPosition ring_position_;     // this rank's, its seq_len filled per forward
 };
 TORCH_MODULE(Attention);
 

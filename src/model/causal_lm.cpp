@@ -75,7 +75,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), fp32_residual_(options.fp32_residual()),
+    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), ring_(sp.ring_degree() > 1),
+      fp32_residual_(options.fp32_residual()),
       frozen_embeddings_(options.lora().enabled()), runner_(options, c.num_layers) {
   embed_tokens = register_module(
       "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)
@@ -117,7 +118,8 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   // never back-propagated (its adapters would get no gradient): the input becomes a leaf that needs one (transformers'
   // enable_input_require_grads)
   if (frozen_embeddings_ && torch::GradMode::is_enabled()) h = h.detach().requires_grad_(true);
-  const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device()));
+  const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device(),
+                                                                         /*dense_mask=*/!ring_));
   runner_.begin(h.device());
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
@@ -131,7 +133,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
 
 CausalLmImpl::CausalLmImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                            const StatePlacement& sharding)
-    : config_(c), options_(options), sp_degree_(sp.degree()) {
+    : config_(c), options_(options), sp_degree_(sp.degree()), ring_degree_(sp.ring_degree()) {
   model = register_module("model", Decoder(c, sp, options, sharding.enabled()));
   if (!c.tie_word_embeddings) {
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size)
@@ -158,7 +160,7 @@ std::vector<int> CausalLmImpl::head_units() const {
 namespace {
 
 void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids,
-                  const torch::Tensor& labels, std::int64_t sp_degree) {
+                  const torch::Tensor& labels, std::int64_t sp_degree, std::int64_t ring_degree) {
   for (const auto* t : {&input_ids, &position_ids, &doc_ids, &labels})
     ULY_CHECK(t->dim() == 2 && t->scalar_type() == torch::kLong, "model inputs must be [B, S] int64 (got {} {})",
               fmt::streamed(t->sizes()), fmt::streamed(t->scalar_type()));
@@ -166,7 +168,7 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
             "input_ids {}, position_ids {} and labels {} must have one shape",
             fmt::streamed(input_ids.sizes()), fmt::streamed(position_ids.sizes()), fmt::streamed(labels.sizes()));
   const std::int64_t S = doc_ids.size(1);
-  check_sequence_split(S, sp_degree, "the model's input (doc_ids)");
+  check_ring_split(S, sp_degree, ring_degree, "the model's input (doc_ids)");
   ULY_CHECK(doc_ids.size(0) == input_ids.size(0) && S / sp_degree == input_ids.size(1),
             "doc_ids {} must be [B, S] for input_ids {} = [B, S/P] with P = {}",
             fmt::streamed(doc_ids.sizes()), fmt::streamed(input_ids.sizes()), sp_degree);
@@ -176,7 +178,7 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
 
 CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                      const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
-  check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_);
+  check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_, ring_degree_);
   ULY_CHECK(states_ || options_.precision() != Precision::kBf16 ||
                 model->embed_tokens->weight.scalar_type() == c10::kBFloat16,
             "a bf16 model computes with bf16 weights, and this one's are {}: train::ModelStates makes them the bf16 "

@@ -95,6 +95,7 @@ struct DecoderImpl : torch::nn::Module {
  private:
   torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
   std::optional<std::int64_t> sliding_window_;
+  bool ring_;   // ring attention (--sp-ring > 1): no dense sliding-window mask
   bool fp32_residual_;
   bool frozen_embeddings_;   // LoRA: the layers' input is made a leaf that requires grad
   torch::Tensor embed(const torch::Tensor& input_ids);   // [B, S/P] -> [B, S/P, hidden]
@@ -136,7 +137,7 @@ struct CausalLmImpl : torch::nn::Module {
  private:
   ModelConfig config_;
   ModelOptions options_;
-  std::int64_t sp_degree_;
+  std::int64_t sp_degree_, ring_degree_;
   std::shared_ptr<ShardedStates> states_;
   std::vector<int> head_units() const;   // "head", and the embeddings when tied
 };

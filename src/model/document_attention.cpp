@@ -112,9 +112,10 @@ bool AttentionPlan::single_run() const {
 }
 
 AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window,
-                             const c10::Device& device) {
+                             const c10::Device& device, bool dense_mask) {
   AttentionPlan plan;
-  if (sliding_window) plan.mask = document_causal_mask(doc_ids, sliding_window).to(device);   // [B, 1, S, S]
+  plan.window = sliding_window;
+  if (sliding_window && dense_mask) plan.mask = document_causal_mask(doc_ids, sliding_window).to(device);   // [B, 1, S, S]
   const torch::Tensor ids = doc_ids.to(torch::kCPU, torch::kInt64).contiguous();                // [B, S]
   const auto a = ids.accessor<std::int64_t, 2>();
   std::vector<std::int32_t> starts{0};   // document starts in the flattened [B·S], then B·S

@@ -26,12 +26,14 @@ struct AttentionPlan {
   torch::Tensor mask;        // [B, 1, S, S] bool on the device, only with a sliding window (undefined otherwise)
   torch::Tensor cu_seqlens;  // [documents + 1] int32 on the device: document starts in the flattened [B·S]
   std::int64_t max_len = 0;  // the longest document
+  std::optional<std::int64_t> window;   // the sliding window, if any (ring attention builds its masks from it)
   bool single_run() const;   // every row is one document spanning the whole sequence
 };
 
-// doc_ids [B, S] (the whole sequence, any device) → the plan, its tensors on `device`.
+// doc_ids [B, S] (the whole sequence, any device) → the plan, its tensors on `device`; dense_mask: build `mask` for a
+// sliding window (ring attention masks each piece of its own instead).
 AttentionPlan plan_attention(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window,
-                             const c10::Device& device);
+                             const c10::Device& device, bool dense_mask = true);
 
 // Which kernel document_attention runs for q of this device/dtype and head_dim, as one line for the
 // start-up log, e.g. "flash-attention varlen (one launch per layer for all documents)" or

@@ -94,4 +94,23 @@ class ThreadGroup {
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 
+// An SP group of U × R ranks as threads, Ulysses fastest (RankLayout): U consecutive ranks share a Ulysses group,
+// ranks with the same Ulysses rank a ring group. sp(s) is rank s's handle.
+class RingThreads {
+ public:
+  RingThreads(int ulysses, int ring) : U_(ulysses), R_(ring) {
+    for (int r = 0; r < ring; ++r) ulysses_.push_back(std::make_unique<ThreadGroup>(ulysses));
+    for (int u = 0; u < ulysses; ++u) rings_.push_back(std::make_unique<ThreadGroup>(ring));
+  }
+  int size() const { return U_ * R_; }
+  SequenceParallel sp(int s) {
+    const int u = s % U_, r = s / U_;
+    return SequenceParallel(RankLayout(size(), size(), R_), s, &ulysses_[r]->rank(u), &rings_[u]->rank(r));
+  }
+
+ private:
+  int U_, R_;
+  std::vector<std::unique_ptr<ThreadGroup>> ulysses_, rings_;
+};
+
 }  // namespace ulysses::model::testing

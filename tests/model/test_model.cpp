@@ -181,6 +181,84 @@ TEST(UlyssesSp, TwoRanksMatchOneWithKvHeadsSplit) { expect_sp_matches_single_ran
 TEST(UlyssesSp, FourRanksMatchOneWithKvHeadsReplicated) { expect_sp_matches_single_rank(4, 2, 3); }
 TEST(UlyssesSp, FourRanksMatchOneWithOneKvHead) { expect_sp_matches_single_rank(4, 1, std::nullopt); }
 
+// ---- Ulysses × ring (--sp-ring) against SP = 1, ranks as threads ---------------------------------
+
+// Rank s's columns of a [B, S] tensor: its slice's ranges, one after the other.
+torch::Tensor columns(const torch::Tensor& t, const SequenceSlice& slice) {
+  std::vector<torch::Tensor> parts;
+  for (const TokenRange& r : slice.ranges) parts.push_back(t.narrow(1, r.begin, r.size()));
+  return at::cat(parts, 1);
+}
+
+// U × R ranks against one, fp32: the logits of every token, the loss and every gradient (summed over ranks) within
+// 1e-5. The packed batch (S = 16) has documents that cross chunk and block edges (5, 7, 4 tokens; one of 16), longer
+// than a block at R = 4; Hkv = 1 replicates one KV head to U; a window of 3 cuts pieces and skips others.
+void expect_ring_matches_single_rank(int U, int R, std::int64_t kv_heads, std::optional<std::int64_t> window,
+                                     const ModelOptions& options = {}) {
+  const auto config = tiny_config(kv_heads, window);
+  const auto batch = packed_batch(config.vocab_size);
+  CausalLm reference(config);
+  init_weights(reference, 11);
+  auto ref = reference->forward(batch.ids, batch.positions, batch.docs, batch.labels, /*keep_logits=*/true);
+  (ref.loss_sum / ref.valid_count).backward();
+
+  testing::RingThreads group(U, R);
+  const int P = group.size();
+  std::vector<CausalLm> ranks;
+  std::vector<SequenceSlice> slices;
+  std::vector<CausalLmOutput> outs(P);
+  for (int s = 0; s < P; ++s) {
+    ranks.emplace_back(config, group.sp(s), options);
+    copy_parameters(reference, ranks.back());
+    slices.push_back(group.sp(s).slice(batch.ids.size(1), "test"));
+  }
+  std::vector<std::thread> threads;
+  for (int s = 0; s < P; ++s)
+    threads.emplace_back([&, s] {
+      auto mine = [&](const torch::Tensor& t) { return columns(t, slices[s]); };
+      outs[s] = ranks[s]->forward(mine(batch.ids), mine(batch.positions), batch.docs, mine(batch.labels),
+                                  /*keep_logits=*/true);
+      (outs[s].loss_sum / ref.valid_count).backward();
+    });
+  for (auto& t : threads) t.join();
+
+  const std::string what = fmt::format("U={} R={} Hkv={} window={}", U, R, kv_heads, window.value_or(0));
+  torch::Tensor loss_sum = torch::zeros({}), count = torch::zeros({}, torch::kLong);
+  for (int s = 0; s < P; ++s) {
+    EXPECT_TRUE(outs[s].logits.allclose(columns(ref.logits, slices[s]), 0, 1e-5)) << what << " rank " << s;
+    loss_sum += outs[s].loss_sum.detach();
+    count += outs[s].valid_count;
+  }
+  EXPECT_NEAR(loss_sum.item<double>(), ref.loss_sum.item<double>(), 1e-4) << what;
+  EXPECT_EQ(count.item<std::int64_t>(), ref.valid_count.item<std::int64_t>()) << what;
+  for (const auto& item : reference->named_parameters()) {
+    auto sum = torch::zeros_like(item.value());
+    for (auto& m : ranks) sum += m->named_parameters()[item.key()].grad();
+    EXPECT_LE(rel_diff(sum, item.value().grad()), 1e-5) << what << " " << item.key();
+  }
+}
+
+TEST(UlyssesRing, RingOfTwoMatchesOneRank) { expect_ring_matches_single_rank(1, 2, 2, std::nullopt); }
+TEST(UlyssesRing, TwoByTwoMatchesOneRankWithAWindow) { expect_ring_matches_single_rank(2, 2, 2, 3); }
+TEST(UlyssesRing, RingOfFourMatchesOneRankWithOneKvHead) { expect_ring_matches_single_rank(1, 4, 1, 5); }
+TEST(UlyssesRing, FourByTwoMatchesOneRankWithKvReplicated) { expect_ring_matches_single_rank(4, 2, 1, std::nullopt); }
+TEST(UlyssesRing, EveryMemoryFeatureMatchesOneRank) {
+  expect_ring_matches_single_rank(2, 2, 2, 3, ModelOptions().activation_checkpointing(true).mlp_tile_tokens(2)
+                                                  .logits_chunk_tokens(3).attention_head_groups(2));
+}
+
+// The slices: two ranges per rank, chunks r and 2R−1−r split over the Ulysses group; together every token once.
+TEST(UlyssesRing, SlicesBalanceTheCausalWork) {
+  testing::RingThreads group(2, 2);   // S = 16: chunks of 4, pieces of 2
+  const std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> want = {
+      {{0, 2}, {12, 14}}, {{2, 4}, {14, 16}}, {{4, 6}, {8, 10}}, {{6, 8}, {10, 12}}};
+  for (int s = 0; s < 4; ++s) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> got;
+    for (const TokenRange& r : group.sp(s).slice(16, "t").ranges) got.emplace_back(r.begin, r.end);
+    EXPECT_EQ(got, want[s]) << "rank " << s;
+  }
+}
+
 TEST(UlyssesSp, RejectsHeadsThatDoNotSplit) {
   testing::ThreadGroup three(3);
   try {
