@@ -174,12 +174,13 @@ int Topology::ranks_on_node(int node) const {
 
 std::vector<int> sp_group_crossing_islands(const RankLayout& layout, const Topology& topo) {
   ULY_CHECK(layout.world() == topo.world(), "layout world {} vs topology world {}", layout.world(), topo.world());
-  for (int d = 0; d < layout.dp(); ++d) {
-    std::vector<int> group = layout.sp_group_of(layout.global_rank(0, d));
-    const int island = topo.place(group.front()).island;
-    for (int g : group)
-      if (topo.place(g).island != island) return group;
-  }
+  for (int d = 0; d < layout.dp(); ++d)
+    for (int r = 0; r < layout.ring(); ++r) {   // each Ulysses group (the SP group without a ring)
+      std::vector<int> group = layout.ulysses_group_of(layout.global_rank(r * layout.ulysses(), d));
+      const int island = topo.place(group.front()).island;
+      for (int g : group)
+        if (topo.place(g).island != island) return group;
+    }
   return {};
 }
 
@@ -205,8 +206,10 @@ void check_sp_within_islands(const RankLayout& layout, const Topology& topo, boo
           ? "one node each; on GB200 NVL72 pass --island-size 72 with sbatch --segment"
           : "--island-size";
   throw BadInput(
-      fmt::format("SP group {} (--sp {}) spans NVLink islands {} (hosts {}): its all-to-alls would cross the "
-                  "inter-node network", short_list(group), layout.sp(), fmt::join(islands, ", "), fmt::join(hosts, ", ")),
+      fmt::format("{} {} (--sp {}{}) spans NVLink islands {} (hosts {}): its all-to-alls would cross the "
+                  "inter-node network", layout.ring() > 1 ? "Ulysses group" : "SP group", short_list(group), layout.sp(),
+                  layout.ring() > 1 ? fmt::format(" --sp-ring {}", layout.ring()) : "", fmt::join(islands, ", "),
+                  fmt::join(hosts, ", ")),
       fmt::format("islands hold {} ranks ({}): use --sp {}, or --allow-sp-across-islands to accept the slower exchange",
                   topo.island_ranks(), island_kind, fmt::join(fits, ", ")));
 }

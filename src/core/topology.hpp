@@ -85,7 +85,8 @@ class Topology {
   std::string local_rank_warning_;
 };
 
-// The first SP group that spans more than one island, as its ranks; empty when every group fits.
+// The first group of all-to-alls — the SP group, or with a ring (--sp-ring) a Ulysses group: the ring may cross
+// islands — that spans more than one island, as its ranks; empty when every group fits.
 std::vector<int> sp_group_crossing_islands(const RankLayout& layout, const Topology& topo);
 
 // Throws BadInput naming the offending group, its islands and hosts, with a hint listing the SP degrees

@@ -26,9 +26,15 @@ ProcessGroups::ProcessGroups(const RankLayout& layout) : layout_(layout) {
             layout.world(), size);
   sp_ = split(layout.dp_rank(rank_), layout.sp_rank(rank_));   // same dp_rank, ordered by sp_rank
   dp_ = split(layout.sp_rank(rank_), layout.dp_rank(rank_));   // same sp_rank, ordered by dp_rank
+  if (layout.ring() == 1) return;
+  const int dp_rank = layout.dp_rank(rank_), U = layout.ulysses(), R = layout.ring();
+  ulysses_ = split(dp_rank * R + layout.ring_rank(rank_), layout.ulysses_rank(rank_));   // same ring block
+  ring_ = split(dp_rank * U + layout.ulysses_rank(rank_), layout.ring_rank(rank_));      // same Ulysses rank
 }
 
 ProcessGroups::~ProcessGroups() {
+  if (ring_ != MPI_COMM_NULL) MPI_Comm_free(&ring_);
+  if (ulysses_ != MPI_COMM_NULL) MPI_Comm_free(&ulysses_);
   MPI_Comm_free(&dp_);
   MPI_Comm_free(&sp_);
 }

@@ -1,4 +1,6 @@
-// ProcessGroups: the MPI communicators of a RankLayout — world, sp, dp and grad.
+// ProcessGroups: the MPI communicators of a RankLayout — world, sp, dp and grad; with a ring (RankLayout::ring() > 1)
+// also the SP group's Ulysses and ring sub-groups (rank i of ulysses() is layout.ulysses_group_of(rank)[i], of ring()
+// layout.ring_group_of(rank)[i]).
 //
 // Built collectively on MPI_COMM_WORLD (every rank constructs it with the same layout). Colours and
 // keys come from RankLayout only, so rank i of sp() is layout.sp_group_of(rank)[i] and rank i of dp()
@@ -26,11 +28,13 @@ class ProcessGroups {
   MPI_Comm sp() const { return sp_; }
   MPI_Comm dp() const { return dp_; }
   MPI_Comm grad() const { return MPI_COMM_WORLD; }
+  MPI_Comm ulysses() const { return layout_.ring() > 1 ? ulysses_ : sp_; }   // the SP group itself without a ring
+  MPI_Comm ring() const { return ring_; }                                     // MPI_COMM_NULL without a ring
 
  private:
   RankLayout layout_;
   int rank_ = 0;
-  MPI_Comm sp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
+  MPI_Comm sp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, ulysses_ = MPI_COMM_NULL, ring_ = MPI_COMM_NULL;
 };
 
 }  // namespace ulysses::dist

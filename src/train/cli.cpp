@@ -45,6 +45,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                  "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "
                  "view with: tensorboard --logdir OUTPUT");
   app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
+  app.add_option("--sp-ring", o.sp_ring,
+                 "Ring degree inside the SP group: --sp 32 --sp-ring 4 is Ulysses 8 (all-to-alls inside an island) "
+                 "× a ring of 4 (K/V blocks across islands); past the head limit, and S % (2 × sp) == 0")
+      ->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
   app.add_option("--steps", o.steps, "Optimizer steps in total")->capture_default_str();

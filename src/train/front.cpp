@@ -82,7 +82,7 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
   const std::optional<ulysses::LaunchEnv> env = ulysses::launch_env(vars);
   if (!env || env->ranks_on_node != env->world || !world_as_expected(o, vars, env->world) || !certainly_cpu(o) ||
       !o.calibrate_memory.empty() || !o.resume.empty() || o.data.empty() || o.output.empty() || o.comm == "nccl" ||
-      o.island_size != 0)
+      o.island_size != 0 || o.sp_ring != 1)
     return std::nullopt;
   const ulysses::RankLayout ranks(env->world, static_cast<int>(o.sp));
   const fs::path config_path = ut::model_config_path(o);

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   return ulysses::dist::run_guarded(world, [&] {
     ulysses::dist::check_world_size(world.size(), o.world > 0 ? std::optional<int>(o.world) : std::nullopt);
     ut::check_world_for_sp(o, world.size());
-    ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp));
+    ulysses::RankLayout layout(world.size(), static_cast<int>(o.sp), static_cast<int>(o.sp_ring));
     ulysses::dist::ProcessGroups groups(layout);
     ulysses::comm::MpiCommunicator world_group(groups.world());   // control messages; the data groups are made per device
     if (!o.calibrate_memory.empty()) return ut::run_calibration(o, world_group);

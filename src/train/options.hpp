@@ -20,6 +20,7 @@ struct TrainOptions {
   std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl, tensorboard/
   std::string tensorboard;                 // TensorBoard event folder ("": output/tensorboard; "none": off)
   std::int64_t sp = 1;                     // sequence-parallel degree; DP = world / sp
+  std::int64_t sp_ring = 1;                // ring degree inside it (Ulysses degree sp / sp_ring)
   std::int64_t micro_batch = 1;            // sequences per micro-batch per DP rank
   std::int64_t grad_accum = 1;
   std::int64_t steps = 100;                // optimizer steps in total (a resumed run continues to this)

@@ -7,6 +7,10 @@ RankGroups::RankGroups(const dist::ProcessGroups& groups, comm::Backend backend,
     : sharding_(sharding) {
   sequence_ = comm::make_communicator(backend, groups.sp(), device, timeout);
   loss_ = comm::make_communicator(backend, groups.world(), device, timeout);
+  if (groups.layout().ring() > 1) {
+    ulysses_ = comm::make_communicator(backend, groups.ulysses(), device, timeout);
+    ring_ = comm::make_communicator(backend, groups.ring(), device, timeout);
+  }
   if (sharding == plan::Sharding::kHybrid) replicas_ = comm::make_communicator(backend, groups.dp(), device, timeout);
   if (sharding == plan::Sharding::kHybrid && backend == comm::Backend::kNccl && prefetch)
     gather_ = comm::make_communicator(backend, groups.sp(), device, timeout);

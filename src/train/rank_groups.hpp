@@ -2,7 +2,9 @@
 // the process groups (RankLayout's MPI sub-communicators), the backend and the sharding mode; nothing else makes a
 // device communicator for the trainer, and nothing branches on the sharding mode to find one.
 //
-//   sequence   the SP group: the Ulysses all-to-alls (the ring's sub-groups of it come next)
+//   sequence   the SP group
+//   ulysses    its Ulysses sub-group: the all-to-alls (the SP group itself without a ring)
+//   ring       its ring sub-group: the K/V blocks of ring attention (null without a ring)
 //   loss       every rank: losses, label counts and replicated gradients are summed over SP × DP
 //   shard      the ranks that split each unit's states (full_shard: every rank; hybrid_shard: the SP group)
 //   replicas   the ranks that hold the same shard (hybrid_shard: the DP group; null otherwise)
@@ -32,6 +34,8 @@ class RankGroups {
              std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch);
 
   comm::Communicator& sequence() const { return *sequence_; }
+  comm::Communicator& ulysses() const { return ulysses_ ? *ulysses_ : *sequence_; }
+  comm::Communicator* ring() const { return ring_.get(); }
   comm::Communicator& loss() const { return *loss_; }
   comm::Communicator* shard() const;                                      // null: not sharded
   comm::Communicator* replicas() const { return replicas_.get(); }       // null: no replicas of a shard
@@ -43,7 +47,7 @@ class RankGroups {
 
  private:
   plan::Sharding sharding_;
-  std::unique_ptr<comm::Communicator> sequence_, loss_, replicas_, gather_;
+  std::unique_ptr<comm::Communicator> sequence_, loss_, replicas_, gather_, ulysses_, ring_;
 };
 
 }  // namespace ulysses::train

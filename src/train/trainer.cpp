@@ -76,7 +76,7 @@ bool make_groups(Run& r, const dist::ProcessGroups& groups) {
   r.groups = std::make_unique<RankGroups>(groups, r.o.dry_run ? comm::Backend::kMpi : r.place.backend, r.place.device,
                                           std::chrono::seconds(r.o.comm_timeout), sharding,
                                           plan::prefetches(r.o.memory.prefetch, r.place.device.is_cuda()));
-  r.sp = SequenceParallel(r.layout, r.rank, &r.groups->sequence());
+  r.sp = SequenceParallel(r.layout, r.rank, &r.groups->ulysses(), r.groups->ring());
   return true;
 }
 
@@ -87,7 +87,7 @@ void read_model(Run& r) {
   if (r.from) check_resume_changes(r.o, *r.from, r.layout.dp(), r.rank == 0);
   r.config_path = model_config_path(r.o, r.from);
   r.config = arch::read_model_config(r.config_path);
-  arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string());
+  arch::check_heads_for_sp(r.config, r.sp.ulysses_degree(), r.config_path.string());
   // --init-from's weights are there (their headers read) before the memory plan judges the model they describe
   if (!r.o.init_from.empty()) static_cast<void>(st::HfWeights(r.o.init_from));
 }
@@ -95,8 +95,9 @@ void read_model(Run& r) {
 // The data's S against --sp, with the degrees this model allows in the hint (plan/advice.hpp).
 void check_sp_splits_data(const Run& r) {
   const shard::Manifest m = shard::read_manifest(r.o.data);
-  plan::check_sp_for_length(r.config, r.layout.world(), static_cast<int>(r.layout.sp()), m.seq_len,
-                            fmt::format("{} (packed for --sp {})", r.o.data.string(), m.sp));
+  const std::string source = fmt::format("{} (packed for --sp {})", r.o.data.string(), m.sp);
+  plan::check_sp_for_length(r.config, r.layout.world(), static_cast<int>(r.layout.sp()), m.seq_len, source);
+  check_ring_split(m.seq_len, r.layout.sp(), r.layout.ring(), source);
 }
 
 // The training split and, with --eval-every, the validation split: S against --sp, ids against the vocabulary.
@@ -172,7 +173,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("device {}; precision {}; collectives {}{}", device_line(r.place.device), r.o.memory.precision,
            comm::backend_name(r.place.backend),
            r.place.backend == comm::Backend::kMpi && r.place.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
-  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.degree());
+  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
   if (r.o.dry_run && r.place.device.is_cuda())
     log_info("attention: the kernel is chosen on the GPU at start-up (a dry run touches no GPU)");
   else
