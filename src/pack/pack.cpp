@@ -44,7 +44,8 @@ std::int64_t check_model(const PackOptions& o) {
   std::int64_t vocab = o.vocab_size;
   if (!o.model_config.empty()) {
     const arch::ModelConfig cfg = arch::read_model_config(o.model_config);
-    arch::check_heads_for_sp(cfg, o.sp, o.model_config.string());
+    arch::check_heads_for_sp(cfg, o.sp_ring > 0 && o.sp % o.sp_ring == 0 ? o.sp / o.sp_ring : o.sp,
+                             o.model_config.string());   // the heads split over the Ulysses degree
     if (vocab > 0 && vocab != cfg.vocab_size)
       throw BadInput(fmt::format("--vocab-size ({}) disagrees with {} (vocab_size {})", vocab,
                                  o.model_config.string(), cfg.vocab_size), "give one of the two");
@@ -141,8 +142,11 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t se
 
 }  // namespace
 
-void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment) {
-  check_sequence_split(seq_len, sp, "--seq-len", alignment);
+void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t sp_ring, std::int64_t alignment) {
+  if (sp_ring < 1 || sp < 1 || sp % sp_ring != 0)
+    throw BadInput(fmt::format("--sp-ring ({}) must be a positive divisor of --sp ({})", sp_ring, sp),
+                   "--sp is the Ulysses degree × the ring degree: e.g. --sp 32 --sp-ring 4 (Ulysses 8 × ring 4)");
+  check_ring_split(seq_len, sp, sp_ring, "--seq-len", alignment);
   if (seq_len > (std::int64_t{1} << 31) - 1)
     throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len),
                    "pass a --seq-len of at most 2147483647");
@@ -151,7 +155,7 @@ void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment
 PackSummary run_pack(const PackOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   PhaseTimer phases;
-  check_seq_len(o.seq_len, o.sp, o.alignment);
+  check_seq_len(o.seq_len, o.sp, o.sp_ring, o.alignment);
   const int threads = thread_count(o.threads);
   ReaderOptions reader = o.reader;
   reader.vocab_size = check_model(o);

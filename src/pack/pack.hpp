@@ -22,6 +22,7 @@ struct PackOptions {
   ReaderOptions reader;
   std::int64_t seq_len = 0;               // S, the global sequence length
   std::int64_t sp = 1;                    // P: S % (P * alignment) == 0
+  std::int64_t sp_ring = 1;               // R: the trainer's --sp-ring; with R > 1, S % (2 * P * alignment) == 0
   std::int64_t alignment = 64;
   std::int64_t pad_id = 0;
   Policy policy = Policy::kBfd;
@@ -57,7 +58,7 @@ struct PackSummary {
 };
 
 // Checks S against P × alignment; BadInput with the nearest valid lengths otherwise.
-void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t alignment);
+void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t sp_ring, std::int64_t alignment);
 
 PackSummary run_pack(const PackOptions& options);
 int run_inspect(const std::filesystem::path& dataset, std::int64_t sample, std::int64_t max_tokens, bool as_bytes,

@@ -20,16 +20,16 @@ bool head_groups_allowed(const arch::ModelConfig& c, int sp, std::int64_t groups
 // The memory plan of settled flags fits and no kernel's tensor passes the limit.
 bool fits_settled(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p,
                   const Machine& m, std::int64_t seq_len) {
-  const Features f = resolve(flags, c, l.world(), l.sp);
+  const Features f = resolve(flags, c, l.world(), l.ulysses());
   if (p.limits_tensors && past_tensor_limit(c, l, f, seq_len)) return false;
   return check_fit(predict(c, l, f, p, seq_len), l, m).fits;
 }
 
 bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p, const Machine& m,
           std::int64_t seq_len) {
-  if (seq_len % sequence_unit(l.sp) != 0) return false;
+  if (seq_len % sequence_unit(l.sp, l.ring) != 0) return false;
   const MemoryFlags settled = settle_head_groups(c, l, flags, p, m, seq_len);
-  if (!head_groups_allowed(c, l.sp, settled.attention_head_groups)) return false;
+  if (!head_groups_allowed(c, l.ulysses(), settled.attention_head_groups)) return false;
   return fits_settled(c, l, settled, p, m, seq_len);
 }
 
@@ -38,14 +38,14 @@ bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
 MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                const Profile& p, const Machine& m, std::int64_t seq_len) {
   if (flags.attention_head_groups != kAutoHeadGroups) return flags;
-  const std::vector<std::int64_t> valid = arch::valid_head_groups(c, l.sp);
+  const std::vector<std::int64_t> valid = arch::valid_head_groups(c, l.ulysses());
   MemoryFlags f = flags;
   f.attention_head_groups = valid.empty() ? 1 : valid.back();   // none: the heads do not split (refused elsewhere)
   if (valid.empty() || seq_len <= 0) return f;
   std::optional<std::int64_t> under;   // the least G under the tensor limit
   for (const std::int64_t g : valid) {
     f.attention_head_groups = g;
-    if (p.limits_tensors && past_tensor_limit(c, l, resolve(f, c, l.world(), l.sp), seq_len)) continue;
+    if (p.limits_tensors && past_tensor_limit(c, l, resolve(f, c, l.world(), l.ulysses()), seq_len)) continue;
     if (!under) under = g;
     if (fits_settled(c, l, f, p, m, seq_len)) return f;
   }
@@ -94,8 +94,8 @@ std::optional<MemoryFlags> changed(const arch::ModelConfig& c, const Layout& l, 
   MemoryFlags f = flags;
   change.apply(f);
   if (f.sharding == "no_shard" && (f.offload_optimizer || f.offload_params)) return std::nullopt;
-  const Features now = resolve(settle_head_groups(c, l, flags, p, m, seq_len), c, l.world(), l.sp);
-  const Features next = resolve(settle_head_groups(c, l, f, p, m, seq_len), c, l.world(), l.sp);
+  const Features now = resolve(settle_head_groups(c, l, flags, p, m, seq_len), c, l.world(), l.ulysses());
+  const Features next = resolve(settle_head_groups(c, l, f, p, m, seq_len), c, l.world(), l.ulysses());
   const bool same = next.sharding == now.sharding && next.offload_optimizer == now.offload_optimizer &&
                     next.offload_params == now.offload_params &&
                     next.attention_head_groups == now.attention_head_groups &&

@@ -20,7 +20,7 @@ MemoryPlan check_memory_fits(const arch::ModelConfig& c, const MemoryFlags& flag
                {},
                {}};
   m.features = resolve(settle_head_groups(c, layout, flags, m.profile, m.machine, seq_len), c, layout.world(),
-                       layout.sp);
+                       layout.ulysses());
   m.breakdown = predict(c, layout, m.features, m.profile, seq_len);
   const Fit fit = check_fit(m.breakdown, layout, m.machine);
   if (fit.fits || !refuse) {   // a tensor past the limit is refused either way (memory first: its advice covers both)

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/main_guard.hpp"
+#include "core/rank_layout.hpp"
 #include "plan/advice.hpp"
 #include "plan/host_memory.hpp"
 #include "plan/memory_model.hpp"
@@ -49,6 +50,7 @@ struct Cli {
   fs::path model;
   int nodes = 1, gpus_per_node = 8;
   std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
+  std::int64_t sp_ring = 1;
   std::int64_t micro_batch = 1;
   int island_size = 0;
   bool across_islands = false;
@@ -82,6 +84,9 @@ void set_up(CLI::App& app, Cli& o) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--sp", o.sp, "Sequence-parallel degree, or 'choose' (needs --seq-len: the layout that reaches it)")
       ->capture_default_str();
+  app.add_option("--sp-ring", o.sp_ring,
+                 "Ring degree inside the SP group, as ulysses-train's (Ulysses degree = sp / sp-ring; a numeric --sp)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--objective", o.objective,
                  "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP) or throughput (all "
                  "nodes, the smallest SP that fits)")
@@ -150,6 +155,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
                      const up::Profile& profile, const up::Machine& m, std::int64_t target, std::string& why) {
   up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch, o.island_size, o.across_islands};
   if (o.sp == "choose") {
+    if (o.sp_ring != 1) throw ulysses::BadInput("--sp choose picks Ulysses degrees only", "pass a numeric --sp with --sp-ring");
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
     if (!choice) {
@@ -178,7 +184,9 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
   if (l.sp < 1 || l.world() % l.sp != 0)
     throw ulysses::BadInput(fmt::format("--sp {} does not divide the {} ranks", l.sp, l.world()),
                             fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
-  ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string());
+  l.ring = static_cast<int>(o.sp_ring);
+  const ulysses::RankLayout ranks(l.world(), l.sp, l.ring);   // --sp-ring divides --sp
+  ulysses::arch::check_heads_for_sp(c, l.ulysses(), config_json.string());
   if (!l.sp_within_islands(l.sp))   // the trainer's refusal, said before anything is queued
     throw ulysses::BadInput(
         fmt::format("--sp {} spans NVLink islands of {} ranks: its all-to-alls would cross the inter-node network",
@@ -193,7 +201,7 @@ void choose_flags(Cli& o, const ulysses::arch::ModelConfig& c, const up::Layout&
                   const up::Machine& m, std::int64_t target) {
   if (target == 0)
     throw ulysses::BadInput("--choose-memory-flags needs the length to fit", "add --seq-len, e.g. --seq-len 1M");
-  const std::int64_t unit = up::sequence_unit(l.sp), S = (target + unit - 1) / unit * unit;
+  const std::int64_t unit = up::sequence_unit(l.sp, l.ring), S = (target + unit - 1) / unit * unit;
   const auto chosen = up::choose_memory_flags(c, l, o.flags, profile, m, S);
   if (!chosen)
     throw ulysses::BadInput(fmt::format("--choose-memory-flags: no memory flags make S = {} fit SP {} on {} node{} of "
@@ -230,10 +238,10 @@ int run(Cli& o) {
   if (o.choose_flags) choose_flags(o, c, l, profile, m, target);
   // --attention-head-groups auto: the largest G for the longest length, the least that fits at --seq-len
   const std::int64_t longest = up::longest_sequence(
-      c, l, up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, 0), c, l.world(), l.sp), profile, m);
-  const std::int64_t unit = up::sequence_unit(l.sp);
+      c, l, up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, 0), c, l.world(), l.ulysses()), profile, m);
+  const std::int64_t unit = up::sequence_unit(l.sp, l.ring);
   const std::int64_t S = target > 0 ? (target + unit - 1) / unit * unit : longest;
-  const up::Features f = up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, S), c, l.world(), l.sp);
+  const up::Features f = up::resolve(up::settle_head_groups(c, l, o.flags, profile, m, S), c, l.world(), l.ulysses());
   if (o.json) {
     const up::Breakdown b = up::predict(c, l, f, profile, S);
     nlohmann::json out = plan_json(b, l, m, S, longest);
@@ -253,7 +261,8 @@ int run(Cli& o) {
              m.headroom > 0 ? fmt::format("; planned with {:.0f}% of the usable memory kept free (--headroom)",
                                           100 * m.headroom)
                             : "");
-  fmt::print("layout: SP {} × DP {}; micro-batch {}; {}\n", l.sp, l.world() / l.sp, l.micro_batch,
+  fmt::print("layout: SP {}{} × DP {}; micro-batch {}; {}\n", l.sp,
+             l.ring > 1 ? fmt::format(" (Ulysses {} × ring {})", l.ulysses(), l.ring) : "", l.world() / l.sp, l.micro_batch,
              up::features_line(f, c, l));
   if (!why.empty()) fmt::print("chosen: {}\n", why);
   if (S > 0) {
@@ -266,16 +275,17 @@ int run(Cli& o) {
                l.micro_batch * (l.world() / l.sp), S);
   }
   fmt::print("\nlongest sequence that fits: {} tokens ({} per rank; multiples of {})\n", longest, longest / l.sp,
-             up::sequence_unit(l.sp));
+             up::sequence_unit(l.sp, l.ring));
   if (S > 0 && (target == 0 || S <= longest)) {
-    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}\n", o.corpus, o.data, S, l.sp);
+    const std::string ring_flag = l.ring > 1 ? fmt::format(" --sp-ring {}", l.ring) : "";
+    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}{}\n", o.corpus, o.data, S, l.sp, ring_flag);
     up::Layout inside = l;   // the trainer's opt-in where the SP groups span islands
     inside.across_islands = false;
     const std::string islands = (o.island_size > 0 ? fmt::format(" ISLAND_SIZE={}", o.island_size) : "") +
                                 (inside.sp_within_islands(l.sp) ? "" : " EXTRA_ARGS=\"--allow-sp-across-islands\"");
-    fmt::print("  NODES={} GPUS_PER_NODE={} SP={} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{} bash "
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{} bash "
                "slurm/train_1m.sbatch\n",
-               l.nodes, l.ranks_per_node, l.sp, S, o.data, o.flags.precision, up::memory_args(o.flags), islands);
+               l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data, o.flags.precision, up::memory_args(o.flags), islands);
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);

@@ -18,6 +18,7 @@ struct LayerCounts {
   double mlp_token = 0;   // per token: the MLP block's input and its norm
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
+  double heads_q = 0, heads_kv = 0;   // per token: q, and k or v, after the all-to-all (KV replicated): one group
 };
 
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
@@ -36,10 +37,29 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
   n.mlp_token = 2 * h;
   n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
+  n.heads_q = qa, n.heads_kv = kva;
   return n;
 }
 
 std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
+
+// Ring attention's buffers (model/ring_attention.hpp) beside one group's heads: the k/v block held and the one
+// arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward their gradients travelling with
+// them (fp32, two more), the fp32 accumulators of the queries' output or gradient and the log-sum-exp; one piece's k/v
+// expanded to the query heads (a chunk at most); off CPU the piece kernel written out: its scores, probabilities and
+// their gradient, fp32 [h, C, C] for a piece of a chunk of C = S/(2R) tokens.
+double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+                  const LayerCounts& n, double T, std::int64_t seq_len) {
+  const double act = f.compute_bytes();
+  const double qa = n.heads_q, kva = n.heads_kv;   // per token of this rank, one group
+  double b = act * 2 * (2 * T * kva) + 4 * 2 * (2 * T * kva) + 4 * T * qa + act * T * qa;
+  if (p.cuda) {
+    const double C = static_cast<double>(seq_len) / (2 * l.ring);
+    const double h = static_cast<double>(c.num_heads / f.attention_head_groups / l.ulysses());
+    b += 3 * 4 * h * C * C * static_cast<double>(l.micro_batch);
+  }
+  return b;
+}
 
 // Elements per token of each layer's adapter products x·Aᵀ (one [T, r] per adapted projection).
 double lora_row(const Features& f) {
@@ -98,7 +118,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
-  const LayerCounts n = counts(c, l.sp, p.cuda && !f.bf16, f.attention_head_groups);
+  const LayerCounts n = counts(c, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups);
   Breakdown b;
   b.weights = states.device.weights + replicated_copy_bytes(c, shards, f);
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
@@ -120,8 +140,9 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
-    b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
+    if (l.ring == 1) b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
   }
+  if (l.ring > 1) b.working += ring_bytes(c, l, f, p, n, T, seq_len);
   if (f.activation_checkpointing) {
     const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
     const bool fetched_ahead = f.offload_checkpoints > 0 && f.prefetches(p.cuda);   // one input back early
@@ -153,14 +174,14 @@ Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m) {
 bool Layout::sp_within_islands(int p) const {
   if (across_islands) return true;
   if (p < 1 || world() % p != 0) return false;
-  return sp_group_crossing_islands(RankLayout(world(), p), Topology::uniform(world(), ranks_per_node, island)).empty();
+  return sp_group_crossing_islands(RankLayout(world(), p, p % ring == 0 ? ring : 1), Topology::uniform(world(), ranks_per_node, island)).empty();
 }
 
-std::int64_t sequence_unit(int sp) { return std::int64_t{64} * sp; }
+std::int64_t sequence_unit(int sp, int ring) { return std::int64_t{64} * sp * (ring > 1 ? 2 : 1); }
 
 std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                               const Machine& m, std::int64_t ceiling) {
-  const std::int64_t unit = sequence_unit(l.sp);
+  const std::int64_t unit = sequence_unit(l.sp, l.ring);
   auto fits = [&](std::int64_t k) {
     return !(p.limits_tensors && past_tensor_limit(c, l, f, k * unit)) &&
            check_fit(predict(c, l, f, p, k * unit), l, m).fits;

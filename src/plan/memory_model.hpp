@@ -44,7 +44,9 @@ struct Layout {
   std::int64_t micro_batch = 1;
   int island = 0;                // ranks per NVLink island (--island-size); 0: a node's
   bool across_islands = false;   // --allow-sp-across-islands: SP groups may span islands
+  int ring = 1;                  // --sp-ring: SP = Ulysses degree × ring degree
   int world() const { return nodes * ranks_per_node; }
+  int ulysses() const { return sp / ring; }   // the degree the heads split over
   int island_ranks() const { return std::min(island > 0 ? island : ranks_per_node, world()); }
   // Whether SP groups of p consecutive ranks stay inside the islands: the trainer's own rule
   // (core/topology.hpp's sp_group_crossing_islands) on a uniform placement of this layout.
@@ -91,7 +93,7 @@ struct Fit {
 Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m);
 
 // Multiples of what packing needs (P × 64 tokens: ulysses-pack's default alignment).
-std::int64_t sequence_unit(int sp);
+std::int64_t sequence_unit(int sp, int ring = 1);
 // The longest sequence that fits — memory, and no kernel's tensor past 2^31 elements (tensor_limit.hpp; where the
 // profile's stack has the limit) —, a multiple of sequence_unit(sp), up to `ceiling`; 0 when nothing fits.
 std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,

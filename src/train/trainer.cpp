@@ -122,7 +122,8 @@ void check_memory(Run& r) {
   const int world = r.layout.world();
   const plan::Layout where{.nodes = world % ranks_here == 0 ? world / ranks_here : topo.num_nodes(),
                            .ranks_per_node = ranks_here, .sp = r.layout.sp(), .micro_batch = r.o.micro_batch,
-                           .island = r.place.topo.island_ranks(), .across_islands = r.o.allow_sp_across_islands};
+                           .island = r.place.topo.island_ranks(), .across_islands = r.o.allow_sp_across_islands,
+                           .ring = r.layout.ring()};
   const c10::Device& device = r.place.device;
   const bool cuda = device.is_cuda();
   r.memory = plan::check_memory_fits(r.config, r.o.memory, where,
