@@ -7,6 +7,7 @@ tokens (pieces cut by the window, blocks wholly outside it skipped), fp32, 20 Ad
 groups, full_shard with prefetch), (1, 4) and (4, 2) on 8 ranks, every step's loss equals SP = 1's within 1e-5
 relative (measured ~1e-7: the ring merges blocks by their log-sum-exp, in another order than one kernel's sum).
 The gradients themselves are compared in tests/model (UlyssesRing, ranks as threads); here the 20 steps carry them.
+A run resumed ring → pure Ulysses → ring (checkpoints every 2 steps) tracks SP = 1 resumed alike.
 
 Refusals, one line and exit 2 before any work: --sp-ring that does not divide --sp; a length that does not split into
 2 × SP pieces.
@@ -55,10 +56,12 @@ class Ring(unittest.TestCase):
 
     @classmethod
     def train(cls, name, ranks, flags, data=None):
+        """ulysses-train on `ranks` ranks; `flags` add to, or replace, --steps STEPS and --save-every 0."""
+        defaults = [f for flag, value in (("--steps", STEPS), ("--save-every", 0)) if flag not in flags
+                    for f in (flag, str(value))]
         return subprocess.run([MPIEXEC, "-n", str(ranks), TRAIN, "--data", str(data or cls.data), "--model-config",
-                               str(cls.config), "--output", str(cls.root / name), "--steps", str(STEPS), "--lr", "3e-3",
-                               "--save-every", "0", "--device", "cpu", "--threads", "1"] + flags,
-                              capture_output=True, text=True, timeout=300)
+                               str(cls.config), "--output", str(cls.root / name), "--lr", "3e-3", "--device", "cpu",
+                               "--threads", "1"] + defaults + flags, capture_output=True, text=True, timeout=300)
 
     @classmethod
     def losses(cls, name, ranks, flags):
@@ -85,6 +88,22 @@ class Ring(unittest.TestCase):
 
     def test_four_by_two_on_eight_ranks(self):
         self.expect_tracks_sp_one(4, 2)
+
+    def test_resumes_across_layouts(self):
+        """Checkpoints do not record the layout: ring → pure Ulysses → ring continues as one SP 1 run resumed alike."""
+        chain = [(2, ["--sp", "2", "--sp-ring", "2"]), (2, ["--sp", "2"]), (2, ["--sp", "2", "--sp-ring", "2"])]
+        got, want = [], []
+        for i, (ranks, flags) in enumerate(chain):
+            steps = ["--steps", str(2 * (i + 1)), "--save-every", "2", "--resume", "auto"]
+            for name, n, f, out in [("chain", ranks, flags, got), ("chain-sp1", 1, [], want)]:
+                run = self.train(name, n, f + steps)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        for name, out in [("chain", got), ("chain-sp1", want)]:
+            lines = (self.root / name / "metrics.jsonl").read_text().splitlines()
+            out.extend(json.loads(l)["loss"] for l in lines if "loss" in json.loads(l))
+        self.assertEqual(len(got), 6)
+        for step, (a, b) in enumerate(zip(got, want)):
+            self.assertLess(abs(a - b) / abs(b), 1e-5, f"step {step + 1}: {a} vs {b}")
 
     def test_refusals_are_one_line(self):
         for ranks, flags, data, says in [
