@@ -136,52 +136,8 @@ TEST(DocumentAttention, FlashFollowsPyTorchsHardwareAndHeadDimRules) {
 
 // ---- SP = P against SP = 1, ranks as threads ---------------------------------------------------
 
-void expect_sp_matches_single_rank(int P, std::int64_t kv_heads, std::optional<std::int64_t> window) {
-  const auto config = tiny_config(kv_heads, window);
-  const auto batch = packed_batch(config.vocab_size);
-  CausalLm reference(config);
-  init_weights(reference, 11);
-  auto ref = reference->forward(batch.ids, batch.positions, batch.docs, batch.labels, /*keep_logits=*/true);
-  (ref.loss_sum / ref.valid_count).backward();
 
-  testing::ThreadGroup group(P);
-  std::vector<CausalLm> ranks;
-  std::vector<CausalLmOutput> outs(P);
-  for (int r = 0; r < P; ++r) {
-    ranks.emplace_back(config, testing::sp_of(group.rank(r)));
-    copy_parameters(reference, ranks.back());
-  }
-  std::vector<std::thread> threads;
-  for (int r = 0; r < P; ++r)
-    threads.emplace_back([&, r] {
-      auto mine = batch.slice(r, P);
-      outs[r] = ranks[r]->forward(mine.ids, mine.positions, mine.docs, mine.labels, /*keep_logits=*/true);
-      (outs[r].loss_sum / ref.valid_count).backward();   // the global count, as the trainer divides
-    });
-  for (auto& t : threads) t.join();
-
-  std::vector<torch::Tensor> logits;
-  torch::Tensor loss_sum = torch::zeros({}), count = torch::zeros({}, torch::kLong);
-  for (const auto& o : outs) {
-    logits.push_back(o.logits);
-    loss_sum += o.loss_sum.detach();
-    count += o.valid_count;
-  }
-  EXPECT_TRUE(at::cat(logits, 1).allclose(ref.logits, 0, 1e-5)) << "P=" << P;
-  EXPECT_NEAR(loss_sum.item<double>(), ref.loss_sum.item<double>(), 1e-4) << "P=" << P;
-  EXPECT_EQ(count.item<std::int64_t>(), ref.valid_count.item<std::int64_t>());
-  for (const auto& item : reference->named_parameters()) {
-    auto sum = torch::zeros_like(item.value());
-    for (auto& m : ranks) sum += m->named_parameters()[item.key()].grad();
-    EXPECT_TRUE(sum.allclose(item.value().grad(), 0, 1e-5)) << "P=" << P << " " << item.key();
-  }
-}
-
-TEST(UlyssesSp, TwoRanksMatchOneWithKvHeadsSplit) { expect_sp_matches_single_rank(2, 2, std::nullopt); }
-TEST(UlyssesSp, FourRanksMatchOneWithKvHeadsReplicated) { expect_sp_matches_single_rank(4, 2, 3); }
-TEST(UlyssesSp, FourRanksMatchOneWithOneKvHead) { expect_sp_matches_single_rank(4, 1, std::nullopt); }
-
-// ---- Ulysses × ring (--sp-ring) against SP = 1, ranks as threads ---------------------------------
+// ---- SP = U × R (Ulysses, and × ring: --sp-ring) against SP = 1, ranks as threads ------------------
 
 // Rank s's columns of a [B, S] tensor: its slice's ranges, one after the other.
 torch::Tensor columns(const torch::Tensor& t, const SequenceSlice& slice) {
@@ -191,9 +147,10 @@ torch::Tensor columns(const torch::Tensor& t, const SequenceSlice& slice) {
 }
 
 // U × R ranks against one, fp32: the logits of every token, the loss and every gradient (summed over ranks) within
-// 1e-5. The packed batch (S = 16) has documents that cross chunk and block edges (5, 7, 4 tokens; one of 16), longer
-// than a block at R = 4; Hkv = 1 replicates one KV head to U; a window of 3 cuts pieces and skips others.
-void expect_ring_matches_single_rank(int U, int R, std::int64_t kv_heads, std::optional<std::int64_t> window,
+// 1e-5. R = 1 is plain Ulysses. The packed batch (S = 16) has documents that cross slice, chunk and block edges (5, 7,
+// 4 tokens; one of 16), longer than a block at R = 4; Hkv = 1 replicates one KV head to U; a window of 3 cuts pieces
+// and skips others.
+void expect_matches_single_rank(int U, int R, std::int64_t kv_heads, std::optional<std::int64_t> window,
                                      const ModelOptions& options = {}) {
   const auto config = tiny_config(kv_heads, window);
   const auto batch = packed_batch(config.vocab_size);
@@ -238,12 +195,15 @@ void expect_ring_matches_single_rank(int U, int R, std::int64_t kv_heads, std::o
   }
 }
 
-TEST(UlyssesRing, RingOfTwoMatchesOneRank) { expect_ring_matches_single_rank(1, 2, 2, std::nullopt); }
-TEST(UlyssesRing, TwoByTwoMatchesOneRankWithAWindow) { expect_ring_matches_single_rank(2, 2, 2, 3); }
-TEST(UlyssesRing, RingOfFourMatchesOneRankWithOneKvHead) { expect_ring_matches_single_rank(1, 4, 1, 5); }
-TEST(UlyssesRing, FourByTwoMatchesOneRankWithKvReplicated) { expect_ring_matches_single_rank(4, 2, 1, std::nullopt); }
+TEST(UlyssesSp, TwoRanksMatchOneWithKvHeadsSplit) { expect_matches_single_rank(2, 1, 2, std::nullopt); }
+TEST(UlyssesSp, FourRanksMatchOneWithKvHeadsReplicated) { expect_matches_single_rank(4, 1, 2, 3); }
+TEST(UlyssesSp, FourRanksMatchOneWithOneKvHead) { expect_matches_single_rank(4, 1, 1, std::nullopt); }
+TEST(UlyssesRing, RingOfTwoMatchesOneRank) { expect_matches_single_rank(1, 2, 2, std::nullopt); }
+TEST(UlyssesRing, TwoByTwoMatchesOneRankWithAWindow) { expect_matches_single_rank(2, 2, 2, 3); }
+TEST(UlyssesRing, RingOfFourMatchesOneRankWithOneKvHead) { expect_matches_single_rank(1, 4, 1, 5); }
+TEST(UlyssesRing, FourByTwoMatchesOneRankWithKvReplicated) { expect_matches_single_rank(4, 2, 1, std::nullopt); }
 TEST(UlyssesRing, EveryMemoryFeatureMatchesOneRank) {
-  expect_ring_matches_single_rank(2, 2, 2, 3, ModelOptions().activation_checkpointing(true).mlp_tile_tokens(2)
+  expect_matches_single_rank(2, 2, 2, 3, ModelOptions().activation_checkpointing(true).mlp_tile_tokens(2)
                                                   .logits_chunk_tokens(3).attention_head_groups(2));
 }
 

@@ -10,8 +10,9 @@ under one temporary directory; slurm_cluster.py), on the tiny model and CPU rank
   4. slurm/export.sbatch on test 1's run: ulysses-ckpt merge + export-hf give a Hugging Face directory.
   5. slurm/pack.sbatch as a job array of 2 with ids 1 and 3: each task packs its half of the inputs into its own
      dataset, numbered by its place in the array; a PARTS that disagrees with the array is refused.
-  6. one rank of the production launch (srun from the sbatch file) killed with SIGKILL: every other rank
-     ends and the job fails within 30 s — what a lost node or an OOM kill looks like from the job.
+  6. one rank of the production launch (srun from the sbatch file, SP 4 as Ulysses 2 × a ring of 2: SP_RING) killed
+     with SIGKILL: every other rank ends and the job fails within 30 s — what a lost node or an OOM kill looks like
+     from the job.
   7. jobs of one name wait for each other (--dependency=singleton); another job on the same OUTPUT is refused.
   8. a job whose time runs out without the signal: the trainer saves and exits 3 before the limit by itself;
      beside it, trainers not told the end: Slurm's --signal timer (USR1@45: a save, exit 3), and the limit's
@@ -446,7 +447,7 @@ class SrunFailure(unittest.TestCase):
     def test_6_killed_rank_ends_the_job(self):
         out = work / "killed"
         job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=4", SBATCH],
-                             env=job_env(out, SP=4, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
+                             env=job_env(out, SP=4, SP_RING=2, STEPS=100000, DRY_RUN_FIRST=0), cwd=work)
         wait_until(self, (out / "metrics.jsonl").exists, job)
         ranks = subprocess.run(["pgrep", "-f", f"^{out}/bin/job-{job}/ulysses-train "], capture_output=True,
                                text=True).stdout.split()
@@ -455,6 +456,7 @@ class SrunFailure(unittest.TestCase):
         killed_at = time.time()
         info = cluster.wait(job, timeout=120)
         self.assertLess(time.time() - killed_at, 30, "the other ranks outlived the killed one")
+        self.assertIn("sp 4 (ulysses 2 × ring 2)", log_of(info))   # killed mid-ring: the ranks block in its exchanges
         self.assertNotEqual(info["ExitCode"], "0:0", log_of(info)[-4000:])
         self.assertEqual(info["Restarts"], "0", "a crash is not a preemption: no requeue")
         time.sleep(1)
