@@ -175,7 +175,13 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
            comm::backend_name(r.place.backend),
            r.place.backend == comm::Backend::kMpi && r.place.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
   const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
-  if (r.o.dry_run && r.place.device.is_cuda())
+  if (r.layout.ring() > 1)
+    log_info("attention: Ulysses {} inside each group × a ring of {} (K/V blocks of {} tokens passed round, merged by "
+             "their log-sum-exp); each piece by {}", r.layout.ulysses(), r.layout.ring(),
+             loader.seq_len() / r.layout.ring(),
+             r.place.device.is_cuda() ? "the arithmetic written out (fp32 scores of the piece)"
+                                      : "PyTorch's flash attention for CPU");
+  else if (r.o.dry_run && r.place.device.is_cuda())
     log_info("attention: the kernel is chosen on the GPU at start-up (a dry run touches no GPU)");
   else
     log_info("attention: {}", model::attention_kernel(r.place.device, model::compute_dtype(r.place.precision), heads.q, heads.kv,

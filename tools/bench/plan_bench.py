@@ -5,7 +5,8 @@ On this machine (CPU, fp32): a profile is calibrated first (ulysses-train --cali
 lengths), then memory_bench's model (Llama-3.1-8B's ratios scaled down) trains 2 steps at every S of --lengths ×
 {plain, all features: checkpointing + TiledMLP + tiled logits (both replicated), sharded with the optimizer and
 parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits, LoRA (rank 16, all-linear) with
-checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point)} × {SP 1, SP 2}; each run's peak RSS
+checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point), a ring of 2 (--sp-ring 2) with
+checkpointing, TiledMLP and tiled logits (SP 2 only)} × {SP 1, SP 2}; each run's peak RSS
 per rank (the largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
 memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints every point and
 
@@ -60,8 +61,12 @@ GROUPED_OFFLOAD = ["--offload-params", "--attention-head-groups", "2", "--tiled-
 # LoRA on every projection over the frozen base (replicated), checkpointed, TiledMLP and tiled logits
 LORA = ["--lora-rank", "16", "--lora-targets", "all-linear", "--activation-checkpointing", "--tiled-mlp",
         "--logits-chunk-tokens", "256"]
+# SP 2 as a ring of 2 (--sp-ring: Ulysses 1 × ring 2), checkpointed, TiledMLP and tiled logits
+RING = ["--sp-ring", "2", "--sharding", "no_shard", "--activation-checkpointing", "--tiled-mlp",
+        "--logits-chunk-tokens", "256"]
 FEATURE_SETS = (("plain", ["--sharding", "no_shard"], (1, 2)), ("all", ALL_FEATURES, (1, 2)),
-                ("G2+offload", GROUPED_OFFLOAD, (1, 2)), ("LoRA", LORA, (1,)))   # LoRA's worst point is SP 1
+                ("G2+offload", GROUPED_OFFLOAD, (1, 2)), ("LoRA", LORA, (1,)),   # LoRA's worst point is SP 1
+                ("ring", RING, (2,)))
 
 
 def run(cmd):
