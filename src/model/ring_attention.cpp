@@ -47,12 +47,13 @@ using torch::autograd::variable_list;
 
 // The ring and the layout, kept for backward (ctx->saved_data holds IValues only).
 struct RingContext : torch::CustomClassHolder {
-  RingContext(comm::Communicator& c, RingPosition w, AttentionPlan p, double s)
-      : ring(c), where(w), plan(std::move(p)), scale(s) {}
+  RingContext(comm::Communicator& c, RingPosition w, AttentionPlan p, double s, bool flash)
+      : ring(c), where(w), plan(std::move(p)), scale(s), flash_cpu(flash) {}
   comm::Communicator& ring;
   RingPosition where;
   AttentionPlan plan;
   double scale;
+  bool flash_cpu;   // the pieces by PyTorch's flash attention for CPU; else written out
 };
 
 // key ≤ query and query − key < window, as an additive mask [Lq, Lk] of `dtype` (0 allowed, −inf not)
@@ -77,8 +78,8 @@ torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, bool causal
 std::pair<torch::Tensor, torch::Tensor> piece_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                       const torch::Tensor& v, bool causal,
                                                       const std::optional<torch::Tensor>& mask, double scale,
-                                                      c10::ScalarType acc) {
-  if (q.is_cpu()) {
+                                                      c10::ScalarType acc, bool flash_cpu) {
+  if (flash_cpu) {
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, mask, scale);
     return {out, lse.to(acc)};
   }
@@ -91,8 +92,8 @@ std::pair<torch::Tensor, torch::Tensor> piece_forward(const torch::Tensor& q, co
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> piece_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
     const torch::Tensor& out, const torch::Tensor& lse, bool causal, const std::optional<torch::Tensor>& mask,
-    double scale, c10::ScalarType acc) {
-  if (q.is_cpu()) {
+    double scale, c10::ScalarType acc, bool flash_cpu) {
+  if (flash_cpu) {
     const auto kernel_lse = lse.to(q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat).contiguous();
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, kernel_lse, 0.0,
                                                                                   causal, mask, scale);
@@ -174,7 +175,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
       for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
-        auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc);   // [1, h, Lq, D], [1, h, Lq]
+        auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc, c->flash_cpu);   // [1, h, Lq, D], [1, h, Lq]
         auto o_acc = out.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
         auto l_acc = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
         const auto merged = torch::logaddexp(l_acc, l);
@@ -205,7 +206,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
         const auto rows = [&](const torch::Tensor& x) { return heads_view(x, p.row, in.q_begin, p.q.size()).contiguous(); };
         const auto l = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());   // [1, h, Lq]
-        auto [gq, gk, gv] = piece_backward(rows(dout), in.q, in.k, in.v, rows(out), l, p.causal, in.mask, c->scale, acc);
+        auto [gq, gk, gv] =
+            piece_backward(rows(dout), in.q, in.k, in.v, rows(out), l, p.causal, in.mask, c->scale, acc, c->flash_cpu);
         heads_view(dq, p.row, in.q_begin, p.q.size()).add_(gq);
         auto to_kv_heads = [&](const torch::Tensor& g) {   // [1, h, Lk, D] → [1, hkv, Lk, D]: summed over each group
           return g.view({1, hkv, group, p.k.size(), g.size(3)}).sum(2);
@@ -223,13 +225,15 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
 }  // namespace
 
 torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where, const torch::Tensor& q,
-                             const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale) {
+                             const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale,
+                             PieceKernel kernel) {
   ULY_CHECK(ring.size() == where.degree && ring.rank() == where.rank, "ring group of {} (rank {}) for ring {} (rank {})",
             ring.size(), ring.rank(), where.degree, where.rank);
   ULY_CHECK(q.size(1) * where.degree == where.seq_len && k.sizes() == v.sizes() && q.size(2) % k.size(2) == 0,
             "ring block q {} k {} v {} for S = {} in {} blocks", fmt::streamed(q.sizes()), fmt::streamed(k.sizes()),
             fmt::streamed(v.sizes()), where.seq_len, where.degree);
-  return RingAttention::apply(q, k, v, c10::make_intrusive<RingContext>(ring, where, plan, scale));
+  const bool flash_cpu = q.is_cpu() && kernel == PieceKernel::kAuto;
+  return RingAttention::apply(q, k, v, c10::make_intrusive<RingContext>(ring, where, plan, scale, flash_cpu));
 }
 
 }  // namespace ulysses::model

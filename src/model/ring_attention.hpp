@@ -50,10 +50,15 @@ struct RingPosition {
   std::int64_t rank = 0, degree = 1;   // ring rank r, ring degree R
 };
 
+// Which kernel computes each piece: kAuto, PyTorch's flash attention for CPU on a CPU and the arithmetic written out
+// elsewhere; kWrittenOut, the arithmetic written out everywhere (the tests check it on a CPU against the flash kernel).
+enum class PieceKernel { kAuto, kWrittenOut };
+
 // q [B, 2C, h, D], k, v [B, 2C, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)): this rank's ring
 // block, chunk r's C tokens then chunk 2R−1−r's → [B, 2C, h, D], q's dtype. `ring` is the ring group's communicator
 // (size R, rank r; not owned, must outlive backward); plan: the whole sequence's documents (plan.window).
 torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where, const torch::Tensor& q,
-                             const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale);
+                             const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale,
+                             PieceKernel kernel = PieceKernel::kAuto);
 
 }  // namespace ulysses::model

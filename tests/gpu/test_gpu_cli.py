@@ -1,5 +1,6 @@
 """ulysses-train on an NVIDIA GPU through its command line (exit 77 = skipped where there is none):
-SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP=1 on the GPU; one rank
+SP=4 with four ranks sharing the GPU through --comm mpi (host staging) equals SP=1 on the GPU, as pure Ulysses and as
+Ulysses 2 × a ring of 2 (--sp-ring: the ring's pieces written out on the GPU); one rank
 over NCCL equals one rank over MPI bit for bit; sharded states with every layer input offloaded train the same
 with --prefetch (side streams) as without, at SP=4 through MPI, and as the plain path (every memory feature off:
 the offloaded optimizer's page-locked copies, the gathers, TiledMLP and tiled logits on the GPU); a bf16 run logs
@@ -45,10 +46,14 @@ class GpuTrain(PackedSample):
         sp1, _ = self.train(1, "sp1", "--sp", 1)
         sp4, log = self.train(4, "sp4", "--sp", 4, "--comm", "mpi")
         self.assertIn("collectives mpi (CUDA tensors staged through host memory)", log)
-        a, b = losses(sp1), losses(sp4)
-        self.assertEqual((len(a), len(b)), (6, 6), "both runs log every step")
-        for step, (x, y) in enumerate(zip(a, b), 1):
-            self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: SP=1 {x} vs SP=4 {y}")
+        ring, ring_log = self.train(4, "ring", "--sp", 4, "--sp-ring", 2, "--comm", "mpi")
+        self.assertIn("Ulysses 2 inside each group × a ring of 2", ring_log)
+        a = losses(sp1)
+        for name, run in (("SP=4", sp4), ("SP=4 as Ulysses 2 x ring 2", ring)):
+            b = losses(run)
+            self.assertEqual((len(a), len(b)), (6, 6), "both runs log every step")
+            for step, (x, y) in enumerate(zip(a, b), 1):
+                self.assertLessEqual(abs(x - y), 1e-5 * abs(x), f"step {step}: SP=1 {x} vs {name} {y}")
 
     def test_nccl_equals_mpi_bit_for_bit_at_one_rank(self):
         nccl, log = self.train(1, "nccl", "--comm", "nccl")

@@ -24,6 +24,7 @@
 #include "model_fixtures.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
+#include "model/ring_attention.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
 
@@ -205,6 +206,40 @@ TEST(UlyssesRing, FourByTwoMatchesOneRankWithKvReplicated) { expect_matches_sing
 TEST(UlyssesRing, EveryMemoryFeatureMatchesOneRank) {
   expect_matches_single_rank(2, 2, 2, 3, ModelOptions().activation_checkpointing(true).mlp_tile_tokens(2)
                                                   .logits_chunk_tokens(3).attention_head_groups(2));
+}
+
+// The pieces written out (the kernel off CPU) equal PyTorch's flash attention for CPU: a ring of 2 as threads over one
+// packed row (documents of 5, 7 and 4 tokens, S = 16), 4 query heads on 2 KV heads, without and with a window of 3
+// (masked and skipped pieces): outputs and the gradients of q, k and v within 1e-5.
+TEST(UlyssesRing, WrittenOutPiecesEqualTheFlashKernel) {
+  const auto docs = packed_batch(64).docs.narrow(0, 0, 1);   // [1, 16]
+  torch::manual_seed(5);
+  std::vector<std::vector<torch::Tensor>> inputs;   // per rank: q [1, 8, 4, 8], k, v [1, 8, 2, 8], dout [1, 8, 4, 8]
+  for (int r = 0; r < 2; ++r)
+    inputs.push_back({torch::randn({1, 8, 4, 8}), torch::randn({1, 8, 2, 8}), torch::randn({1, 8, 2, 8}),
+                      torch::randn({1, 8, 4, 8})});
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>(), std::optional<std::int64_t>(3)}) {
+    const AttentionPlan plan = plan_attention(docs, window, torch::kCPU, /*dense_mask=*/false);
+    std::map<PieceKernel, std::vector<std::vector<torch::Tensor>>> got;   // per rank: out, dq, dk, dv
+    for (const PieceKernel kernel : {PieceKernel::kAuto, PieceKernel::kWrittenOut}) {
+      testing::ThreadGroup ring(2);
+      got[kernel].resize(2);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          std::vector<torch::Tensor> x;
+          for (int i = 0; i < 3; ++i) x.push_back(inputs[r][i].clone().requires_grad_(true));
+          const auto out = ring_attention(ring.rank(r), RingPosition{16, r, 2}, x[0], x[1], x[2], plan, 0.35, kernel);
+          out.backward(inputs[r][3]);
+          got[kernel][r] = {out.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+        });
+      for (auto& t : threads) t.join();
+    }
+    for (int r = 0; r < 2; ++r)
+      for (int i = 0; i < 4; ++i)
+        EXPECT_LE(rel_diff(got[PieceKernel::kWrittenOut][r][i], got[PieceKernel::kAuto][r][i]), 1e-5)
+            << "rank " << r << " tensor " << i << " window " << window.value_or(0);
+  }
 }
 
 // The slices: two ranges per rank, chunks r and 2R−1−r split over the Ulysses group; together every token once.
