@@ -7,6 +7,8 @@
 // results live on the input's device.
 #pragma once
 
+#include <memory>
+
 #include <torch/types.h>
 
 namespace ulysses::comm {
@@ -33,6 +35,17 @@ class Communicator {
   // and dtype. The send and the receive are one call, so a ring of ranks that all call it cannot deadlock; `to` and
   // `from` may be this rank. Every rank of a pair calls it with the same shape and dtype.
   virtual torch::Tensor send_recv(const torch::Tensor& x, int to, int from) = 0;
+
+  // The same step begun, to be finished later: the caller computes in between, and the exchange overlaps that work
+  // where the backend moves data on its own. x must stay unchanged until wait(); wait() is called once. Every rank
+  // of a pair begins its exchanges in the same order. The default exchanges at once (send_recv) and wait() hands the
+  // result over.
+  class Exchange {
+   public:
+    virtual ~Exchange() = default;
+    virtual torch::Tensor wait() = 0;   // what rank `from` sent: x's shape and dtype
+  };
+  virtual std::unique_ptr<Exchange> start_send_recv(const torch::Tensor& x, int to, int from);
 };
 
 }  // namespace ulysses::comm

@@ -4,6 +4,7 @@
 #include <climits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/shape.hpp"
 #include "core/error.hpp"
@@ -157,6 +158,46 @@ torch::Tensor MpiCommunicator::send_recv(const torch::Tensor& x, int to, int fro
                            /*recvtag=*/0, comm_, MPI_STATUS_IGNORE));
   });
   return like_device(out, x);
+}
+
+namespace {
+
+// MPI_Isend / MPI_Irecv of the bytes in pieces of at most INT_MAX, posted at once; wait() completes them all. Holds
+// the host copy it sends from and the buffer it receives into until then.
+class MpiExchange final : public Communicator::Exchange {
+ public:
+  MpiExchange(const torch::Tensor& x, int to, int from, MPI_Comm comm)
+      : like_(x), in_(on_host(x)), out_(torch::empty_like(in_)) {
+    const auto* send = static_cast<const char*>(in_.data_ptr());
+    auto* recv = static_cast<char*>(out_.data_ptr());
+    in_int_pieces(static_cast<std::int64_t>(in_.nbytes()), [&](std::int64_t begin, int count) {
+      MPI_Request& r = requests_.emplace_back();
+      CHECK_MPI(MPI_Irecv(recv + begin, count, MPI_BYTE, from, /*tag=*/1, comm, &r));
+      MPI_Request& s = requests_.emplace_back();
+      CHECK_MPI(MPI_Isend(send + begin, count, MPI_BYTE, to, /*tag=*/1, comm, &s));
+    });
+  }
+  ~MpiExchange() override {   // never waited (an exception between start and wait): finish before the buffers go
+    if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+  torch::Tensor wait() override {
+    CHECK_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    requests_.clear();
+    return like_device(out_, like_);
+  }
+
+ private:
+  torch::Tensor like_, in_, out_;
+  std::vector<MPI_Request> requests_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator::Exchange> MpiCommunicator::start_send_recv(const torch::Tensor& x, int to, int from) {
+  check_tensor("send_recv", x);
+  ULY_CHECK(to >= 0 && to < size_ && from >= 0 && from < size_,
+            "send_recv: to {} and from {} must be ranks of a group of {}", to, from, size_);
+  return std::make_unique<MpiExchange>(x, to, from, comm_);
 }
 
 }  // namespace ulysses::comm

@@ -13,7 +13,8 @@
 // rank alike when the ranks agree on shapes. What cannot be checked locally is the caller's contract:
 // all ranks of the group call the same collectives in the same order, with the same dtype and shape
 // (broadcast, all_reduce_sum, all_to_all) or the same shape per rank (all_gather); send_recv: MPI_Sendrecv of the
-// bytes, in pieces of at most INT_MAX (both ranks of a pair cut the same pieces from the same shape).
+// bytes, in pieces of at most INT_MAX (both ranks of a pair cut the same pieces from the same shape);
+// start_send_recv: the same pieces as MPI_Isend / MPI_Irecv (tag 1), finished by the Exchange's wait().
 // Borrows the MPI_Comm (e.g. from dist::ProcessGroups), which must outlive this object.
 #pragma once
 
@@ -37,6 +38,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(torch::Tensor& x, int root) override;              // [...] in place
   void barrier() override;
   torch::Tensor send_recv(const torch::Tensor& x, int to, int from) override;   // [...] → [...] from `from`
+  // MPI_Isend / MPI_Irecv posted now, completed by wait() (MPI moves the data during other MPI calls and wait())
+  std::unique_ptr<Exchange> start_send_recv(const torch::Tensor& x, int to, int from) override;
 
  private:
   MPI_Comm comm_;

@@ -157,9 +157,11 @@ c10::ScalarType accumulation(const torch::Tensor& q) {
 std::int64_t next(const RingPosition& w) { return (w.rank + 1) % w.degree; }
 std::int64_t previous(const RingPosition& w) { return (w.rank + w.degree - 1) % w.degree; }
 
-// [2, B, 2C, hkv, D] k and v as one tensor, for one send_recv
-torch::Tensor pass_on(comm::Communicator& ring, const RingPosition& w, const torch::Tensor& x) {
-  return ring.send_recv(x.contiguous(), static_cast<int>(next(w)), static_cast<int>(previous(w)));
+// Sends x ([2, B, 2C, hkv, D]: k and v, or their gradients, as one tensor) to the next ring rank and receives the
+// previous one's; the caller computes before it waits.
+std::unique_ptr<comm::Communicator::Exchange> pass_on(comm::Communicator& ring, const RingPosition& w,
+                                                      const torch::Tensor& x) {
+  return ring.start_send_recv(x, static_cast<int>(next(w)), static_cast<int>(previous(w)));
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
@@ -173,6 +175,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     torch::Tensor kv = torch::stack({k, v});                                                         // [2, B, 2C, hkv, D]
     for (std::int64_t t = 0; t < c->where.degree; ++t) {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
+      // the next block travels while this one's pieces run (double-buffered: kv is only read meanwhile)
+      const auto arriving = t + 1 < c->where.degree ? pass_on(c->ring, c->where, kv) : nullptr;
       for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
         auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc, c->flash_cpu);   // [1, h, Lq, D], [1, h, Lq]
@@ -182,7 +186,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         o_acc.copy_(o_acc * (l_acc - merged).exp().unsqueeze(-1) + o.to(acc) * (l - merged).exp().unsqueeze(-1));
         l_acc.copy_(merged);
       });
-      if (t + 1 < c->where.degree) kv = pass_on(c->ring, c->where, kv);
+      if (arriving) kv = arriving->wait();
     }
     const torch::Tensor result = out.transpose(1, 2).to(q.scalar_type()).contiguous();   // [B, 2C, h, D]
     ctx->save_for_backward({q, k, v, result, lse});
@@ -198,10 +202,15 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const torch::Tensor dout = grad_out[0].contiguous();                         // [B, 2C, h, D]
     auto dq = torch::zeros(q.sizes(), q.options().dtype(acc));                   // [B, 2C, h, D]
     torch::Tensor kv = torch::stack({k, v});                                     // [2, B, 2C, hkv, D]
-    torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));       // travels with its block
+    // The gradient of each k/v block travels behind it: at step t this rank adds its share for the block it holds
+    // into what arrived for that block (sent by the previous rank after its step t − 1) and passes the sum on while
+    // the next step runs; after the last step the sum of every rank's share arrives at the block's own rank.
+    std::unique_ptr<comm::Communicator::Exchange> gradient_arriving;
     const std::int64_t hkv = k.size(2), group = q.size(2) / hkv;
     for (std::int64_t t = 0; t < c->where.degree; ++t) {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
+      const auto arriving = t + 1 < c->where.degree ? pass_on(c->ring, c->where, kv) : nullptr;
+      torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));   // [2, B, 2C, hkv, D]: this rank's share
       for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
         const auto rows = [&](const torch::Tensor& x) { return heads_view(x, p.row, in.q_begin, p.q.size()).contiguous(); };
@@ -215,9 +224,11 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         heads_view(dkv[0], p.row, in.k_begin, p.k.size()).add_(to_kv_heads(gk));
         heads_view(dkv[1], p.row, in.k_begin, p.k.size()).add_(to_kv_heads(gv));
       });
-      if (t + 1 < c->where.degree) kv = pass_on(c->ring, c->where, kv);
-      dkv = pass_on(c->ring, c->where, dkv);   // after the last step: home, to the block's own rank
+      if (gradient_arriving) dkv += gradient_arriving->wait();
+      gradient_arriving = pass_on(c->ring, c->where, dkv);
+      if (arriving) kv = arriving->wait();
     }
+    const torch::Tensor dkv = gradient_arriving->wait();   // this rank's own block's, from every rank
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), torch::Tensor()};
   }
 };

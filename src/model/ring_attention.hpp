@@ -9,9 +9,11 @@
 // whole (keys before queries), causal (the same chunk) or, with a sliding window, masked — pieces wholly outside the
 // window or after the queries are skipped. The pieces' outputs merge by their log-sum-exp (online softmax), in fp32.
 //
-// Backward (one autograd node for the whole ring) passes the k/v blocks round again, each with the gradient of its
-// k/v accumulating as it travels, and one more step brings every block's gradient home. Every piece's backward uses
-// the final output and log-sum-exp, which makes its dq, dk, dv exactly its share of the whole attention's.
+// Backward (one autograd node for the whole ring) passes the k/v blocks round again, each block's gradient travelling
+// one step behind it and summing every rank's share, and one more step brings every block's gradient home. Every
+// piece's backward uses the final output and log-sum-exp, which makes its dq, dk, dv exactly its share of the whole
+// attention's. Each exchange is begun before the pieces it overlaps and finished after them
+// (Communicator::start_send_recv: the next block forward; the next block and the previous block's gradient backward).
 //
 // Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the log-sum-exp, backward from it); on
 // other devices the same arithmetic written out (scores of one piece held whole: [h, Lq, Lk]).

@@ -44,15 +44,15 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
 std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 
 // Ring attention's buffers (model/ring_attention.hpp) beside one group's heads: the k/v block held and the one
-// arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward their gradients travelling with
-// them (fp32, two more), the fp32 accumulators of the queries' output or gradient and the log-sum-exp; one piece's k/v
+// arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward the gradients of the blocks
+// (fp32, three: this rank's share, the sum in flight to the next rank, the one arriving), the fp32 accumulators of the queries' output or gradient and the log-sum-exp; one piece's k/v
 // expanded to the query heads (a chunk at most); off CPU the piece kernel written out: its scores, probabilities and
 // their gradient, fp32 [h, C, C] for a piece of a chunk of C = S/(2R) tokens.
 double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                   const LayerCounts& n, double T, std::int64_t seq_len) {
   const double act = f.compute_bytes();
   const double qa = n.heads_q, kva = n.heads_kv;   // per token of this rank, one group
-  double b = act * 2 * (2 * T * kva) + 4 * 2 * (2 * T * kva) + 4 * T * qa + act * T * qa;
+  double b = act * 2 * (2 * T * kva) + 4 * 3 * (2 * T * kva) + 4 * T * qa + act * T * qa;
   if (p.cuda) {
     const double C = static_cast<double>(seq_len) / (2 * l.ring);
     const double h = static_cast<double>(c.num_heads / f.attention_head_groups / l.ulysses());

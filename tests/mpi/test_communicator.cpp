@@ -201,6 +201,21 @@ TEST_F(Mpi, SendRecvPassesEachRanksTensorAroundTheRing) {
   EXPECT_NE(error_of([&] { world.send_recv(rank_input(r, torch::kFloat), p, 0); }).find(bad), std::string::npos);
 }
 
+// The ring's step begun and finished later, two in flight at once in opposite directions (as the ring's backward has
+// a block's k/v and the previous block's gradient): each wait() returns what its sender sent, every dtype.
+TEST_F(Mpi, StartedSendRecvsFinishWithTheRightTensors) {
+  const int next = (r + 1) % p, previous = (r + p - 1) % p;
+  for (auto dtype : kAllDtypes) {
+    const torch::Tensor forward = rank_input(r, dtype), backward = encoded(r, p, dtype);
+    auto ahead = world.start_send_recv(forward, next, previous);
+    auto behind = world.start_send_recv(backward, previous, next);
+    EXPECT_TRUE(torch::equal(behind->wait(), encoded(next, p, dtype))) << c10::toString(dtype) << " on rank " << r;
+    EXPECT_TRUE(torch::equal(ahead->wait(), rank_input(previous, dtype))) << c10::toString(dtype) << " on rank " << r;
+  }
+  const std::string bad = "to " + std::to_string(p) + " and from 0 must be ranks of a group of " + std::to_string(p);
+  EXPECT_NE(error_of([&] { world.start_send_recv(rank_input(r, torch::kFloat), p, 0); }).find(bad), std::string::npos);
+}
+
 TEST_F(Mpi, BadTensorsAreRefusedWithTheNumbers) {
   torch::Tensor x = torch::zeros({p * 2, 3});
   EXPECT_NE(error_of([&] { world.all_to_all(x.t()); }).find("is not contiguous"), std::string::npos);

@@ -3,7 +3,7 @@
 //   ring (--sp-ring R)             = (R−1) · K forward, (R−1) · K + R · K backward, K = 2 · S/R · max(Hkv, U)/U · D · 4
 // — P = U × R ranks (U = P without a ring), H query heads, Hkv key/value heads replicated up to U when Hkv < U, D
 // head dim; the ring's backward sends the k/v blocks round again and their gradients R times (the last brings each
-// home). Measured below the communicator: this program defines MPI_Alltoall and MPI_Sendrecv itself (the MPI
+// home). Measured below the communicator: this program defines MPI_Alltoall, MPI_Sendrecv and MPI_Isend itself (the MPI
 // profiling interface), counts what each call sends to the other ranks (the chunk a rank keeps for itself
 // does not travel) and forwards to PMPI_. Run under mpiexec -n P.
 //
@@ -26,7 +26,7 @@
 
 namespace {
 double g_sent = 0;        // bytes sent to other ranks by MPI_Alltoall on this rank
-double g_ring_sent = 0;   // by MPI_Sendrecv
+double g_ring_sent = 0;   // by MPI_Sendrecv and MPI_Isend
 int g_calls = 0;
 }  // namespace
 
@@ -49,6 +49,15 @@ extern "C" int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sen
   if (dest != me) g_ring_sent += static_cast<double>(sendcount) * type_bytes;
   return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm,
                        status);
+}
+
+extern "C" int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                         MPI_Request* request) {
+  int type_bytes = 1, me = 0;
+  MPI_Type_size(type, &type_bytes);
+  MPI_Comm_rank(comm, &me);
+  if (dest != me) g_ring_sent += static_cast<double>(count) * type_bytes;
+  return PMPI_Isend(buf, count, type, dest, tag, comm, request);
 }
 
 int main(int argc, char** argv) {
