@@ -214,17 +214,20 @@ ModelConfig read_model_config(const std::filesystem::path& config_json) {
   return read_model_config_file(config_json).config;
 }
 
-void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source) {
-  const std::int64_t heads = c.num_heads, kv = c.num_kv_heads;
+void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source, std::int64_t ring) {
+  const std::int64_t heads = c.num_heads, kv = c.num_kv_heads, u = ring > 1 ? sp / ring : sp;
   auto ok = [&](std::int64_t p) { return heads % p == 0 && (kv % p == 0 || p % kv == 0); };
-  if (ok(sp)) return;
+  if (ok(u)) return;
   std::vector<std::string> valid;
   for (std::int64_t p = 1; p <= heads; ++p)
     if (ok(p)) valid.push_back(std::to_string(p));
-  std::string why = heads % sp != 0
-      ? fmt::format("attention heads ({}) are not divisible by --sp ({})", heads, sp)
-      : fmt::format("key/value heads ({}) and --sp ({}) divide neither way", kv, sp);
-  throw BadInput(fmt::format("{}: {}", source, why), fmt::format("use --sp {}", fmt::join(valid, ", ")));
+  const std::string degree = ring > 1 ? fmt::format("the Ulysses degree ({} = --sp {} / --sp-ring {})", u, sp, ring)
+                                      : fmt::format("--sp ({})", sp);
+  std::string why = heads % u != 0 ? fmt::format("attention heads ({}) are not divisible by {}", heads, degree)
+                                   : fmt::format("key/value heads ({}) and {} divide neither way", kv, degree);
+  throw BadInput(fmt::format("{}: {}", source, why),
+                 ring > 1 ? fmt::format("make --sp / --sp-ring one of {} (a larger --sp-ring)", fmt::join(valid, ", "))
+                          : fmt::format("use --sp {}", fmt::join(valid, ", ")));
 }
 
 std::vector<std::int64_t> valid_head_groups(const ModelConfig& c, std::int64_t sp) {

@@ -70,9 +70,9 @@ ModelConfigFile read_model_config_file(const std::filesystem::path& config_json)
 
 // ---- Sequence parallelism ----------------------------------------------------------------------
 
-// Ulysses splits heads over the SP degree P: H % P == 0 and (Hkv % P == 0 or P % Hkv == 0). BadInput
-// naming `source`, with both numbers and the valid degrees as a hint.
-void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source);
+// Ulysses splits heads over the SP degree P — with a ring (--sp-ring R) over the Ulysses degree U = P / R: H % U == 0
+// and (Hkv % U == 0 or U % Hkv == 0). BadInput naming `source`, with the numbers and the valid degrees as a hint.
+void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source, std::int64_t ring = 1);
 
 // The heads one SP rank attends with after the all-to-all: H/P query heads and max(Hkv, P)/P key/value
 // heads (key/value heads are replicated up to P when Hkv < P).

@@ -17,7 +17,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, c
       ulysses_(sp.ulysses_group()), ring_(sp.ring_group()), ring_position_{0, sp.ring_rank(), sp.ring_degree()} {
   if (head_groups.groups != 1) arch::check_head_groups(c, ulysses_degree_, head_groups.groups);
   if (ulysses_degree_ > 1) {
-    arch::check_heads_for_sp(c, ulysses_degree_, c.architecture);
+    arch::check_heads_for_sp(c, sp.degree(), c.architecture, sp.ring_degree());
     ULY_CHECK(ulysses_ != nullptr && ulysses_->size() == ulysses_degree_,
               "Ulysses degree {} needs its group's communicator (size {})", ulysses_degree_,
               ulysses_ ? ulysses_->size() : 0);

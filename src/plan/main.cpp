@@ -42,6 +42,8 @@ Examples:
   ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --seq-len 1M --precision bf16 --choose-memory-flags
   # ranks on this CPU machine (its memory), with the profile measured here by ulysses-train --calibrate-memory
   ulysses-plan --model config.json --device cpu --gpus-per-node 4 --sp 4 --profile cpu-profile.json
+  # SP 32 on 4 nodes as Ulysses 8 inside each node × a ring of 4 across them
+  ulysses-plan --model config.json --nodes 4 --sp 32 --sp-ring 4 --seq-len 4M --precision bf16 --tiled-mlp --tiled-logits
 
 Sizes: 80GB (10^9), 80GiB (2^30); lengths: 1048576, 1M (2^20), 128K (2^17).
 Exit codes: 0 fits (or the longest length was found), 2 does not fit (one line with the flag that would) or bad input.)";
@@ -186,7 +188,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
                             fmt::format("valid here: {}", fmt::join(up::valid_sp_degrees(c, l.world()), ", ")));
   l.ring = static_cast<int>(o.sp_ring);
   const ulysses::RankLayout ranks(l.world(), l.sp, l.ring);   // --sp-ring divides --sp
-  ulysses::arch::check_heads_for_sp(c, l.ulysses(), config_json.string());
+  ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string(), l.ring);
   if (!l.sp_within_islands(l.sp))   // the trainer's refusal, said before anything is queued
     throw ulysses::BadInput(
         fmt::format("--sp {} spans NVLink islands of {} ranks: its all-to-alls would cross the inter-node network",

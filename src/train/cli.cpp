@@ -32,6 +32,8 @@ Examples:
   ulysses-train --calibrate-memory h100-bf16.json --model-config small/config.json --device cuda --precision bf16
   # GB200 NVL72 (4 GPUs per node, sbatch --segment=18): SP 8 spans 2 nodes of one 72-GPU NVLink domain
   srun --mpi=pmi2 ulysses-train --config run.toml --sp 8 --island-size 72
+  # past the head limit: SP 32 over 4 nodes as Ulysses 8 inside each node × a ring of 4 across them
+  srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 32 --sp-ring 4
 
 Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
 

@@ -87,7 +87,7 @@ void read_model(Run& r) {
   if (r.from) check_resume_changes(r.o, *r.from, r.layout.dp(), r.rank == 0);
   r.config_path = model_config_path(r.o, r.from);
   r.config = arch::read_model_config(r.config_path);
-  arch::check_heads_for_sp(r.config, r.sp.ulysses_degree(), r.config_path.string());
+  arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string(), r.sp.ring_degree());
   // --init-from's weights are there (their headers read) before the memory plan judges the model they describe
   if (!r.o.init_from.empty()) static_cast<void>(st::HfWeights(r.o.init_from));
 }

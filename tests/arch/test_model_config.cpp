@@ -227,6 +227,16 @@ TEST(UlyssesHeads, RejectsDegreesThatDoNotSplitTheHeads) {
     EXPECT_EQ(std::string(e.what()), "config.json: key/value heads (4) and --sp (6) divide neither way");
     EXPECT_EQ(e.hint(), "use --sp 1, 2, 4, 12");
   }
+  // with a ring the heads split over the Ulysses degree only: SP 32 as 4 × a ring of 8 fits 4 heads, 8 × 4 does not
+  EXPECT_NO_THROW(check_heads_for_sp(c, 32, "config.json", 8));
+  try {
+    check_heads_for_sp(c, 32, "config.json", 4);
+    ADD_FAILURE() << "4 heads accepted at Ulysses 8";
+  } catch (const BadInput& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "config.json: attention heads (4) are not divisible by the Ulysses degree (8 = --sp 32 / --sp-ring 4)");
+    EXPECT_EQ(e.hint(), "make --sp / --sp-ring one of 1, 2, 4 (a larger --sp-ring)");
+  }
 }
 
 }  // namespace
