@@ -2,7 +2,7 @@
 // the SP degree P = U × R (Ulysses degree U, ring degree R: RankLayout), this rank's indices, the tokens of a sequence
 // the rank holds, and carries the communicators the model's attention uses: the Ulysses group's (all-to-alls) and the
 // ring group's (K/V blocks). The data loader, the model and the reports take it; nobody else computes a slice or
-// checks S % P (check_sequence_split is the one check, with one message).
+// checks S against the layout (check_ring_split, which is check_sequence_split without a ring, is the one check).
 //
 // Which tokens: with R = 1, rank r holds [r·S/P, (r+1)·S/P). With a ring the sequence is 2R chunks of C = S/(2R)
 // tokens and ring rank j's block is chunks j and 2R−1−j (the head-tail balance of causal attention: every block has

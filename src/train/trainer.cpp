@@ -147,6 +147,21 @@ void build_model(Run& r) {
   }
 }
 
+// The start-up log's attention line: the ring's layout and piece kernel, or the kernel each layer's attention runs.
+std::string attention_line(const Run& r, std::int64_t seq_len) {
+  if (r.layout.ring() > 1)
+    return fmt::format("Ulysses {} inside each group × a ring of {} (K/V blocks of {} tokens passed round, merged by "
+                       "their log-sum-exp); each piece by {}", r.layout.ulysses(), r.layout.ring(),
+                       seq_len / r.layout.ring(),
+                       r.place.device.is_cuda() ? "the arithmetic written out (fp32 scores of the piece)"
+                                                : "PyTorch's flash attention for CPU");
+  if (r.o.dry_run && r.place.device.is_cuda())
+    return "the kernel is chosen on the GPU at start-up (a dry run touches no GPU)";
+  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
+  return model::attention_kernel(r.place.device, model::compute_dtype(r.place.precision), heads.q, heads.kv,
+                                 r.config.head_dim, r.config.sliding_window.has_value());
+}
+
 void print_plan(const Run& r, const data::DataLoader& loader) {
   log_line(topology_line(r.layout, r.place.topo, std::getenv("SLURM_NTASKS")));
   if (r.o.dry_run || r.layout.world() <= kFullRankMapUpTo) {
@@ -174,18 +189,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
   log_info("device {}; precision {}; collectives {}{}", device_line(r.place.device), r.o.memory.precision,
            comm::backend_name(r.place.backend),
            r.place.backend == comm::Backend::kMpi && r.place.device.is_cuda() ? " (CUDA tensors staged through host memory)" : "");
-  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
-  if (r.layout.ring() > 1)
-    log_info("attention: Ulysses {} inside each group × a ring of {} (K/V blocks of {} tokens passed round, merged by "
-             "their log-sum-exp); each piece by {}", r.layout.ulysses(), r.layout.ring(),
-             loader.seq_len() / r.layout.ring(),
-             r.place.device.is_cuda() ? "the arithmetic written out (fp32 scores of the piece)"
-                                      : "PyTorch's flash attention for CPU");
-  else if (r.o.dry_run && r.place.device.is_cuda())
-    log_info("attention: the kernel is chosen on the GPU at start-up (a dry run touches no GPU)");
-  else
-    log_info("attention: {}", model::attention_kernel(r.place.device, model::compute_dtype(r.place.precision), heads.q, heads.kv,
-                                                      r.config.head_dim, r.config.sliding_window.has_value()));
+  log_info("attention: {}", attention_line(r, loader.seq_len()));
   const std::int64_t chunk = r.options.logits_chunk_tokens();
   const model::ModelOptions& mo = r.options;
   log_info("activations: {}{}", mo.activation_checkpointing()

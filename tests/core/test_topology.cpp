@@ -121,6 +121,14 @@ TEST(Topology, TwoNodesOfTwoFromSlurmIds) {
       EXPECT_NE(msg.find(needle), std::string::npos) << needle << " in: " << msg;
   }
   EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(4, 4), Topology(ranks, 4), false));
+  // SP 4 as Ulysses 2 × a ring of 2: the all-to-alls stay inside each node, the ring crosses them
+  EXPECT_NO_THROW(ulysses::check_sp_within_islands(RankLayout(4, 4, 2), t, false));
+  try {
+    ulysses::check_sp_within_islands(RankLayout(4, 4, 1), t, false);
+    FAIL() << "expected BadInput";
+  } catch (const BadInput& e) {
+    EXPECT_NE(ulysses::one_line(e).find("SP group [0 1 2 3] (--sp 4)"), std::string::npos) << ulysses::one_line(e);
+  }
 }
 
 TEST(Topology, CyclicPlacementSplitsSpGroups) {
