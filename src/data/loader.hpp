@@ -7,8 +7,8 @@
 // is all the state there is: it goes into checkpoints, and restoring it resumes the same order.
 //
 // Reading: an SP rank reads its slice of each sequence (SequenceParallel::slice: one range, two with a ring) and one
-// more token after each range for its last label — never the rest — and derives labels, positions and document ids exactly as
-// for the whole sequence (io/labels.hpp). Document ids are given for the whole sequence (from metadata
+// more token after each range for its last label — never the rest — and derives labels, positions and document ids
+// exactly as for the whole sequence (io/labels.hpp). Document ids are given for the whole sequence (from metadata
 // only), since attention after the all-to-all sees all S positions.
 #pragma once
 

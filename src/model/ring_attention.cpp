@@ -61,12 +61,13 @@ torch::Tensor window_mask(const RingPiece& p, std::int64_t window, const torch::
   const auto i = torch::arange(p.q.begin, p.q.end, opts.dtype(torch::kLong)).unsqueeze(1);   // [Lq, 1]
   const auto j = torch::arange(p.k.begin, p.k.end, opts.dtype(torch::kLong)).unsqueeze(0);   // [1, Lk]
   const auto allowed = (j <= i).logical_and(i - j < window);                                  // [Lq, Lk]
-  return torch::zeros(allowed.sizes(), opts).masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  return torch::zeros(allowed.sizes(), opts)
+      .masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
 // The scores of a piece, written out: q [1, h, Lq, D], k [1, h, Lk, D] → [1, h, Lq, Lk] in the accumulation dtype
-torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, bool causal, const std::optional<torch::Tensor>& mask,
-                     double scale, c10::ScalarType acc) {
+torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, bool causal,
+                     const std::optional<torch::Tensor>& mask, double scale, c10::ScalarType acc) {
   auto s = torch::matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale;   // [1, h, Lq, Lk]
   if (causal) s = s.masked_fill(torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1),
                                 -std::numeric_limits<double>::infinity());
@@ -179,7 +180,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       const auto arriving = t + 1 < c->where.degree ? pass_on(c->ring, c->where, kv) : nullptr;
       for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
-        auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc, c->flash_cpu);   // [1, h, Lq, D], [1, h, Lq]
+        // o [1, h, Lq, D], l [1, h, Lq]
+        auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc, c->flash_cpu);
         auto o_acc = out.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
         auto l_acc = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
         const auto merged = torch::logaddexp(l_acc, l);
@@ -213,7 +215,9 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));   // [2, B, 2C, hkv, D]: this rank's share
       for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
         const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
-        const auto rows = [&](const torch::Tensor& x) { return heads_view(x, p.row, in.q_begin, p.q.size()).contiguous(); };
+        const auto rows = [&](const torch::Tensor& x) {   // the piece's queries of a [B, 2C, h, D] block
+          return heads_view(x, p.row, in.q_begin, p.q.size()).contiguous();
+        };
         const auto l = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());   // [1, h, Lq]
         auto [gq, gk, gv] =
             piece_backward(rows(dout), in.q, in.k, in.v, rows(out), l, p.causal, in.mask, c->scale, acc, c->flash_cpu);

@@ -157,7 +157,8 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
                      const up::Profile& profile, const up::Machine& m, std::int64_t target, std::string& why) {
   up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch, o.island_size, o.across_islands};
   if (o.sp == "choose") {
-    if (o.sp_ring != 1) throw ulysses::BadInput("--sp choose picks Ulysses degrees only", "pass a numeric --sp with --sp-ring");
+    if (o.sp_ring != 1)
+      throw ulysses::BadInput("--sp choose picks Ulysses degrees only", "pass a numeric --sp with --sp-ring");
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
     if (!choice) {
@@ -264,7 +265,8 @@ int run(Cli& o) {
                                           100 * m.headroom)
                             : "");
   fmt::print("layout: SP {}{} × DP {}; micro-batch {}; {}\n", l.sp,
-             l.ring > 1 ? fmt::format(" (Ulysses {} × ring {})", l.ulysses(), l.ring) : "", l.world() / l.sp, l.micro_batch,
+             l.ring > 1 ? fmt::format(" (Ulysses {} × ring {})", l.ulysses(), l.ring) : "", l.world() / l.sp,
+             l.micro_batch,
              up::features_line(f, c, l));
   if (!why.empty()) fmt::print("chosen: {}\n", why);
   if (S > 0) {
@@ -280,14 +282,16 @@ int run(Cli& o) {
              up::sequence_unit(l.sp, l.ring));
   if (S > 0 && (target == 0 || S <= longest)) {
     const std::string ring_flag = l.ring > 1 ? fmt::format(" --sp-ring {}", l.ring) : "";
-    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}{}\n", o.corpus, o.data, S, l.sp, ring_flag);
+    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}{}\n", o.corpus, o.data, S, l.sp,
+               ring_flag);
     up::Layout inside = l;   // the trainer's opt-in where the SP groups span islands
     inside.across_islands = false;
     const std::string islands = (o.island_size > 0 ? fmt::format(" ISLAND_SIZE={}", o.island_size) : "") +
                                 (inside.sp_within_islands(l.sp) ? "" : " EXTRA_ARGS=\"--allow-sp-across-islands\"");
     fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{} bash "
                "slurm/train_1m.sbatch\n",
-               l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data, o.flags.precision, up::memory_args(o.flags), islands);
+               l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data,
+               o.flags.precision, up::memory_args(o.flags), islands);
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);

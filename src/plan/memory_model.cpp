@@ -45,8 +45,8 @@ std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 
 // Ring attention's buffers (model/ring_attention.hpp) beside one group's heads: the k/v block held and the one
 // arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward the gradients of the blocks
-// (fp32, three: this rank's share, the sum in flight to the next rank, the one arriving), the fp32 accumulators of the queries' output or gradient and the log-sum-exp; one piece's k/v
-// expanded to the query heads (a chunk at most); off CPU the piece kernel written out: its scores, probabilities and
+// (fp32, three: this rank's share, the sum in flight to the next rank, the one arriving), the fp32 accumulators of
+// the queries' output or gradient and the log-sum-exp; one piece's k/v expanded to the query heads (a chunk at most); off CPU the piece kernel written out: its scores, probabilities and
 // their gradient, fp32 [h, C, C] for a piece of a chunk of C = S/(2R) tokens.
 double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                   const LayerCounts& n, double T, std::int64_t seq_len) {
@@ -174,7 +174,8 @@ Fit check_fit(const Breakdown& b, const Layout& l, const Machine& m) {
 bool Layout::sp_within_islands(int p) const {
   if (across_islands) return true;
   if (p < 1 || world() % p != 0) return false;
-  return sp_group_crossing_islands(RankLayout(world(), p, p % ring == 0 ? ring : 1), Topology::uniform(world(), ranks_per_node, island)).empty();
+  const RankLayout layout(world(), p, p % ring == 0 ? ring : 1);
+  return sp_group_crossing_islands(layout, Topology::uniform(world(), ranks_per_node, island)).empty();
 }
 
 std::int64_t sequence_unit(int sp, int ring) { return std::int64_t{64} * sp * (ring > 1 ? 2 : 1); }

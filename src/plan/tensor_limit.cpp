@@ -23,7 +23,8 @@ std::vector<KernelTensor> kernel_tensors(const arch::ModelConfig& c, const Layou
       {"logits chunk [rows, vocab]", logit_rows * c.vocab_size,
        "--logits-chunk-tokens N (or --tiled-logits: about 1 GiB of fp32 logits a chunk)"},
       {"embedding gradient [vocab, hidden]", c.vocab_size * c.hidden_size, "a model this wide is past these kernels"}};
-  if (c.sliding_window && l.ring == 1) out.push_back({"sliding-window mask [B, 1, S, S]", B * S * S, "a shorter --seq-len"});
+  if (c.sliding_window && l.ring == 1)   // a ring masks each piece of its own
+    out.push_back({"sliding-window mask [B, 1, S, S]", B * S * S, "a shorter --seq-len"});
   return out;
 }
 

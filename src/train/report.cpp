@@ -33,9 +33,10 @@ std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& top
         l.ring() == 1 ? "" : fmt::format(" (ulysses_rank {} of ulysses group {}, ring_rank {} of ring {})",
                                          l.ulysses_rank(g), group_text(l.ulysses_group_of(g)), l.ring_rank(g),
                                          group_text(l.ring_group_of(g)));
-    lines.push_back(fmt::format("rank {:>4}: host {}, node {}, local rank {}, gpu {}, island {}, sp_rank {} of sp group {}{}, "
-                                "dp_rank {} of dp group {}", g, p.host, p.node, p.local_rank, p.local_rank, p.island,
-                                l.sp_rank(g), group_text(l.sp_group_of(g)), ring, l.dp_rank(g), group_text(l.dp_group_of(g))));
+    lines.push_back(fmt::format("rank {:>4}: host {}, node {}, local rank {}, gpu {}, island {}, sp_rank {} of sp group "
+                                "{}{}, dp_rank {} of dp group {}", g, p.host, p.node, p.local_rank, p.local_rank,
+                                p.island, l.sp_rank(g), group_text(l.sp_group_of(g)), ring, l.dp_rank(g),
+                                group_text(l.dp_group_of(g))));
   }
   return lines;
 }
@@ -44,7 +45,8 @@ std::string topology_line(const RankLayout& l, const Topology& topo, const char*
   const bool inside = sp_group_crossing_islands(l, topo).empty();
   return fmt::format("world {} ranks{} = sp {}{} × dp {} on {} node{}; {} NVLink island{} of {} ranks{}; {} groups {}",
                      l.world(), slurm_ntasks != nullptr ? fmt::format(" (SLURM_NTASKS {})", slurm_ntasks) : "", l.sp(),
-                     l.ring() == 1 ? "" : fmt::format(" (ulysses {} × ring {})", l.ulysses(), l.ring()), l.dp(), topo.num_nodes(), topo.num_nodes() == 1 ? "" : "s", topo.num_islands(),
+                     l.ring() == 1 ? "" : fmt::format(" (ulysses {} × ring {})", l.ulysses(), l.ring()), l.dp(),
+                     topo.num_nodes(), topo.num_nodes() == 1 ? "" : "s", topo.num_islands(),
                      topo.num_islands() == 1 ? "" : "s", topo.island_ranks(),
                      topo.islands_measured() ? " (measured from the GPU fabric)" : "", l.ring() == 1 ? "SP" : "Ulysses",
                      inside ? "inside islands" : "CROSS islands (--allow-sp-across-islands)");
