@@ -145,10 +145,14 @@ void MpiCommunicator::broadcast(torch::Tensor& x, int root) {
 
 void MpiCommunicator::barrier() { CHECK_MPI(MPI_Barrier(comm_)); }
 
-torch::Tensor MpiCommunicator::send_recv(const torch::Tensor& x, int to, int from) {   // [...]
+void MpiCommunicator::check_peers(const torch::Tensor& x, int to, int from) const {
   check_tensor("send_recv", x);
   ULY_CHECK(to >= 0 && to < size_ && from >= 0 && from < size_,
             "send_recv: to {} and from {} must be ranks of a group of {}", to, from, size_);
+}
+
+torch::Tensor MpiCommunicator::send_recv(const torch::Tensor& x, int to, int from) {   // [...]
+  check_peers(x, to, from);
   const torch::Tensor in = on_host(x);
   torch::Tensor out = torch::empty_like(in);   // [...]
   const auto* send = static_cast<const char*>(in.data_ptr());
@@ -194,9 +198,7 @@ class MpiExchange final : public Communicator::Exchange {
 }  // namespace
 
 std::unique_ptr<Communicator::Exchange> MpiCommunicator::start_send_recv(const torch::Tensor& x, int to, int from) {
-  check_tensor("send_recv", x);
-  ULY_CHECK(to >= 0 && to < size_ && from >= 0 && from < size_,
-            "send_recv: to {} and from {} must be ranks of a group of {}", to, from, size_);
+  check_peers(x, to, from);
   return std::make_unique<MpiExchange>(x, to, from, comm_);
 }
 

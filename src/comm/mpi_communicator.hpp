@@ -42,6 +42,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Exchange> start_send_recv(const torch::Tensor& x, int to, int from) override;
 
  private:
+  void check_peers(const torch::Tensor& x, int to, int from) const;   // send_recv's tensor and ranks
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
 };

@@ -4,6 +4,12 @@
 
 namespace ulysses {
 
+void check_ring_degree(std::int64_t sp, std::int64_t ring) {
+  if (ring < 1 || sp < 1 || sp % ring != 0)
+    throw BadInput(fmt::format("--sp-ring ({}) must be a positive divisor of --sp ({})", ring, sp),
+                   "--sp is the Ulysses degree × the ring degree: e.g. --sp 32 --sp-ring 4 (Ulysses 8 × ring 4)");
+}
+
 RankLayout::RankLayout(int world, int sp, int ring) : world_(world), sp_(sp), ring_(ring) {
   if (world < 1 || sp < 1)
     throw BadInput(fmt::format("world size ({}) and --sp ({}) must be positive", world, sp),
@@ -11,9 +17,7 @@ RankLayout::RankLayout(int world, int sp, int ring) : world_(world), sp_(sp), ri
   if (world % sp != 0)
     throw BadInput(fmt::format("world size ({}) is not divisible by --sp ({})", world, sp),
                    fmt::format("launch a multiple of {} ranks, or choose --sp among the divisors of {}", sp, world));
-  if (ring < 1 || sp % ring != 0)
-    throw BadInput(fmt::format("--sp-ring ({}) must be a positive divisor of --sp ({})", ring, sp),
-                   "--sp is the Ulysses degree × the ring degree: e.g. --sp 32 --sp-ring 4 (Ulysses 8 × ring 4)");
+  check_ring_degree(sp, ring);
 }
 
 void RankLayout::check_rank(int g) const {

@@ -10,9 +10,13 @@
 // R = 1 is plain Ulysses: the Ulysses group is the SP group and each ring group one rank.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace ulysses {
+
+// BadInput unless `ring` (--sp-ring) is a positive divisor of `sp` (--sp): RankLayout's check, and ulysses-pack's.
+void check_ring_degree(std::int64_t sp, std::int64_t ring);
 
 class RankLayout {
  public:

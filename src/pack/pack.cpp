@@ -142,9 +142,7 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, std::int64_t se
 }  // namespace
 
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t sp_ring, std::int64_t alignment) {
-  if (sp_ring < 1 || sp < 1 || sp % sp_ring != 0)
-    throw BadInput(fmt::format("--sp-ring ({}) must be a positive divisor of --sp ({})", sp_ring, sp),
-                   "--sp is the Ulysses degree × the ring degree: e.g. --sp 32 --sp-ring 4 (Ulysses 8 × ring 4)");
+  check_ring_degree(sp, sp_ring);
   check_ring_split(seq_len, sp, sp_ring, "--seq-len", alignment);
   if (seq_len > (std::int64_t{1} << 31) - 1)
     throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len),
