@@ -58,15 +58,8 @@ std::pair<int, int> capability([[maybe_unused]] const c10::Device& d) {
   return {0, 0};
 }
 
-// The varlen flash kernel's conditions: CUDA, half precision, a head size it has kernels for, a GPU it runs
-// on, no explicit mask.
 bool varlen_flash_applies(const torch::Tensor& q, const AttentionPlan& plan) {
-  const auto t = q.scalar_type();
-  const std::int64_t D = q.size(3);
-  if (!q.is_cuda() || (t != torch::kBFloat16 && t != torch::kHalf) || D % 8 != 0 || D > 256 || plan.mask.defined())
-    return false;
-  const auto [major, minor] = capability(q.device());
-  return flash_supported(major, minor, D);
+  return !plan.mask.defined() && flash_applies(q);
 }
 
 // q [B, S, h, D], k, v [B, S, hkv, D] → [B, S, h, D]: every document of every row in one launch (GQA native).
@@ -103,6 +96,14 @@ bool flash_supported(int major, int minor, std::int64_t head_dim) {
   // 192 < head_dim ≤ 224
   const bool small_smem = (cc >= 86 && cc <= 89) || (cc >= 120 && cc <= 121);
   return !(small_smem && head_dim > 192 && head_dim <= 224);
+}
+
+bool flash_applies(const torch::Tensor& q) {
+  const auto t = q.scalar_type();
+  const std::int64_t D = q.size(-1);
+  if (!q.is_cuda() || (t != torch::kBFloat16 && t != torch::kHalf) || D % 8 != 0 || D > 256) return false;
+  const auto [major, minor] = capability(q.device());
+  return flash_supported(major, minor, D);
 }
 
 bool AttentionPlan::single_run() const {

@@ -50,6 +50,10 @@ torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads);
 // own checks say: sm80 to sm121, and on sm86/89/120/121 not with 192 < head_dim ≤ 224 (no backward kernels).
 bool flash_supported(int major, int minor, std::int64_t head_dim);
 
+// Whether the CUDA flash kernels take q [..., h, D]: a CUDA device, bf16/fp16, a head size they have kernels for
+// (a multiple of 8, ≤ 256) on this GPU (flash_supported).
+bool flash_applies(const torch::Tensor& q);
+
 // Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and
 // i - j < sliding_window when given. doc_ids [B, S] → mask [B, 1, S, S] bool (true = attend).
 torch::Tensor document_causal_mask(const torch::Tensor& doc_ids, std::optional<std::int64_t> sliding_window);

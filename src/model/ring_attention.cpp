@@ -1,5 +1,7 @@
 #include "model/ring_attention.hpp"
 
+#include <ATen/ops/_flash_attention_backward.h>
+#include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <fmt/ostream.h>
@@ -40,20 +42,34 @@ std::vector<RingPiece> ring_pieces(const AttentionPlan& plan, TokenRange q_chunk
   return pieces;
 }
 
+PieceWindow piece_window(const RingPiece& p, std::int64_t window) {
+  const std::int64_t right = p.q.end - p.k.end;   // 0 on the same tokens; past every key when the keys come first
+  return {window - 1 - right, right};
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The kernel that computes the pieces: PieceKernel resolved for the tensors.
+enum class Kernel { kFlashCpu, kFlashCuda, kWrittenOut };
+
+Kernel resolve(PieceKernel asked, const torch::Tensor& q) {
+  if (asked == PieceKernel::kWrittenOut) return Kernel::kWrittenOut;
+  if (q.is_cpu()) return Kernel::kFlashCpu;
+  return flash_applies(q) ? Kernel::kFlashCuda : Kernel::kWrittenOut;
+}
+
 // The ring and the layout, kept for backward (ctx->saved_data holds IValues only).
 struct RingContext : torch::CustomClassHolder {
-  RingContext(comm::Communicator& c, RingPosition w, AttentionPlan p, double s, bool flash)
-      : ring(c), where(w), plan(std::move(p)), scale(s), flash_cpu(flash) {}
+  RingContext(comm::Communicator& c, RingPosition w, AttentionPlan p, double s, Kernel k)
+      : ring(c), where(w), plan(std::move(p)), scale(s), kernel(k) {}
   comm::Communicator& ring;
   RingPosition where;
   AttentionPlan plan;
   double scale;
-  bool flash_cpu;   // the pieces by PyTorch's flash attention for CPU; else written out
+  Kernel kernel;
 };
 
 // key ≤ query and query − key < window, as an additive mask [Lq, Lk] of `dtype` (0 allowed, −inf not)
@@ -65,47 +81,101 @@ torch::Tensor window_mask(const RingPiece& p, std::int64_t window, const torch::
       .masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
+// How one piece is computed: its kernel, causal or not, its window (the CUDA kernel's) or mask (the CPU kernels').
+struct PieceMath {
+  Kernel kernel;
+  bool causal;
+  std::optional<PieceWindow> window;
+  std::optional<torch::Tensor> mask;   // [Lq, Lk] additive
+  double scale;
+  c10::ScalarType acc;                 // the accumulation dtype
+};
+
+PieceMath piece_math(const RingContext& c, const RingPiece& p, const torch::Tensor& q, c10::ScalarType acc) {
+  PieceMath m{c.kernel, p.causal, std::nullopt, std::nullopt, c.scale, acc};
+  if (!p.masked) return m;
+  if (c.kernel == Kernel::kFlashCuda)
+    m.window = piece_window(p, *c.plan.window);
+  else
+    m.mask = window_mask(p, *c.plan.window, q.options());
+  return m;
+}
+
+// The layout of the CPU kernels: rows [1, L, heads, D] → [1, h, L, D], KV heads repeated to the h query heads.
+torch::Tensor heads_first(const torch::Tensor& x, std::int64_t h) {
+  return expand_kv_heads(x.transpose(1, 2), h).contiguous();
+}
+
+// A gradient [1, h, L, D] back to rows of `heads` heads, [1, L, heads, D], summed over each KV head's query heads.
+torch::Tensor to_rows(const torch::Tensor& g, std::int64_t heads) {
+  return g.view({1, heads, g.size(1) / heads, g.size(2), g.size(3)}).sum(2).transpose(1, 2);
+}
+
 // The scores of a piece, written out: q [1, h, Lq, D], k [1, h, Lk, D] → [1, h, Lq, Lk] in the accumulation dtype
-torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, bool causal,
-                     const std::optional<torch::Tensor>& mask, double scale, c10::ScalarType acc) {
-  auto s = torch::matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale;   // [1, h, Lq, Lk]
-  if (causal) s = s.masked_fill(torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1),
-                                -std::numeric_limits<double>::infinity());
-  if (mask) s = s + mask->to(acc);
+torch::Tensor scores(const PieceMath& m, const torch::Tensor& q, const torch::Tensor& k) {
+  auto s = torch::matmul(q.to(m.acc), k.to(m.acc).transpose(-1, -2)) * m.scale;   // [1, h, Lq, Lk]
+  if (m.causal) s = s.masked_fill(torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1),
+                                  -std::numeric_limits<double>::infinity());
+  if (m.mask) s = s + m.mask->to(m.acc);
   return s;
 }
 
-// One piece forward: q [1, h, Lq, D], k, v [1, h, Lk, D] → out [1, h, Lq, D] (q's dtype), lse [1, h, Lq] (acc)
-std::pair<torch::Tensor, torch::Tensor> piece_forward(const torch::Tensor& q, const torch::Tensor& k,
-                                                      const torch::Tensor& v, bool causal,
-                                                      const std::optional<torch::Tensor>& mask, double scale,
-                                                      c10::ScalarType acc, bool flash_cpu) {
-  if (flash_cpu) {
-    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, mask, scale);
-    return {out, lse.to(acc)};
-  }
-  const auto s = scores(q, k, causal, mask, scale, acc);   // [1, h, Lq, Lk]
-  const auto lse = s.logsumexp(-1);                          // [1, h, Lq]
-  return {torch::matmul((s - lse.unsqueeze(-1)).exp(), v.to(acc)).to(q.scalar_type()), lse};
+std::optional<std::int64_t> left(const PieceMath& m) {
+  return m.window ? std::optional(m.window->left) : std::nullopt;
+}
+std::optional<std::int64_t> right(const PieceMath& m) {
+  return m.window ? std::optional(m.window->right) : std::nullopt;
 }
 
-// One piece backward from the whole attention's out and lse → dq [1, h, Lq, D], dk, dv [1, h, Lk, D] (acc)
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> piece_backward(
-    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-    const torch::Tensor& out, const torch::Tensor& lse, bool causal, const std::optional<torch::Tensor>& mask,
-    double scale, c10::ScalarType acc, bool flash_cpu) {
-  if (flash_cpu) {
-    const auto kernel_lse = lse.to(q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat).contiguous();
-    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, kernel_lse, 0.0,
-                                                                                  causal, mask, scale);
-    return {dq.to(acc), dk.to(acc), dv.to(acc)};
+// One piece forward: q [1, Lq, h, D], k, v [1, Lk, hkv, D] (rows of the blocks) → out [1, Lq, h, D] (q's dtype),
+// lse [1, h, Lq] (acc)
+std::pair<torch::Tensor, torch::Tensor> piece_forward(const PieceMath& m, const torch::Tensor& q,
+                                                      const torch::Tensor& k, const torch::Tensor& v) {
+  const std::int64_t Lq = q.size(1), Lk = k.size(1), h = q.size(2);
+  if (m.kernel == Kernel::kFlashCuda) {   // GQA native; lse [1, h, Lq] float
+    auto r = at::_flash_attention_forward(q, k, v, std::nullopt, std::nullopt, Lq, Lk, /*dropout_p=*/0.0, m.causal,
+                                          /*return_debug_mask=*/false, m.scale, left(m), right(m));
+    return {std::get<0>(r), std::get<1>(r).reshape({1, h, Lq})};
   }
-  const auto p = (scores(q, k, causal, mask, scale, acc) - lse.unsqueeze(-1)).exp();   // [1, h, Lq, Lk]
-  const auto g = dout.to(acc);
+  const auto qt = heads_first(q, h), kt = heads_first(k, h), vt = heads_first(v, h);   // [1, h, L, D]
+  if (m.kernel == Kernel::kFlashCpu) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(qt, kt, vt, 0.0, m.causal, m.mask, m.scale);
+    return {out.transpose(1, 2), lse.to(m.acc)};
+  }
+  const auto s = scores(m, qt, kt);    // [1, h, Lq, Lk]
+  const auto lse = s.logsumexp(-1);    // [1, h, Lq]
+  return {torch::matmul((s - lse.unsqueeze(-1)).exp(), vt.to(m.acc)).to(q.scalar_type()).transpose(1, 2), lse};
+}
+
+// One piece backward from the whole attention's out [1, Lq, h, D] and lse [1, h, Lq] (rows, as piece_forward's)
+// → dq [1, Lq, h, D], dk, dv [1, Lk, hkv, D] (acc)
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> piece_backward(const PieceMath& m, const torch::Tensor& dout,
+                                                                       const torch::Tensor& q, const torch::Tensor& k,
+                                                                       const torch::Tensor& v, const torch::Tensor& out,
+                                                                       const torch::Tensor& lse) {
+  const std::int64_t Lq = q.size(1), Lk = k.size(1), h = q.size(2), hkv = k.size(2);
+  if (m.kernel == Kernel::kFlashCuda) {   // dk, dv summed over each KV head's query heads by the kernel
+    const auto unused = torch::empty({0}, q.options().dtype(torch::kUInt64));   // the dropout's rng state
+    auto [dq, dk, dv] = at::_flash_attention_backward(dout, q, k, v, out, lse.to(torch::kFloat).contiguous(),
+                                                      torch::Tensor(), torch::Tensor(), Lq, Lk, /*dropout_p=*/0.0,
+                                                      m.causal, unused, unused, m.scale, left(m), right(m));
+    return {dq.to(m.acc), dk.to(m.acc), dv.to(m.acc)};
+  }
+  const auto qt = heads_first(q, h), kt = heads_first(k, h), vt = heads_first(v, h);   // [1, h, L, D]
+  const auto gt = heads_first(dout, h), ot = heads_first(out, h);                        // [1, h, Lq, D]
+  if (m.kernel == Kernel::kFlashCpu) {
+    const auto kernel_lse = lse.to(q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat).contiguous();
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(gt, qt, kt, vt, ot, kernel_lse, 0.0,
+                                                                                  m.causal, m.mask, m.scale);
+    return {dq.to(m.acc).transpose(1, 2), to_rows(dk.to(m.acc), hkv), to_rows(dv.to(m.acc), hkv)};
+  }
+  const auto p = (scores(m, qt, kt) - lse.unsqueeze(-1)).exp();                         // [1, h, Lq, Lk]
+  const auto g = gt.to(m.acc);
   const auto dv = torch::matmul(p.transpose(-1, -2), g);                                 // [1, h, Lk, D]
-  const auto rowsum = (g * out.to(acc)).sum(-1, /*keepdim=*/true);                       // [1, h, Lq, 1]
-  const auto ds = p * (torch::matmul(g, v.to(acc).transpose(-1, -2)) - rowsum);          // [1, h, Lq, Lk]
-  return {torch::matmul(ds, k.to(acc)) * scale, torch::matmul(ds.transpose(-1, -2), q.to(acc)) * scale, dv};
+  const auto rowsum = (g * ot.to(m.acc)).sum(-1, /*keepdim=*/true);                      // [1, h, Lq, 1]
+  const auto ds = p * (torch::matmul(g, vt.to(m.acc).transpose(-1, -2)) - rowsum);       // [1, h, Lq, Lk]
+  return {(torch::matmul(ds, kt.to(m.acc)) * m.scale).transpose(1, 2),
+          to_rows(torch::matmul(ds.transpose(-1, -2), qt.to(m.acc)) * m.scale, hkv), to_rows(dv, hkv)};
 }
 
 // Where a piece's tokens sit in a block [B, 2C, ...] whose two chunks are `chunks`.
@@ -114,41 +184,30 @@ std::int64_t local_begin(const std::array<TokenRange, 2>& chunks, std::int64_t p
   return tail ? chunks[0].size() + position - chunks[1].begin : position - chunks[0].begin;
 }
 
-// rows [begin, begin + n) of row `row` of a block [B, 2C, heads, D] as [1, heads, n, D]
-torch::Tensor heads_view(const torch::Tensor& t, std::int64_t row, std::int64_t begin, std::int64_t n) {
-  return t.narrow(0, row, 1).narrow(1, begin, n).transpose(1, 2);
-}
-
-// One piece's view of the pieces' inputs: q rows, k/v rows expanded to the query heads.
-struct PieceTensors {
-  std::int64_t q_begin, k_begin;   // in the blocks
-  torch::Tensor q, k, v;           // [1, h, Lq, D], [1, h, Lk, D], [1, h, Lk, D], contiguous
-  std::optional<torch::Tensor> mask;
+// A piece's place in the blocks: its query rows and key rows of batch row `row` of a block [B, 2C, heads, D], each
+// as [1, n, heads, D].
+struct PieceRows {
+  std::int64_t row, q_begin, q_size, k_begin, k_size;
+  torch::Tensor queries(const torch::Tensor& block) const { return block.narrow(0, row, 1).narrow(1, q_begin, q_size); }
+  torch::Tensor keys(const torch::Tensor& block) const { return block.narrow(0, row, 1).narrow(1, k_begin, k_size); }
+  torch::Tensor lse(const torch::Tensor& lse_block) const {   // [B, h, 2C] → [1, h, Lq]
+    return lse_block.narrow(0, row, 1).narrow(2, q_begin, q_size);
+  }
 };
 
-PieceTensors piece_tensors(const RingPiece& p, const std::array<TokenRange, 2>& q_chunks,
-                           const std::array<TokenRange, 2>& k_chunks, const torch::Tensor& q, const torch::Tensor& k,
-                           const torch::Tensor& v, const AttentionPlan& plan) {
-  PieceTensors t;
-  t.q_begin = local_begin(q_chunks, p.q.begin), t.k_begin = local_begin(k_chunks, p.k.begin);
-  const std::int64_t h = q.size(2);
-  auto expanded = [&](const torch::Tensor& kv) {   // [1, hkv, Lk, D] → [1, h, Lk, D]
-    return expand_kv_heads(heads_view(kv, p.row, t.k_begin, p.k.size()), h).contiguous();
-  };
-  t.q = heads_view(q, p.row, t.q_begin, p.q.size()).contiguous();
-  t.k = expanded(k), t.v = expanded(v);
-  if (p.masked) t.mask = window_mask(p, *plan.window, q.options());
-  return t;
+PieceRows piece_rows(const RingPiece& p, const std::array<TokenRange, 2>& q_chunks,
+                     const std::array<TokenRange, 2>& k_chunks) {
+  return {p.row, local_begin(q_chunks, p.q.begin), p.q.size(), local_begin(k_chunks, p.k.begin), p.k.size()};
 }
 
-// Every piece this rank computes at one ring step, holding the k/v block of ring rank `held`.
+// Every piece this rank computes at one ring step, holding the k/v block of ring rank `held`: f(piece, its rows).
 template <typename F>
 void for_each_piece(const RingContext& c, std::int64_t held, F&& f) {
   const auto mine = ring_block(c.where.seq_len, c.where.degree, c.where.rank);
   const auto theirs = ring_block(c.where.seq_len, c.where.degree, held);
   for (const TokenRange& qc : mine)
     for (const TokenRange& kc : theirs)
-      for (const RingPiece& p : ring_pieces(c.plan, qc, kc, c.plan.window)) f(p, mine, theirs);
+      for (const RingPiece& p : ring_pieces(c.plan, qc, kc, c.plan.window)) f(p, piece_rows(p, mine, theirs));
 }
 
 c10::ScalarType accumulation(const torch::Tensor& q) {
@@ -165,32 +224,34 @@ std::unique_ptr<comm::Communicator::Exchange> pass_on(comm::Communicator& ring, 
   return ring.start_send_recv(x, static_cast<int>(next(w)), static_cast<int>(previous(w)));
 }
 
+// [1, h, Lq] → [1, Lq, h, 1]: a weight per query and head, on rows
+torch::Tensor on_rows(const torch::Tensor& x) { return x.transpose(1, 2).unsqueeze(-1); }
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
-  // q [B, 2C, h, D], k, v [B, 2C, hkv, D] → [B, 2C, h, D]
+  // q [B, 2C, h, D], k, v [B, 2C, hkv, D] (contiguous) → [B, 2C, h, D]
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, c10::intrusive_ptr<RingContext> c) {
     const auto acc = accumulation(q);
-    const std::int64_t B = q.size(0), L = q.size(1), h = q.size(2), D = q.size(3);
-    auto out = torch::zeros({B, h, L, D}, q.options().dtype(acc));                                  // [B, h, 2C, D]
+    const std::int64_t B = q.size(0), L = q.size(1), h = q.size(2);
+    auto out = torch::zeros(q.sizes(), q.options().dtype(acc));                                      // [B, 2C, h, D]
     auto lse = torch::full({B, h, L}, -std::numeric_limits<double>::infinity(), q.options().dtype(acc));   // [B, h, 2C]
     torch::Tensor kv = torch::stack({k, v});                                                         // [2, B, 2C, hkv, D]
     for (std::int64_t t = 0; t < c->where.degree; ++t) {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
       // the next block travels while this one's pieces run (double-buffered: kv is only read meanwhile)
       const auto arriving = t + 1 < c->where.degree ? pass_on(c->ring, c->where, kv) : nullptr;
-      for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
-        const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
-        // o [1, h, Lq, D], l [1, h, Lq]
-        auto [o, l] = piece_forward(in.q, in.k, in.v, p.causal, in.mask, c->scale, acc, c->flash_cpu);
-        auto o_acc = out.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
-        auto l_acc = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());
+      for_each_piece(*c, held, [&](const RingPiece& p, const PieceRows& at) {
+        // o [1, Lq, h, D], l [1, h, Lq]
+        auto [o, l] = piece_forward(piece_math(*c, p, q, acc), at.queries(q), at.keys(kv[0]), at.keys(kv[1]));
+        auto o_acc = at.queries(out);   // [1, Lq, h, D]
+        auto l_acc = at.lse(lse);       // [1, h, Lq]
         const auto merged = torch::logaddexp(l_acc, l);
-        o_acc.copy_(o_acc * (l_acc - merged).exp().unsqueeze(-1) + o.to(acc) * (l - merged).exp().unsqueeze(-1));
+        o_acc.copy_(o_acc * on_rows((l_acc - merged).exp()) + o.to(acc) * on_rows((l - merged).exp()));
         l_acc.copy_(merged);
       });
       if (arriving) kv = arriving->wait();
     }
-    const torch::Tensor result = out.transpose(1, 2).to(q.scalar_type()).contiguous();   // [B, 2C, h, D]
+    const torch::Tensor result = out.to(q.scalar_type());   // [B, 2C, h, D]
     ctx->save_for_backward({q, k, v, result, lse});
     ctx->saved_data["ring"] = c10::IValue::make_capsule(c);
     return result;
@@ -208,25 +269,16 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     // into what arrived for that block (sent by the previous rank after its step t − 1) and passes the sum on while
     // the next step runs; after the last step the sum of every rank's share arrives at the block's own rank.
     std::unique_ptr<comm::Communicator::Exchange> gradient_arriving;
-    const std::int64_t hkv = k.size(2), group = q.size(2) / hkv;
     for (std::int64_t t = 0; t < c->where.degree; ++t) {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
       const auto arriving = t + 1 < c->where.degree ? pass_on(c->ring, c->where, kv) : nullptr;
       torch::Tensor dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));   // [2, B, 2C, hkv, D]: this rank's share
-      for_each_piece(*c, held, [&](const RingPiece& p, const auto& mine, const auto& theirs) {
-        const PieceTensors in = piece_tensors(p, mine, theirs, q, kv[0], kv[1], c->plan);
-        const auto rows = [&](const torch::Tensor& x) {   // the piece's queries of a [B, 2C, h, D] block
-          return heads_view(x, p.row, in.q_begin, p.q.size()).contiguous();
-        };
-        const auto l = lse.narrow(0, p.row, 1).narrow(2, in.q_begin, p.q.size());   // [1, h, Lq]
-        auto [gq, gk, gv] =
-            piece_backward(rows(dout), in.q, in.k, in.v, rows(out), l, p.causal, in.mask, c->scale, acc, c->flash_cpu);
-        heads_view(dq, p.row, in.q_begin, p.q.size()).add_(gq);
-        auto to_kv_heads = [&](const torch::Tensor& g) {   // [1, h, Lk, D] → [1, hkv, Lk, D]: summed over each group
-          return g.view({1, hkv, group, p.k.size(), g.size(3)}).sum(2);
-        };
-        heads_view(dkv[0], p.row, in.k_begin, p.k.size()).add_(to_kv_heads(gk));
-        heads_view(dkv[1], p.row, in.k_begin, p.k.size()).add_(to_kv_heads(gv));
+      for_each_piece(*c, held, [&](const RingPiece& p, const PieceRows& at) {
+        auto [gq, gk, gv] = piece_backward(piece_math(*c, p, q, acc), at.queries(dout), at.queries(q), at.keys(kv[0]),
+                                           at.keys(kv[1]), at.queries(out), at.lse(lse));
+        at.queries(dq).add_(gq);
+        at.keys(dkv[0]).add_(gk);
+        at.keys(dkv[1]).add_(gv);
       });
       if (gradient_arriving) dkv += gradient_arriving->wait();
       gradient_arriving = pass_on(c->ring, c->where, dkv);
@@ -247,8 +299,18 @@ torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where
   ULY_CHECK(q.size(1) * where.degree == where.seq_len && k.sizes() == v.sizes() && q.size(2) % k.size(2) == 0,
             "ring block q {} k {} v {} for S = {} in {} blocks", fmt::streamed(q.sizes()), fmt::streamed(k.sizes()),
             fmt::streamed(v.sizes()), where.seq_len, where.degree);
-  const bool flash_cpu = q.is_cpu() && kernel == PieceKernel::kAuto;
-  return RingAttention::apply(q, k, v, c10::make_intrusive<RingContext>(ring, where, plan, scale, flash_cpu));
+  const auto context = c10::make_intrusive<RingContext>(ring, where, plan, scale, resolve(kernel, q));
+  return RingAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), context);
+}
+
+std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads, std::int64_t head_dim) {
+  const auto q = torch::empty({1, 128, heads, head_dim}, torch::TensorOptions().dtype(dtype).device(device));
+  switch (resolve(PieceKernel::kAuto, q)) {
+    case Kernel::kFlashCpu: return "PyTorch's flash attention for CPU";
+    case Kernel::kFlashCuda: return "flash attention (FlashAttention-2, grouped KV heads native)";
+    case Kernel::kWrittenOut: break;
+  }
+  return "the arithmetic written out (fp32 scores of the piece: flash attention takes bf16/fp16 only)";
 }
 
 }  // namespace ulysses::model

@@ -15,12 +15,15 @@
 // attention's. Each exchange is begun before the pieces it overlaps and finished after them
 // (Communicator::start_send_recv: the next block forward; the next block and the previous block's gradient backward).
 //
-// Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the log-sum-exp, backward from it); on
-// other devices the same arithmetic written out (scores of one piece held whole: [h, Lq, Lk]).
+// Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the log-sum-exp, backward from it); on a
+// GPU in bf16/fp16 FlashAttention-2 (PyTorch's _flash_attention_forward/backward: grouped KV heads native, the window
+// as its left/right sizes); elsewhere (fp32 on a GPU) the same arithmetic written out (one piece's scores held whole:
+// [h, Lq, Lk]).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/types.h>
@@ -46,14 +49,23 @@ struct RingPiece {
 std::vector<RingPiece> ring_pieces(const AttentionPlan& plan, TokenRange q_chunk, TokenRange k_chunk,
                                    std::optional<std::int64_t> window);
 
+// A masked piece's sliding window as FlashAttention takes it (window_size_left/right, its mask aligned to the bottom
+// right): key j of the piece's Lk is allowed for query i of its Lq when i + Lk − Lq − left ≤ j ≤ i + Lk − Lq + right
+// — the same keys as key ≤ query and query − key < window. Both sizes ≥ 0 for every piece ring_pieces makes.
+struct PieceWindow {
+  std::int64_t left = 0, right = 0;
+};
+PieceWindow piece_window(const RingPiece& p, std::int64_t window);
+
 // Where this rank sits in the ring and the sequence's length.
 struct RingPosition {
   std::int64_t seq_len = 0;
   std::int64_t rank = 0, degree = 1;   // ring rank r, ring degree R
 };
 
-// Which kernel computes each piece: kAuto, PyTorch's flash attention for CPU on a CPU and the arithmetic written out
-// elsewhere; kWrittenOut, the arithmetic written out everywhere (the tests check it on a CPU against the flash kernel).
+// Which kernel computes each piece: kAuto, the flash kernel of the device and dtype where there is one, the arithmetic
+// written out elsewhere; kWrittenOut, the arithmetic written out everywhere (the tests check it on a CPU against the
+// flash kernel).
 enum class PieceKernel { kAuto, kWrittenOut };
 
 // q [B, 2C, h, D], k, v [B, 2C, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)): this rank's ring
@@ -62,5 +74,9 @@ enum class PieceKernel { kAuto, kWrittenOut };
 torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where, const torch::Tensor& q,
                              const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale,
                              PieceKernel kernel = PieceKernel::kAuto);
+
+// Which kernel computes the pieces for q of this device, dtype, head count and head size, as one line for the
+// start-up log, e.g. "PyTorch's flash attention for CPU".
+std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads, std::int64_t head_dim);
 
 }  // namespace ulysses::model

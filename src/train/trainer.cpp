@@ -149,17 +149,18 @@ void build_model(Run& r) {
 
 // The start-up log's attention line: the ring's layout and piece kernel, or the kernel each layer's attention runs.
 std::string attention_line(const Run& r, std::int64_t seq_len) {
+  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
+  const auto dtype = model::compute_dtype(r.place.precision);
+  const bool unseen = r.o.dry_run && r.place.device.is_cuda();   // a dry run touches no GPU
   if (r.layout.ring() > 1)
     return fmt::format("Ulysses {} inside each group × a ring of {} (K/V blocks of {} tokens passed round, merged by "
                        "their log-sum-exp); each piece by {}", r.layout.ulysses(), r.layout.ring(),
                        seq_len / r.layout.ring(),
-                       r.place.device.is_cuda() ? "the arithmetic written out (fp32 scores of the piece)"
-                                                : "PyTorch's flash attention for CPU");
-  if (r.o.dry_run && r.place.device.is_cuda())
-    return "the kernel is chosen on the GPU at start-up (a dry run touches no GPU)";
-  const arch::UlyssesHeads heads = arch::ulysses_heads(r.config, r.sp.ulysses_degree());
-  return model::attention_kernel(r.place.device, model::compute_dtype(r.place.precision), heads.q, heads.kv,
-                                 r.config.head_dim, r.config.sliding_window.has_value());
+                       unseen ? "the kernel chosen on the GPU at start-up"
+                              : model::piece_kernel(r.place.device, dtype, heads.q, r.config.head_dim));
+  if (unseen) return "the kernel is chosen on the GPU at start-up (a dry run touches no GPU)";
+  return model::attention_kernel(r.place.device, dtype, heads.q, heads.kv, r.config.head_dim,
+                                 r.config.sliding_window.has_value());
 }
 
 void print_plan(const Run& r, const data::DataLoader& loader) {

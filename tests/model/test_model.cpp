@@ -242,6 +242,41 @@ TEST(UlyssesRing, WrittenOutPiecesEqualTheFlashKernel) {
   }
 }
 
+// FlashAttention's window (piece_window; sizes at or past Lk mean no limit, as the kernel clamps them) allows the same
+// keys as the rule itself — key ≤ query, query − key < window — for every masked piece of every pair of 4 or 8 chunks
+// over documents of 5, 7, 4 and 16 tokens (S = 32), at windows 1 to 9.
+TEST(UlyssesRing, FlashWindowAllowsTheSameKeys) {
+  std::vector<std::int64_t> ids;
+  for (const auto& [doc, length] : std::vector<std::pair<int, int>>{{0, 5}, {1, 7}, {2, 4}, {3, 16}})
+    ids.insert(ids.end(), length, doc);
+  const torch::Tensor docs = torch::tensor(ids).unsqueeze(0);   // [1, 32]
+  int masked = 0;
+  for (const std::int64_t window : {1, 2, 3, 5, 9}) {
+    const AttentionPlan plan = plan_attention(docs, window, torch::kCPU, /*dense_mask=*/false);
+    for (const std::int64_t chunk : {4, 8})
+      for (std::int64_t a = 0; a < 32; a += chunk)
+        for (std::int64_t b = 0; b <= a; b += chunk)
+          for (const RingPiece& p : ring_pieces(plan, {a, a + chunk}, {b, b + chunk}, window)) {
+            if (!p.masked) continue;
+            ++masked;
+            const PieceWindow w = piece_window(p, window);
+            const std::int64_t Lq = p.q.size(), Lk = p.k.size();
+            ASSERT_GE(w.left, 0) << "piece q " << p.q.begin << " k " << p.k.begin;
+            ASSERT_GE(w.right, 0) << "piece q " << p.q.begin << " k " << p.k.begin;
+            const auto unlimited = [&](std::int64_t size) { return size >= Lk; };
+            for (std::int64_t i = 0; i < Lq; ++i)
+              for (std::int64_t j = 0; j < Lk; ++j) {
+                const std::int64_t query = p.q.begin + i, key = p.k.begin + j, diagonal = i + Lk - Lq;
+                const bool flash = (unlimited(w.left) || j >= diagonal - w.left) &&
+                                   (unlimited(w.right) || j <= diagonal + w.right);
+                EXPECT_EQ(flash, key <= query && query - key < window)
+                    << "window " << window << " query " << query << " key " << key;
+              }
+          }
+  }
+  EXPECT_GE(masked, 40);   // the rule was checked on pieces that need it
+}
+
 // The slices: two ranges per rank, chunks r and 2R−1−r split over the Ulysses group; together every token once.
 TEST(UlyssesRing, SlicesBalanceTheCausalWork) {
   testing::RingThreads group(2, 2);   // S = 16: chunks of 4, pieces of 2

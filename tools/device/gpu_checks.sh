@@ -92,7 +92,7 @@ memory_bench_gpu() {   # step 5: ALST's wheels installed for side B, the profile
 for s in $steps; do
   case $s in
     1) budget 90; step gpu_unit "$B"/tests/gpu/test_gpu || status=1 ;;
-    2) budget 150; step gpu_cli python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train \
+    2) budget 170; step gpu_cli python3 tests/gpu/test_gpu_cli.py "$B"/src/train/ulysses-train \
          "$B"/src/pack/ulysses-pack "$root/bin/mpiexec" || status=1 ;;
     3) budget 260; step plan_bench_gpu python3 tools/bench/plan_bench.py --gpu --build "$B" "${bench_args[@]}" \
          --time-limit $(( limit - 20 )) --threads 8 --save-profile "$OUT/profile.json" || [[ -z $smoke ]] || status=1 ;;
