@@ -127,6 +127,23 @@ std::vector<int> sp_degrees(const arch::ModelConfig& c, const Layout& l) {
   return out;
 }
 
+std::vector<SpRing> sp_ring_degrees(const arch::ModelConfig& c, const Layout& l) {
+  std::vector<SpRing> out;
+  for (int sp = 1; sp <= l.world(); ++sp)
+    for (int ring = 1; ring <= sp && l.world() % sp == 0; ++ring) {
+      if (sp % ring != 0) continue;
+      try {
+        arch::check_heads_for_sp(c, sp, "", ring);
+      } catch (const BadInput&) {
+        continue;
+      }
+      Layout at = l;
+      at.sp = sp, at.ring = ring;
+      if (at.sp_within_islands(sp)) out.push_back({sp, ring});
+    }
+  return out;
+}
+
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
                          const std::string& source) {
   if (sp < 1 || seq_len % sp == 0) return;
@@ -188,27 +205,35 @@ std::optional<std::string> suggest_fix(const arch::ModelConfig& c, const Layout&
   return std::nullopt;
 }
 
+namespace {
+
+// "SP 16" or "SP 16 (Ulysses 8 × ring 2)"
+std::string layout_words(const Layout& l) {
+  return l.ring > 1 ? fmt::format("SP {} (Ulysses {} × ring {})", l.sp, l.ulysses(), l.ring) : fmt::format("SP {}", l.sp);
+}
+
+}  // namespace
+
 std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                     const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus) {
   for (int nodes = fewest_gpus ? 1 : l.nodes; nodes <= l.nodes; ++nodes) {
     Layout at = l;
     at.nodes = nodes;
-    std::vector<int> tried;
-    for (int sp : sp_degrees(c, at)) {
-      at.sp = sp;
-      const std::int64_t s = (target + sequence_unit(sp) - 1) / sequence_unit(sp) * sequence_unit(sp);
-      if (!fits(c, at, flags, p, m, s)) {
-        tried.push_back(sp);
-        continue;
-      }
+    std::vector<int> tried;   // SP degrees no ring degree fits
+    for (const SpRing& d : sp_ring_degrees(c, at)) {
+      if (tried.empty() || tried.back() != d.sp) tried.push_back(d.sp);
+      at.sp = d.sp, at.ring = d.ring;
+      const std::int64_t unit = sequence_unit(d.sp, d.ring), s = (target + unit - 1) / unit * unit;
+      if (!fits(c, at, flags, p, m, s)) continue;
+      tried.pop_back();   // the degree that fits
       const std::string smaller = tried.empty() ? "" : fmt::format("; SP {} does not fit", fmt::join(tried, ", "));
       return Choice{at, fewest_gpus
-                            ? fmt::format("{} GPUs ({} node{}) is the fewest that reach {} tokens, with SP {} the "
-                                          "smallest degree that fits there{}",
-                                          at.world(), nodes, nodes == 1 ? "" : "s", target, sp, smaller)
-                            : fmt::format("SP {} is the smallest degree that fits {} tokens on all {} GPUs: the rest "
+                            ? fmt::format("{} GPUs ({} node{}) is the fewest that reach {} tokens, with {} the "
+                                          "smallest layout that fits there{}",
+                                          at.world(), nodes, nodes == 1 ? "" : "s", target, layout_words(at), smaller)
+                            : fmt::format("{} is the smallest layout that fits {} tokens on all {} GPUs: the rest "
                                           "is data parallelism (DP {}), which needs no all-to-all{}",
-                                          sp, target, at.world(), at.world() / sp, smaller)};
+                                          layout_words(at), target, at.world(), at.world() / d.sp, smaller)};
     }
   }
   return std::nullopt;

@@ -43,6 +43,14 @@ std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world);
 // accepts there, and so all that the advice and --sp choose offer.
 std::vector<int> sp_degrees(const arch::ModelConfig& c, const Layout& l);
 
+// The (SP, ring) layouts --sp choose considers: each SP degree dividing the world, with each ring degree R dividing
+// it (R = 1 first) whose Ulysses degree SP/R the heads allow and whose Ulysses groups stay inside l's islands (unless
+// it allows crossing them) — past the head limit and across islands only with a ring. Ordered by SP, then R.
+struct SpRing {
+  int sp = 1, ring = 1;
+};
+std::vector<SpRing> sp_ring_degrees(const arch::ModelConfig& c, const Layout& l);
+
 // BadInput when sequences of seq_len tokens (what `source` holds) do not split over --sp `sp`, its hint the degrees
 // the model's heads, the world and the length allow (the loader's own check knows the length alone).
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
@@ -52,9 +60,10 @@ void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int
 // world allow (RankLayout's own check knows the world alone).
 void check_sp_for_world(const arch::ModelConfig& c, int world, int sp);
 
-// --sp choose: the layout that reaches `target` tokens, among sp_degrees. fewest_gpus: the fewest whole nodes (of
-// l.nodes), then the smallest SP degree that fits there; else (throughput) all nodes and the smallest SP that fits
-// (more data parallelism, less all-to-all traffic per token). nullopt when no layout reaches it.
+// --sp choose: the layout that reaches `target` tokens, among sp_ring_degrees. fewest_gpus: the fewest whole nodes
+// (of l.nodes), then the smallest SP degree that fits there, then the smallest ring degree; else (throughput) all
+// nodes and the smallest SP (then ring) that fits (more data parallelism, less all-to-all traffic per token). nullopt
+// when no layout reaches it.
 struct Choice {
   Layout layout;
   std::string why;   // one sentence

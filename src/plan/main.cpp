@@ -2,6 +2,7 @@
 // Torch-free and instant: the arithmetic of plan/memory_model.hpp over a Hugging Face config.json, with the
 // constants of a memory profile (built-in, or measured by ulysses-train --calibrate-memory).
 // Exit codes: 0 the plan fits (or, without --seq-len, the longest length was found), 2 it does not / bad input.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -34,10 +35,10 @@ Examples:
       --offload-optimizer --offload-checkpoints -1 --tiled-mlp --tiled-logits
   # the longest sequence one node reaches (no --seq-len), on H200s with 2 TiB of host memory
   ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --gpu-memory 141GB --host-memory 2TiB --profile h200
-  # which SP degree and how many nodes reach 4M tokens with the fewest GPUs (SP groups may span nodes: the
-  # trainer then needs --allow-sp-across-islands too)
+  # which SP degree, ring degree and how many nodes reach 4M tokens with the fewest GPUs (past a node: Ulysses
+  # inside each node × a ring across them; with --allow-sp-across-islands pure Ulysses may span nodes too)
   ulysses-plan --model config.json --nodes 8 --sp choose --seq-len 4M --precision bf16 --offload-optimizer \
-      --offload-checkpoints -1 --tiled-mlp --tiled-logits --allow-sp-across-islands
+      --offload-checkpoints -1 --tiled-mlp --tiled-logits
   # the memory flags that make 1M fit one node of 8 H100 (printed as MEMORY_ARGS for slurm/train_1m.sbatch)
   ulysses-plan --model config.json --gpus-per-node 8 --sp 8 --seq-len 1M --precision bf16 --choose-memory-flags
   # ranks on this CPU machine (its memory), with the profile measured here by ulysses-train --calibrate-memory
@@ -90,7 +91,7 @@ void set_up(CLI::App& app, Cli& o) {
                  "Ring degree inside the SP group, as ulysses-train's (Ulysses degree = sp / sp-ring; a numeric --sp)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--objective", o.objective,
-                 "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP) or throughput (all "
+                 "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP, then ring) or throughput (all "
                  "nodes, the smallest SP that fits)")
       ->check(CLI::IsMember({"fewest-gpus", "throughput"}))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Check this sequence length (exit 2 when it does not fit); also the target "
@@ -158,7 +159,8 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
   up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch, o.island_size, o.across_islands};
   if (o.sp == "choose") {
     if (o.sp_ring != 1)
-      throw ulysses::BadInput("--sp choose picks Ulysses degrees only", "pass a numeric --sp with --sp-ring");
+      throw ulysses::BadInput(fmt::format("--sp choose picks the ring degree too (--sp-ring {} given)", o.sp_ring),
+                              "drop --sp-ring, or pass a numeric --sp with it");
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
     if (!choice) {
@@ -190,12 +192,18 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
   l.ring = static_cast<int>(o.sp_ring);
   const ulysses::RankLayout ranks(l.world(), l.sp, l.ring);   // --sp-ring divides --sp
   ulysses::arch::check_heads_for_sp(c, l.sp, config_json.string(), l.ring);
-  if (!l.sp_within_islands(l.sp))   // the trainer's refusal, said before anything is queued
+  if (!l.sp_within_islands(l.sp)) {   // the trainer's refusal, said before anything is queued
+    const auto rings = up::sp_ring_degrees(c, l);
+    const auto ring = std::find_if(rings.begin(), rings.end(), [&](const up::SpRing& d) { return d.sp == l.sp; });
     throw ulysses::BadInput(
         fmt::format("--sp {} spans NVLink islands of {} ranks: its all-to-alls would cross the inter-node network",
                     l.sp, l.island_ranks()),
-        fmt::format("use --sp {}, or --allow-sp-across-islands (ulysses-train needs it too)",
-                    fmt::join(up::sp_degrees(c, l), ", ")));
+        fmt::format("use --sp {}{}, or --allow-sp-across-islands (ulysses-train needs it too)",
+                    fmt::join(up::sp_degrees(c, l), ", "),
+                    ring == rings.end() ? ""
+                                        : fmt::format(", or --sp {} --sp-ring {} (Ulysses inside each island × a ring "
+                                                      "across them)", l.sp, ring->ring)));
+  }
   return l;
 }
 

@@ -438,30 +438,73 @@ TEST(Advice, SpDegreesStayInsideIslands) {
   EXPECT_EQ(sp_degrees(kLlama8B, Layout{36, 4, 1, 1, 72}), (std::vector<int>{1, 2, 4, 8}));   // 72 % 16 != 0
 }
 
-TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestDegreeThatFit) {
+// The ring's pieces by FlashAttention-2 (a GPU in bf16) hold nothing [C, C]: one layer's working set grows with S
+// alone; written out (a GPU in fp32) their scores grow with S² and soon dominate. 8B, SP 32 as Ulysses 8 × ring 4.
+TEST(MemoryModel, RingPiecesByFlashGrowWithTheSequence) {
+  const Profile p = load_profile("h100");
+  const Layout l{4, 8, 32, 1, 0, false, 4};
+  auto working = [&](const char* precision, std::int64_t S) {
+    MemoryFlags flags;
+    flags.precision = precision;
+    return static_cast<double>(predict(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), p, S).working);
+  };
+  const std::int64_t S = 1 << 20;
+  EXPECT_NEAR(working("bf16", 2 * S), 2 * working("bf16", S), 2.0);
+  EXPECT_GT(working("fp32", 2 * S), 3 * working("fp32", S));
+}
+
+// Rings reach past a node with Ulysses inside it, and past the head limit; pure Ulysses spans nodes only when allowed.
+TEST(Advice, RingDegreesKeepUlyssesInsideIslands) {
+  auto has = [](const std::vector<SpRing>& v, int sp, int ring) {
+    return std::any_of(v.begin(), v.end(), [&](const SpRing& d) { return d.sp == sp && d.ring == ring; });
+  };
+  const auto inside = sp_ring_degrees(kLlama8B, Layout{8, 8, 1, 1});
+  EXPECT_TRUE(has(inside, 8, 1) && has(inside, 16, 2) && has(inside, 32, 4) && has(inside, 64, 8));
+  EXPECT_FALSE(has(inside, 16, 1) || has(inside, 32, 1) || has(inside, 64, 2));   // Ulysses groups across nodes
+  EXPECT_FALSE(has(inside, 8, 3) || has(inside, 24, 1));                          // no ring or heads split so
+  const auto across = sp_ring_degrees(kLlama8B, Layout{8, 8, 1, 1, 0, true});
+  EXPECT_TRUE(has(across, 32, 1) && has(across, 64, 2));
+  EXPECT_FALSE(has(across, 64, 1));   // 64 ranks of Ulysses past 32 heads
+}
+
+// --sp choose: the fewest nodes, then the smallest SP and ring degree that fit; inside nodes (4M does not fit a node)
+// that is a ring; with SP allowed across nodes, no fewer nodes.
+TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestLayoutThatFit) {
   const Profile p = load_profile("h100");
   const Machine m{true, 80 * kGiB, 2048 * kGiB};
   MemoryFlags flags;
   flags.precision = "bf16", flags.offload_optimizer = true, flags.offload_checkpoints = -1;
   flags.tiled_mlp = flags.tiled_logits = true;
   const std::int64_t target = 4 << 20;
-  EXPECT_FALSE(choose_layout(kLlama8B, {4, 8, 1, 1}, flags, p, m, target, true));   // SP 8 inside a node: too short
-  const auto choice = choose_layout(kLlama8B, {4, 8, 1, 1, 0, true}, flags, p, m, target, true);
-  ASSERT_TRUE(choice);
-  const Layout& c = choice->layout;
-  EXPECT_TRUE(check_fit(predict(kLlama8B, c, resolve(flags, kLlama8B, c.world()), p, target), c, m).fits);
-  if (c.nodes > 1) {   // one node fewer reaches it with no degree
-    for (int sp : valid_sp_degrees(kLlama8B, (c.nodes - 1) * 8)) {
-      const Layout fewer{c.nodes - 1, 8, sp, 1};
-      EXPECT_FALSE(check_fit(predict(kLlama8B, fewer, resolve(flags, kLlama8B, fewer.world()), p, target), fewer, m).fits);
+  auto fits = [&](Layout l, const SpRing& d) {
+    l.sp = d.sp, l.ring = d.ring;
+    const std::int64_t unit = sequence_unit(l.sp, l.ring), s = (target + unit - 1) / unit * unit;
+    return !past_tensor_limit(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), s) &&
+           check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), p, s), l, m).fits;
+  };
+  std::optional<int> nodes_inside;
+  for (const bool across : {false, true}) {
+    const auto choice = choose_layout(kLlama8B, {4, 8, 1, 1, 0, across}, flags, p, m, target, true);
+    ASSERT_TRUE(choice) << "across " << across;
+    const Layout& c = choice->layout;
+    EXPECT_TRUE(fits(c, {c.sp, c.ring}));
+    if (!across) {
+      EXPECT_GT(c.nodes, 1);
+      EXPECT_GT(c.ring, 1);
+      EXPECT_LE(c.ulysses(), 8);
+      EXPECT_NE(choice->why.find("ring"), std::string::npos) << choice->why;
+      nodes_inside = c.nodes;
+    } else {
+      EXPECT_LE(c.nodes, *nodes_inside);
+    }
+    Layout fewer = c;
+    fewer.nodes = c.nodes - 1;
+    for (const SpRing& d : sp_ring_degrees(kLlama8B, fewer)) EXPECT_FALSE(fits(fewer, d)) << d.sp << " " << d.ring;
+    for (const SpRing& d : sp_ring_degrees(kLlama8B, c)) {
+      if (d.sp > c.sp || (d.sp == c.sp && d.ring >= c.ring)) continue;
+      EXPECT_FALSE(fits(c, d)) << d.sp << " " << d.ring;
     }
   }
-  for (int sp : valid_sp_degrees(kLlama8B, c.world()))
-    if (sp < c.sp) {
-      const Layout smaller{c.nodes, 8, sp, 1};
-      EXPECT_FALSE(
-          check_fit(predict(kLlama8B, smaller, resolve(flags, kLlama8B, smaller.world()), p, target), smaller, m).fits);
-    }
 }
 
 TEST(Calibration, TheFitRecoversTheConstantsThatMadeThePeaks) {

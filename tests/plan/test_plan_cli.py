@@ -14,6 +14,7 @@ usage: test_plan_cli.py ULYSSES_PLAN ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -106,17 +107,23 @@ class PlanCli(TempDirCase):
             self.assertIn("does not fit", p.stderr)
 
     def test_choose_names_a_layout_that_reaches_the_target(self):
-        """4M needs SP 16 here: across 2 nodes, offered only with the trainer's own opt-in (the planner, the sbatch and
-        the trainer agree on the islands); an explicit --sp 16 without it is refused as the trainer would."""
+        """4M needs SP 16 here: across 2 nodes, pure Ulysses only with the trainer's own opt-in (the planner, the
+        sbatch and the trainer agree on the islands), else Ulysses 8 inside each node × a ring across them (the
+        ring's buffers need a third node); an explicit --sp 16 without a ring or the opt-in is refused as the trainer
+        would, its hint the ring."""
         choose = [PLAN, "--model", self.llama, "--nodes", 8, "--sp", "choose", "--seq-len", "4M", *SBATCH_FLAGS]
         p = subprocess.run(list(map(str, choose)), capture_output=True, text=True)
-        self.assertEqual(p.returncode, 2)
-        one_error_line(self, p.stderr, ["inside NVLink islands of 8 ranks", "--allow-sp-across-islands"],
-                       self.root / "nothing")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sp, ring = map(int, re.search(r"chosen: .* with SP (\d+) \(Ulysses 8 × ring (\d+)\)", p.stdout).groups())
+        self.assertEqual(sp, 8 * ring)
+        self.assertIn(f"--sp {sp} --sp-ring {ring}", p.stdout)        # the pack line
+        self.assertIn(f"SP={sp} SP_RING={ring}", p.stdout)             # the sbatch line
+        self.assertNotIn("--allow-sp-across-islands", p.stdout)
         p = subprocess.run(list(map(str, [PLAN, "--model", self.llama, "--nodes", 2, "--sp", 16, "--seq-len", "1M",
                                           *SBATCH_FLAGS])), capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
-        one_error_line(self, p.stderr, ["--sp 16 spans NVLink islands of 8 ranks", "use --sp 1, 2, 4, 8"],
+        one_error_line(self, p.stderr, ["--sp 16 spans NVLink islands of 8 ranks", "use --sp 1, 2, 4, 8",
+                                        "or --sp 16 --sp-ring 2"],
                        self.root / "nothing")
         p = subprocess.run(list(map(str, choose + ["--allow-sp-across-islands"])), capture_output=True, text=True)
         self.assertIn('EXTRA_ARGS="--allow-sp-across-islands" bash slurm/train_1m.sbatch', p.stdout)   # the opt-in
@@ -203,9 +210,10 @@ class PlanCli(TempDirCase):
     def test_every_layout_the_plan_recommends_the_trainer_accepts(self):
         """The planner and the trainer agree: for a table of clusters (2 nodes × 2 ranks, emulated per rank through
         SLURMD_NODENAME / SLURM_NODEID / SLURM_LOCALID; host memory chosen so that S = 64K needs SP 2, or SP 4 across
-        the nodes), each layout ulysses-plan recommends — the sbatch line of --sp choose, the layout its refusal's
-        hint names — is one the trainer's --dry-run accepts on those nodes with the line's flags (SP, ISLAND_SIZE,
-        MEMORY_ARGS, EXTRA_ARGS); and the across-island opt-in the plan prints is one the trainer needs."""
+        the nodes), each layout ulysses-plan recommends — the sbatch line of --sp choose (SP 4 across the nodes as
+        pure Ulysses with the opt-in, else as Ulysses 2 × a ring of 2), the layout its refusal's hint names — is one
+        the trainer's --dry-run accepts on those nodes with the line's flags (SP, SP_RING, ISLAND_SIZE, MEMORY_ARGS,
+        EXTRA_ARGS); and the across-island opt-in the plan prints is one the trainer needs."""
         config = self.root / "tiny-64k.json"
         config.write_text(json.dumps(dict(json.loads(TINY_CONFIG.read_text()), max_position_embeddings=1 << 20)))
         data = self.root / "packed-64k"
@@ -222,7 +230,8 @@ class PlanCli(TempDirCase):
         def dry_run(line, hint_flags=(), nodes=None):
             """The trainer's --dry-run on the line's nodes × GPUS_PER_NODE emulated ranks with its flags."""
             v = dict(w.split("=", 1) for w in shlex.split(line.split(" bash ")[0]))
-            flags = ["--sp", v["SP"], "--precision", v["PRECISION"], "--island-size", v.get("ISLAND_SIZE", 0),
+            flags = ["--sp", v["SP"], "--sp-ring", v.get("SP_RING", 1), "--precision", v["PRECISION"],
+                     "--island-size", v.get("ISLAND_SIZE", 0),
                      *shlex.split(v["MEMORY_ARGS"]), *shlex.split(v.get("EXTRA_ARGS", "")), *hint_flags]
             per_node, cmd = int(v["GPUS_PER_NODE"]), [MPIEXEC]
             for g in range(int(nodes or v["NODES"]) * per_node):
@@ -236,8 +245,11 @@ class PlanCli(TempDirCase):
             return next(line.strip() for line in p.stdout.splitlines() if "bash slurm/train_1m.sbatch" in line)
 
         accepted = 0
-        for host, extra in (("3GiB", []), ("2.2GiB", ["--allow-sp-across-islands"]), ("2.2GiB", ["--island-size", 4])):
+        for host, extra, ring in (("3GiB", [], None), ("2.2GiB", ["--allow-sp-across-islands"], None),
+                                  ("2.2GiB", ["--island-size", 4], None), ("2.2GiB", [], "SP=4 SP_RING=2")):
             line = sbatch_line(plan("--host-memory", host, "--sp", "choose", *extra))
+            if ring:   # SP 4 across the nodes without the opt-in: Ulysses 2 inside each node × a ring of 2
+                self.assertIn(ring, line)
             p = dry_run(line)
             self.assertEqual(p.returncode, 0, f"{line}\n{p.stderr[-3000:]}")
             self.assertIn("dry run: nothing was written", p.stderr + p.stdout)
@@ -246,7 +258,6 @@ class PlanCli(TempDirCase):
                 p = dry_run(line.replace('EXTRA_ARGS="--allow-sp-across-islands"', ""))
                 self.assertEqual(p.returncode, 2, p.stderr[-3000:])
                 self.assertIn("spans NVLink islands", p.stderr)
-        plan("--host-memory", "2.2GiB", "--sp", "choose", code=2)   # SP 4 crosses the nodes: not offered bare
         # a refusal's hint: the layout (or the flags) it names, run as the trainer would be
         p = plan("--host-memory", "3GiB", "--sp", 1, code=2)
         hint = p.stderr.split("HINT: ")[1].strip()
@@ -258,7 +269,7 @@ class PlanCli(TempDirCase):
             self.assertTrue(hint.startswith("add --"), hint)
             p = dry_run(line, shlex.split(hint[len("add "):]))
         self.assertEqual(p.returncode, 0, f"{hint}\n{p.stderr[-3000:]}")
-        self.assertEqual(accepted, 3)
+        self.assertEqual(accepted, 4)
 
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),
