@@ -6,7 +6,9 @@ H100s — or 141 GB H200s where the row says so —, 1.9 TiB host per node), for
 GPU) and, in parentheses, off; and ours in bf16 with attention in head groups (--attention-head-groups auto: the
 least G that fits the longest length), with the parameters offloaded too (--offload-params) where that reaches further,
 and what stops the next length (ulysses-plan's refusal one unit past it). Then LoRA (rank 16 on all seven projections,
-the frozen bf16 base sharded over the ranks) with the same features, against ALST's full fine-tune on the same GPUs. The byte model's own lengths, as the
+the frozen bf16 base sharded over the ranks) with the same features, against ALST's full fine-tune on the same GPUs.
+Then Llama-3.1-8B past one node and past its 32 heads: SP 32 as pure Ulysses over 4 nodes against Ulysses 8 inside
+each node × a ring of 4 (--sp-ring), and SP 64 and 128 as Ulysses 8 × a ring of 8 and 16. The byte model's own lengths, as the
 records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
@@ -47,6 +49,9 @@ GPU_MEMORY = {"H100": "80GiB", "H200": "141GB"}
 # LoRA over the frozen base, sharded: against ALST's full fine-tune rows of the same model and GPUs
 LORA = ["--lora-rank", "16", "--lora-targets", "all-linear", "--sharding", "full_shard"]
 LORA_ROWS = [("Llama-3.1-70B", 1, 8, 8, "200K†"), ("Llama-3.1-70B", 2, 8, 16, "1.2M†"), ("Qwen3-32B", 1, 8, 8, "1.55M†")]
+# Past a node and past the head limit (Llama-3.1-8B: 32 heads): (model, nodes, gpus per node, SP, ring, published)
+RING_ROWS = [("Llama-3.1-8B", 4, 8, 32, 1, "15M"), ("Llama-3.1-8B", 4, 8, 32, 4, "15M"),
+             ("Llama-3.1-8B", 8, 8, 64, 8, None), ("Llama-3.1-8B", 16, 8, 128, 16, None)]
 ABLATION = [("ZeRO-3, optimizer offload, checkpointing (SP 1)", 1, BASE, "32K"),
             ("+ tiled logits and loss", 1, BASE + ["--tiled-logits"], "160K"),
             ("+ Ulysses SP 8", 8, BASE + ["--tiled-logits"], "1.1M"),
@@ -92,10 +97,12 @@ def ours(a, cfg, nodes, gpus, sp, flags, precision, gpu="H100"):
 
 
 def binds(a, cfg, nodes, gpus, sp, flags, gpu, length):
-    """What stops the next length (one SP unit past `length`): ulysses-plan's refusal, shortened."""
+    """What stops the next length (one sequence unit past `length`: SP × 64, twice that with a ring): ulysses-plan's
+    refusal, shortened."""
+    unit = 64 * sp * (2 if "--sp-ring" in flags and flags[flags.index("--sp-ring") + 1] != "1" else 1)
     cmd = [f"{a.build}/src/plan/ulysses-plan", "--model", str(cfg), "--nodes", str(nodes), "--gpus-per-node",
            str(gpus), "--sp", str(sp), "--precision", "bf16", "--host-memory", "1.9TiB", "--profile", gpu.lower(),
-           "--gpu-memory", GPU_MEMORY[gpu], "--headroom", "0", *ACROSS, "--seq-len", str(length + 64 * sp)] + flags
+           "--gpu-memory", GPU_MEMORY[gpu], "--headroom", "0", *ACROSS, "--seq-len", str(length + unit)] + flags
     err = subprocess.run(cmd, capture_output=True, text=True).stderr
     m = re.search(r"(GPU|host) memory needs ([\d.]+ \w+) of ([\d.]+ \w+) usable", err)
     if m:
@@ -147,6 +154,17 @@ def main():
             longest_ours, best_text, bound = best(a, cfg, nodes, gpus, sp, flags, "H100")
             print(f"| {model} | {nodes * gpus} H100 ({sp}) | {figure} | {lora_text} | {lora / tokens(figure):.2f} | "
                   f"{best_text} | {longest_ours / tokens(figure):.2f} | {bound} |")
+        print()
+        print("| model | GPUs (SP) | layout | published | ours, bf16, head groups (+ parameter offload) | "
+              "ours / published | what binds |")
+        print("|---|---|---|---|---|---|---|")
+        for model, nodes, gpus, sp, ring, figure in RING_ROWS:
+            flags = ALL + ["--sp-ring", str(ring)]
+            longest_ours, best_text, bound = best(a, cfgs[model], nodes, gpus, sp, flags, "H100")
+            layout = f"Ulysses {sp // ring} × ring {ring}" if ring > 1 else f"Ulysses {sp} (across nodes)"
+            ratio = f"{longest_ours / tokens(figure):.2f}" if figure else "—"
+            print(f"| {model} | {nodes * gpus} H100 ({sp}) | {layout} | {figure or '— (past the head limit)'} | "
+                  f"{best_text} | {ratio} | {bound} |")
         print()
         print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
         print("|---|---|---|---|---|---|---|")
