@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <string_view>
 #include <exception>
@@ -62,6 +63,9 @@ struct NcclCommunicator::State {
   // The all-to-all as grouped send/recv even where ncclAlltoAll exists: ULYSSES_NCCL_SEND_RECV=1, so the
   // path older NCCL takes runs (and is tested) on a current one.
   bool send_recv = forced_send_recv();
+  // The stream start_send_recv issues on: one per communicator, so that its exchanges run in the order begun (two
+  // NCCL operations of one communicator never run at once) while the compute stream goes on.
+  std::optional<c10::cuda::CUDAStream> side;
 };
 
 NcclCommunicator::NcclCommunicator(MPI_Comm group, int device, std::chrono::seconds timeout)
@@ -253,6 +257,43 @@ torch::Tensor NcclCommunicator::send_recv(const torch::Tensor& x, int to, int fr
   CHECK_NCCL(comm, ended);
   issued(call);
   return out;
+}
+
+namespace {
+
+// A send_recv issued on the communicator's side stream: wait() makes the current stream wait for it.
+class SideExchange final : public Communicator::Exchange {
+ public:
+  SideExchange(torch::Tensor out, c10::cuda::CUDAEvent done, c10::DeviceIndex device)
+      : out_(std::move(out)), done_(std::move(done)), device_(device) {}
+  torch::Tensor wait() override {
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device_);
+    done_.block(compute);
+    out_.record_stream(compute);   // made on the side stream: not handed back to it while the compute stream reads
+    return std::move(out_);
+  }
+
+ private:
+  torch::Tensor out_;
+  c10::cuda::CUDAEvent done_;
+  c10::DeviceIndex device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator::Exchange> NcclCommunicator::start_send_recv(const torch::Tensor& x, int to, int from) {
+  const auto device = static_cast<c10::DeviceIndex>(device_);
+  if (!state_->side) state_->side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
+  const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device);
+  c10::cuda::CUDAEvent ready;   // x as the compute stream has made it so far
+  ready.record(compute);
+  ready.block(*state_->side);
+  x.record_stream(*state_->side);   // read there: its memory not reused before the send is done
+  const c10::cuda::CUDAStreamGuard on(*state_->side);
+  torch::Tensor out = send_recv(x, to, from);   // [...] enqueued on the side stream, watched there
+  c10::cuda::CUDAEvent done;
+  done.record(*state_->side);
+  return std::make_unique<SideExchange>(std::move(out), std::move(done), device);
 }
 
 void NcclCommunicator::barrier() {

@@ -5,8 +5,9 @@
 // the current CUDA stream of that GPU (PyTorch's, so the caching allocator and the compute around them
 // stay ordered) and return without waiting. all_to_all uses ncclAlltoAll where NCCL has it (≥ 2.28) and
 // grouped ncclSend/ncclRecv otherwise or with ULYSSES_NCCL_SEND_RECV=1 (both paths are always compiled); all_reduce_sum and reduce_scatter_sum add bfloat16/float16 in a
-// float32 temporary, as the MPI backend does; send_recv is one ncclSend and one ncclRecv in a group. Every NCCL call
-// is checked (file:line, NCCL's message).
+// float32 temporary, as the MPI backend does; send_recv is one ncclSend and one ncclRecv in a group, and
+// start_send_recv the same on the communicator's own side stream (the ring's K/V blocks overlap its attention).
+// Every NCCL call is checked (file:line, NCCL's message).
 //
 // Hangs and failures end the job: a dist::Watchdog watches each collective from before it is issued (NCCL
 // connects peers lazily inside the first one and blocks there when a peer is missing; the communicator's
@@ -49,6 +50,9 @@ class NcclCommunicator final : public Communicator {
   void broadcast(torch::Tensor& x, int root) override;                // [...] in place
   void barrier() override;                                            // waits for the device too
   torch::Tensor send_recv(const torch::Tensor& x, int to, int from) override;   // [...] → [...] from `from`
+  // The same on this communicator's side stream (after what the current stream has queued), so that the compute
+  // stream's kernels run while it moves; wait() makes the current stream wait for it.
+  std::unique_ptr<Exchange> start_send_recv(const torch::Tensor& x, int to, int from) override;
 
  private:
   struct State;   // the ncclComm_t and the watchdog (keeps <nccl.h> out of this header)

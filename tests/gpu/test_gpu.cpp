@@ -194,6 +194,9 @@ TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
     };
     same(nccl->all_to_all(x), mpi.all_to_all(x), "all_to_all");
     same(nccl->send_recv(x, 0, 0), mpi.send_recv(x, 0, 0), "send_recv");
+    auto first = nccl->start_send_recv(x, 0, 0), second = nccl->start_send_recv(x * 2, 0, 0);   // both on the side
+    same(first->wait(), x, "start_send_recv");
+    same(second->wait(), mpi.send_recv(x * 2, 0, 0), "start_send_recv, the second begun");
     same(nccl->all_gather(x), mpi.all_gather(x), "all_gather");
     torch::Tensor a = x.clone(), b = x.clone();
     nccl->broadcast(a, 0);
