@@ -200,6 +200,10 @@ void check_sp_within_islands(const RankLayout& layout, const Topology& topo, boo
   for (int sp = 1; sp <= layout.world(); ++sp)
     if (layout.world() % sp == 0 && sp_group_crossing_islands(RankLayout(layout.world(), sp), topo).empty())
       fits.push_back(sp);
+  int ring = 0;   // the least ring degree past this one whose Ulysses groups stay inside the islands
+  for (int r = layout.ring() + 1; r <= layout.sp() && ring == 0; ++r)
+    if (layout.sp() % r == 0 && sp_group_crossing_islands(RankLayout(layout.world(), layout.sp(), r), topo).empty())
+      ring = r;
   const std::string island_kind =
       topo.islands_measured() ? "measured from the GPU fabric"
       : topo.island_ranks() == topo.ranks_on_node(topo.place(0).node)
@@ -210,8 +214,10 @@ void check_sp_within_islands(const RankLayout& layout, const Topology& topo, boo
                   "inter-node network", layout.ring() > 1 ? "Ulysses group" : "SP group", short_list(group), layout.sp(),
                   layout.ring() > 1 ? fmt::format(" --sp-ring {}", layout.ring()) : "", fmt::join(islands, ", "),
                   fmt::join(hosts, ", ")),
-      fmt::format("islands hold {} ranks ({}): use --sp {}, or --allow-sp-across-islands to accept the slower exchange",
-                  topo.island_ranks(), island_kind, fmt::join(fits, ", ")));
+      fmt::format("islands hold {} ranks ({}): use --sp {}{}, or --allow-sp-across-islands to accept the slower "
+                  "exchange", topo.island_ranks(), island_kind, fmt::join(fits, ", "),
+                  ring == 0 ? "" : fmt::format(", or --sp {} --sp-ring {} (Ulysses inside each island × a ring "
+                                               "across them; pack with the same)", layout.sp(), ring)));
 }
 
 }  // namespace ulysses

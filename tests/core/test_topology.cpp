@@ -128,6 +128,7 @@ TEST(Topology, TwoNodesOfTwoFromSlurmIds) {
     FAIL() << "expected BadInput";
   } catch (const BadInput& e) {
     EXPECT_NE(ulysses::one_line(e).find("SP group [0 1 2 3] (--sp 4)"), std::string::npos) << ulysses::one_line(e);
+    EXPECT_NE(e.hint().find("or --sp 4 --sp-ring 2 (Ulysses inside each island"), std::string::npos) << e.hint();
   }
 }
 
