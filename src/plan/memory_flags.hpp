@@ -12,6 +12,7 @@
 //                      (there it would only hold one more gathered unit / layer input)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,6 +94,26 @@ struct Features {   // resolved
   int other_weight_bytes() const { return bf16_activations ? 2 : 4; }   // norms, biases, the table: gathered copies
   // Gathers of the next unit and copies back of offloaded layer inputs issued ahead (on a GPU's side streams).
   bool prefetches(bool cuda) const { return plan::prefetches(prefetch, cuda); }
+
+  // Each activation feature's memory term, beside its flag (plan/memory_model.cpp and plan/tensor_limit.cpp count
+  // with them; T tokens a rank):
+  // --tiled-mlp: the MLP's rows alive at once; forward keeps only the tiles' input (saves_mlp_rows false)
+  std::int64_t mlp_rows(std::int64_t T) const { return mlp_tile_tokens > 0 ? std::min(T, mlp_tile_tokens) : T; }
+  bool saves_mlp_rows() const { return mlp_tile_tokens == 0; }
+  // --tiled-logits: the logits' rows alive at once, and the fp32 [vocab, hidden] head gradient its chunks add into
+  std::int64_t logit_rows(std::int64_t T) const {
+    return logits_chunk_tokens > 0 ? std::min(T, logits_chunk_tokens) : T;
+  }
+  bool logits_gradient_buffer() const { return logits_chunk_tokens > 0; }
+  // --attention-head-groups G > 1: forward keeps only the groups' input, their heads' tensors recomputed group by
+  // group in backward (and one group's alive at a time: memory_model.cpp's counts)
+  bool saves_head_tensors() const { return attention_head_groups <= 1; }
+  // --activation-checkpointing, --offload-checkpoints N, --prefetch: of `layers` layer inputs, those kept on the
+  // device — the ones not offloaded, and with prefetch the one copied back a layer ahead — and in host memory
+  double device_kept_inputs(double layers, bool cuda) const {
+    return layers - static_cast<double>(offload_checkpoints) + (offload_checkpoints > 0 && prefetches(cuda) ? 1 : 0);
+  }
+  double host_kept_inputs() const { return static_cast<double>(offload_checkpoints); }
 };
 // BadInput for --sharding no_shard with --offload-optimizer or --offload-params, for sharding or offloaded states with
 // LoRA (replicated only: auto means no_shard there), for --fp32-residual without

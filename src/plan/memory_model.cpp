@@ -138,7 +138,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     // --offload-params over more than one rank: the shard copied over from host memory before its all-gather
     if (f.offload_params && shards > 1) b.gathered += (u.gathered_bytes + shards - 1) / shards;
   }
-  const double mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, static_cast<double>(f.mlp_tile_tokens)) : T;
+  const auto rows = static_cast<std::int64_t>(T);   // the same tokens as a count
+  const auto mlp_rows = static_cast<double>(f.mlp_rows(rows));
   // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward
   // LoRA: each adapted projection's [T, r] product beside the layer's tensors
   const double layer_tokens = T * (n.attention + n.heads + n.mlp_token + lora_row(f));
@@ -150,18 +151,17 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   if (l.ring > 1) b.working += ring_bytes(c, l, f, p, n, T, seq_len);
   if (f.activation_checkpointing) {
     const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
-    const bool fetched_ahead = f.offload_checkpoints > 0 && f.prefetches(p.cuda);   // one input back early
-    b.saved = bytes(kept * (L - static_cast<double>(f.offload_checkpoints) + (fetched_ahead ? 1 : 0)));
-    b.host_checkpoints = bytes(kept * static_cast<double>(f.offload_checkpoints));
+    b.saved = bytes(kept * f.device_kept_inputs(L, p.cuda));
+    b.host_checkpoints = bytes(kept * f.host_kept_inputs());
   } else {
-    const double saved_mlp = f.mlp_tile_tokens > 0 ? 0.0 : T * n.mlp_row;   // TiledMLP keeps its input only
-    const double saved_heads = f.attention_head_groups > 1 ? 0.0 : T * n.heads;   // groups keep their input only
+    const double saved_mlp = f.saves_mlp_rows() ? T * n.mlp_row : 0.0;
+    const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
     b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token + lora_row(f)) +
                                p.saved_factor * saved_heads +
                                p.mlp_factor * saved_mlp));
   }
-  const double loss_rows = f.logits_chunk_tokens > 0 ? std::min(T, static_cast<double>(f.logits_chunk_tokens)) : T;
-  b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_chunk_tokens > 0 ? 4 * V * h : 0.0));   // + dW buffer
+  const auto loss_rows = static_cast<double>(f.logit_rows(rows));
+  b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_gradient_buffer() ? 4 * V * h : 0.0));
   b.comm = bytes(act * T * n.a2a);   // one group's all-to-all buffers at a time
   b.device_fixed = p.device_fixed;
   b.host_states = states.host.total() / 16 * p.offload_bytes + states.host_copies;   // 16 bytes a parameter: ours

@@ -1,7 +1,5 @@
 #include "plan/tensor_limit.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -13,14 +11,12 @@ std::vector<KernelTensor> kernel_tensors(const arch::ModelConfig& c, const Layou
   const std::int64_t B = l.micro_batch, S = seq_len, T = B * (S / l.sp);
   const std::int64_t group_heads = c.num_heads / f.attention_head_groups / l.ulysses();   // query heads: rank, group
   const std::int64_t block = S / l.ring;   // tokens attention sees at once: the whole sequence, or a ring block
-  const std::int64_t mlp_rows = f.mlp_tile_tokens > 0 ? std::min(T, f.mlp_tile_tokens) : T;
-  const std::int64_t logit_rows = f.logits_chunk_tokens > 0 ? std::min(T, f.logits_chunk_tokens) : T;
   std::vector<KernelTensor> out{
       {"q of one head group after the all-to-all [B, S/R, H/G/U, head_dim]", B * block * group_heads * c.head_dim,
        "raise --attention-head-groups (auto takes the least that keeps it under) or --sp"},
-      {"MLP tile [rows, intermediate]", mlp_rows * c.intermediate_size,
+      {"MLP tile [rows, intermediate]", f.mlp_rows(T) * c.intermediate_size,
        "--mlp-tile-tokens N (or --tiled-mlp: tiles of hidden tokens)"},
-      {"logits chunk [rows, vocab]", logit_rows * c.vocab_size,
+      {"logits chunk [rows, vocab]", f.logit_rows(T) * c.vocab_size,
        "--logits-chunk-tokens N (or --tiled-logits: about 1 GiB of fp32 logits a chunk)"},
       {"embedding gradient [vocab, hidden]", c.vocab_size * c.hidden_size, "a model this wide is past these kernels"}};
   if (c.sliding_window && l.ring == 1)   // a ring masks each piece of its own
