@@ -74,7 +74,10 @@ struct PlanInputs {   // every rank on this node
   ulysses::arch::ModelConfig config;
   ulysses::shard::Manifest data;   // --data's manifest.json, read once
   std::int64_t micro_batch = 1;
-  ulysses::plan::Layout layout() const { return {1, ranks.world(), ranks.sp(), micro_batch}; }
+  ulysses::plan::Layout layout() const {
+    return {.nodes = 1, .ranks_per_node = ranks.world(), .sp = ranks.sp(), .micro_batch = micro_batch,
+            .ring = ranks.ring()};
+  }
 };
 
 // What the trainer's refusal reads, read as the trainer reads it; nullopt where the front cannot be sure of it.
@@ -82,9 +85,9 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
   const std::optional<ulysses::LaunchEnv> env = ulysses::launch_env(vars);
   if (!env || env->ranks_on_node != env->world || !world_as_expected(o, vars, env->world) || !certainly_cpu(o) ||
       !o.calibrate_memory.empty() || !o.resume.empty() || o.data.empty() || o.output.empty() || o.comm == "nccl" ||
-      o.island_size != 0 || o.sp_ring != 1)
+      o.island_size != 0)
     return std::nullopt;
-  const ulysses::RankLayout ranks(env->world, static_cast<int>(o.sp));
+  const ulysses::RankLayout ranks(env->world, static_cast<int>(o.sp), static_cast<int>(o.sp_ring));
   const fs::path config_path = ut::model_config_path(o);
   return PlanInputs{ranks, config_path, ulysses::arch::read_model_config(config_path),
                     ulysses::shard::read_manifest(o.data), o.micro_batch};
@@ -93,10 +96,11 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
 // The checks the trainer makes before its plan, in its order (train/trainer.cpp): BadInput where one fails.
 void check_as_the_trainer_would(const ut::TrainOptions& o, const PlanInputs& in, int rank) {
   ut::job_end_time(o.end_time);
-  ulysses::arch::check_heads_for_sp(in.config, in.ranks.sp(), in.config_path.string());
+  ulysses::arch::check_heads_for_sp(in.config, in.ranks.sp(), in.config_path.string(), in.ranks.ring());
   if (!o.init_from.empty()) static_cast<void>(ulysses::st::HfWeights(o.init_from));
-  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), in.data.seq_len,
-                                     fmt::format("{} (packed for --sp {})", o.data.string(), in.data.sp));
+  const std::string source = fmt::format("{} (packed for --sp {})", o.data.string(), in.data.sp);
+  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), in.data.seq_len, source);
+  ulysses::check_ring_split(in.data.seq_len, in.ranks.sp(), in.ranks.ring(), source);
   const ulysses::SequenceParallel sp(in.ranks, rank, nullptr);
   auto loader = [&](std::int64_t micro_batch, std::int64_t grad_accum, const char* split) {
     return ulysses::data::DataLoader(o.data, {sp, in.ranks.dp(), in.ranks.dp_rank(rank), micro_batch, grad_accum,

@@ -4,8 +4,9 @@
   exit 2, one line naming the flag; both in ≤ 2 s and ≤ 200 MiB (the planner is torch-free).
 - A run whose attention input would pass 2^31 elements (8B, 6M tokens, 8 GPUs) is one line naming the tensor and
   the flag; --attention-head-groups auto takes the least G that fits.
-- ulysses-train refuses an 8B config at 8 CPU ranks before building anything (the same arithmetic): its torch-free
-  front in ≤ 2 s and ≤ 200 MiB per rank, with the line the trainer itself (ulysses-train-core) prints.
+- ulysses-train refuses an 8B config at 8 CPU ranks before building anything (the same arithmetic), as pure Ulysses
+  and with a ring: its torch-free front in ≤ 2 s and ≤ 200 MiB per rank, with the line the trainer itself
+  (ulysses-train-core) prints.
 
 The prediction against measured runs is the test plan_prediction (tools/bench/plan_bench.py --check 0.15).
 
@@ -288,7 +289,8 @@ class PlanCli(TempDirCase):
         subprocess.run([PACK, "pack", src, "-o", data, "--seq-len", "512", "--sp", "8", "--vocab-size", "128256"],
                        check=True, capture_output=True)
         args = ["--data", data, "--model-config", self.llama, "--output", self.root / "run", "--sp", 8, "--threads", 1]
-        for dry in ([], ["--dry-run"]):
+        said = {}
+        for dry in (["--sp-ring", 2], [], ["--dry-run"]):   # as Ulysses 4 × a ring of 2 too
             p, seconds, mib = timed([MPIEXEC, "-n", 8, TRAIN, *args, *dry])
             self.assertEqual(p.returncode, 2, p.stderr)
             lines = p.stderr.strip().splitlines()
@@ -298,9 +300,11 @@ class PlanCli(TempDirCase):
             self.assertLess(seconds, 2)
             self.assertLess(mib, 200)   # the largest process: mpiexec's or one rank's
             self.assertFalse((self.root / "run").exists())
+            said[tuple(dry)] = lines[0]
         core = pathlib.Path(TRAIN).with_name("ulysses-train-core")   # the trainer, refusing on its own
-        p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, core, *args])), capture_output=True, text=True)
-        self.assertEqual((p.returncode, p.stderr), (2, lines[0] + "\n"))
+        for extra in ((), ("--sp-ring", 2)):
+            p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, core, *args, *extra])), capture_output=True, text=True)
+            self.assertEqual((p.returncode, p.stderr), (2, said[extra] + "\n"))
         # --ignore-memory-plan: the front passes the run on and the trainer's first rank of the node warns with the
         # same line; the (dry) run goes on
         p = subprocess.run(list(map(str, [MPIEXEC, "-n", 8, TRAIN, *args, "--dry-run", "--ignore-memory-plan"])),
