@@ -8,8 +8,8 @@ least G that fits the longest length), with the parameters offloaded too (--offl
 and what stops the next length (ulysses-plan's refusal one unit past it). Then LoRA (rank 16 on all seven projections,
 the frozen bf16 base sharded over the ranks) with the same features, against ALST's full fine-tune on the same GPUs.
 Then Llama-3.1-8B past one node and past its 32 heads: SP 32 as pure Ulysses over 4 nodes against Ulysses 8 inside
-each node × a ring of 4 (--sp-ring), and SP 64 and 128 as Ulysses 8 × a ring of 8 and 16. The byte model's own lengths, as the
-records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
+each node × a ring of 4 (--sp-ring), and SP 64 and 128 as Ulysses 8 × a ring of 8 and 16. The byte model's own
+lengths, as the records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
 
 usage: tools/length_table.py [--build build]     prints the markdown rows; nothing else is written
 """

@@ -235,7 +235,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const std::int64_t B = q.size(0), L = q.size(1), h = q.size(2);
     auto out = torch::zeros(q.sizes(), q.options().dtype(acc));                                      // [B, 2C, h, D]
     auto lse = torch::full({B, h, L}, -std::numeric_limits<double>::infinity(), q.options().dtype(acc));   // [B, h, 2C]
-    torch::Tensor kv = torch::stack({k, v});                                                         // [2, B, 2C, hkv, D]
+    torch::Tensor kv = torch::stack({k, v});                                                     // [2, B, 2C, hkv, D]
     for (std::int64_t t = 0; t < c->where.degree; ++t) {
       const std::int64_t held = (c->where.rank - t + c->where.degree) % c->where.degree;
       // the next block travels while this one's pieces run (double-buffered: kv is only read meanwhile)

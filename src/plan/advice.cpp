@@ -209,7 +209,8 @@ namespace {
 
 // "SP 16" or "SP 16 (Ulysses 8 × ring 2)"
 std::string layout_words(const Layout& l) {
-  return l.ring > 1 ? fmt::format("SP {} (Ulysses {} × ring {})", l.sp, l.ulysses(), l.ring) : fmt::format("SP {}", l.sp);
+  if (l.ring == 1) return fmt::format("SP {}", l.sp);
+  return fmt::format("SP {} (Ulysses {} × ring {})", l.sp, l.ulysses(), l.ring);
 }
 
 }  // namespace

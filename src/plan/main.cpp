@@ -2,9 +2,9 @@
 // Torch-free and instant: the arithmetic of plan/memory_model.hpp over a Hugging Face config.json, with the
 // constants of a memory profile (built-in, or measured by ulysses-train --calibrate-memory).
 // Exit codes: 0 the plan fits (or, without --seq-len, the longest length was found), 2 it does not / bad input.
-#include <algorithm>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -91,8 +91,8 @@ void set_up(CLI::App& app, Cli& o) {
                  "Ring degree inside the SP group, as ulysses-train's (Ulysses degree = sp / sp-ring; a numeric --sp)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--objective", o.objective,
-                 "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP, then ring) or throughput (all "
-                 "nodes, the smallest SP that fits)")
+                 "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP, then ring) or "
+                 "throughput (all nodes, the smallest SP that fits)")
       ->check(CLI::IsMember({"fewest-gpus", "throughput"}))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Check this sequence length (exit 2 when it does not fit); also the target "
                                          "of --sp choose. Without it: the longest length that fits");
