@@ -63,8 +63,9 @@ struct NcclCommunicator::State {
   // The all-to-all as grouped send/recv even where ncclAlltoAll exists: ULYSSES_NCCL_SEND_RECV=1, so the
   // path older NCCL takes runs (and is tested) on a current one.
   bool send_recv = forced_send_recv();
-  // The stream start_send_recv issues on: one per communicator, so that its exchanges run in the order begun (two
-  // NCCL operations of one communicator never run at once) while the compute stream goes on.
+  // The stream start_send_recv issues on: one per communicator, so that its exchanges run one after another in the
+  // order begun while the compute stream goes on (the ring's communicator carries nothing else; an operation issued
+  // on the compute stream meanwhile would be ordered by NCCL alone).
   std::optional<c10::cuda::CUDAStream> side;
 };
 
@@ -282,6 +283,7 @@ class SideExchange final : public Communicator::Exchange {
 }  // namespace
 
 std::unique_ptr<Communicator::Exchange> NcclCommunicator::start_send_recv(const torch::Tensor& x, int to, int from) {
+  check_tensor("start_send_recv", x, device_);
   const auto device = static_cast<c10::DeviceIndex>(device_);
   if (!state_->side) state_->side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
   const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device);

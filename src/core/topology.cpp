@@ -200,8 +200,10 @@ void check_sp_within_islands(const RankLayout& layout, const Topology& topo, boo
   for (int sp = 1; sp <= layout.world(); ++sp)
     if (layout.world() % sp == 0 && sp_group_crossing_islands(RankLayout(layout.world(), sp), topo).empty())
       fits.push_back(sp);
-  int ring = 0;   // the least ring degree past this one whose Ulysses groups stay inside the islands
-  for (int r = layout.ring() + 1; r <= layout.sp() && ring == 0; ++r)
+  // the least multiple of this ring degree whose Ulysses groups stay inside the islands: its Ulysses degree divides
+  // this one, so heads that split over this one split over it (the trainer checks them once it reads the model)
+  int ring = 0;
+  for (int r = 2 * layout.ring(); r <= layout.sp() && ring == 0; r += layout.ring())
     if (layout.sp() % r == 0 && sp_group_crossing_islands(RankLayout(layout.world(), layout.sp(), r), topo).empty())
       ring = r;
   const std::string island_kind =

@@ -90,8 +90,8 @@ class Topology {
 std::vector<int> sp_group_crossing_islands(const RankLayout& layout, const Topology& topo);
 
 // Throws BadInput naming the offending group, its islands and hosts, with a hint listing the SP degrees
-// that fit and the least ring degree that keeps this SP's Ulysses groups inside, unless `allow`
-// (--allow-sp-across-islands). Checks layout.world() == topo.world() first.
+// that fit and the least ring degree (a multiple of this one) that keeps this SP's Ulysses groups inside, unless
+// `allow` (--allow-sp-across-islands). Checks layout.world() == topo.world() first.
 void check_sp_within_islands(const RankLayout& layout, const Topology& topo, bool allow);
 
 }  // namespace ulysses

@@ -58,6 +58,7 @@ std::pair<int, int> capability([[maybe_unused]] const c10::Device& d) {
   return {0, 0};
 }
 
+// The varlen flash kernel's conditions: the flash kernels' (flash_applies), and no explicit mask.
 bool varlen_flash_applies(const torch::Tensor& q, const AttentionPlan& plan) {
   return !plan.mask.defined() && flash_applies(q);
 }

@@ -246,7 +246,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         auto o_acc = at.queries(out);   // [1, Lq, h, D]
         auto l_acc = at.lse(lse);       // [1, h, Lq]
         const auto merged = torch::logaddexp(l_acc, l);
-        o_acc.copy_(o_acc * on_rows((l_acc - merged).exp()) + o.to(acc) * on_rows((l - merged).exp()));
+        o_acc.mul_(on_rows((l_acc - merged).exp())).add_(o.to(acc).mul_(on_rows((l - merged).exp())));
         l_acc.copy_(merged);
       });
       if (arriving) kv = arriving->wait();
@@ -310,7 +310,7 @@ std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::
     case Kernel::kFlashCuda: return "flash attention (FlashAttention-2, grouped KV heads native)";
     case Kernel::kWrittenOut: break;
   }
-  return "the arithmetic written out (fp32 scores of the piece: flash attention takes bf16/fp16 only)";
+  return "the arithmetic written out (fp32 scores of the piece: no flash kernel for this dtype, GPU or head size)";
 }
 
 }  // namespace ulysses::model

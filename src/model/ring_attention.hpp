@@ -17,8 +17,9 @@
 //
 // Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the log-sum-exp, backward from it); on a
 // GPU in bf16/fp16 FlashAttention-2 (PyTorch's _flash_attention_forward/backward: grouped KV heads native, the window
-// as its left/right sizes); elsewhere (fp32 on a GPU) the same arithmetic written out (one piece's scores held whole:
-// [h, Lq, Lk]).
+// as its left/right sizes; its dq, dk, dv come back in that dtype, rounded before the fp32 sums); elsewhere (fp32 on a
+// GPU, or a GPU or head size flash has no kernel for: flash_applies) the same arithmetic written out (one piece's
+// scores held whole: [h, Lq, Lk]).
 #pragma once
 
 #include <cstdint>

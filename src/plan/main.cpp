@@ -164,14 +164,17 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
     const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
     if (!choice) {
+      const auto layouts = up::sp_ring_degrees(c, l);   // by SP, then ring: the widest last
       up::Layout widest = l;
-      widest.sp = up::sp_degrees(c, l).back();
+      widest.sp = layouts.back().sp, widest.ring = layouts.back().ring;
       const auto fix = up::suggest_fix(c, widest, o.flags, profile, m, target);
-      const bool crossing = !o.across_islands && up::valid_sp_degrees(c, l.world()).back() > widest.sp;
-      throw ulysses::BadInput(fmt::format("no SP degree on up to {} node{} of {} GPUs reaches {} tokens{}", o.nodes,
+      int ulysses = 1;   // the largest Ulysses degree inside the islands
+      for (const up::SpRing& d : layouts) ulysses = std::max(ulysses, d.sp / d.ring);
+      const bool crossing = !o.across_islands && up::valid_sp_degrees(c, l.world()).back() > ulysses;
+      throw ulysses::BadInput(fmt::format("no layout on up to {} node{} of {} GPUs reaches {} tokens{}", o.nodes,
                                           o.nodes == 1 ? "" : "s", o.gpus_per_node, target,
-                                          crossing ? fmt::format(" with SP groups inside NVLink islands of {} ranks",
-                                                                 l.island_ranks())
+                                          crossing ? fmt::format(" with Ulysses groups inside NVLink islands of {} "
+                                                                 "ranks", l.island_ranks())
                                                    : ""),
                               fix ? *fix
                                   : crossing ? "add --allow-sp-across-islands (all-to-alls over the inter-node network; "

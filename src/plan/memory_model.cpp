@@ -47,16 +47,17 @@ std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 // arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward the gradients of the blocks
 // (fp32, three: this rank's share, the sum in flight to the next rank, the one arriving), the fp32 accumulators of
 // the queries' output or gradient and the log-sum-exp; then one piece's kernel (a piece is a chunk of C = S/(2R)
-// tokens at most). FlashAttention-2 (a GPU in bf16): grouped KV heads native; its backward's fp32 dq accumulator for
-// the piece's queries and, under GQA, the piece's k/v gradients expanded to the query heads. PyTorch's flash attention
-// for CPU and the arithmetic written out: the piece's k/v expanded to the query heads; written out (a GPU in fp32):
-// its scores, probabilities and their gradient too, fp32 [h, C, C].
+// tokens at most). FlashAttention-2 (a GPU in bf16, a head size it has kernels for): grouped KV heads native; in its
+// backward the fp32 dq accumulator, the dq, dk, dv it returns and, under GQA, the k/v gradients expanded to the query
+// heads. PyTorch's flash attention for CPU and the arithmetic written out: the piece's k/v expanded to the query
+// heads; written out on a GPU: its scores, probabilities and their gradient too, fp32 [h, C, C].
 double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                   const LayerCounts& n, double T, std::int64_t seq_len) {
   const double act = f.compute_bytes();
   const double qa = n.heads_q, kva = n.heads_kv;   // per token of this rank, one group
   double b = act * 2 * (2 * T * kva) + 4 * 3 * (2 * T * kva) + 4 * T * qa;
-  if (p.cuda && f.bf16) return b + 4 * (T / 2) * qa + (qa > kva ? act * T * qa : 0);   // flash
+  const bool flash = p.cuda && f.bf16 && c.head_dim % 8 == 0 && c.head_dim <= 256;   // model/document_attention.hpp
+  if (flash) return b + 4 * (T / 2) * qa + act * (T / 2 * qa + T * kva) + (qa > kva ? act * T * qa : 0);
   b += act * T * qa;
   if (p.cuda) {
     const double C = static_cast<double>(seq_len) / (2 * l.ring);

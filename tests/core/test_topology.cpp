@@ -130,6 +130,14 @@ TEST(Topology, TwoNodesOfTwoFromSlurmIds) {
     EXPECT_NE(ulysses::one_line(e).find("SP group [0 1 2 3] (--sp 4)"), std::string::npos) << ulysses::one_line(e);
     EXPECT_NE(e.hint().find("or --sp 4 --sp-ring 2 (Ulysses inside each island"), std::string::npos) << e.hint();
   }
+  // the ring offered is a multiple of the one given (its Ulysses degree divides this one: the heads still split):
+  // SP 24 as 12 × 2 on nodes of 8 → ring 6 (Ulysses 4), not ring 3 (Ulysses 8, which 12 heads would not split over)
+  try {
+    ulysses::check_sp_within_islands(RankLayout(24, 24, 2), Topology::uniform(24, 8, 0), false);
+    FAIL() << "expected BadInput";
+  } catch (const BadInput& e) {
+    EXPECT_NE(e.hint().find("or --sp 24 --sp-ring 6 ("), std::string::npos) << e.hint();
+  }
 }
 
 TEST(Topology, CyclicPlacementSplitsSpGroups) {

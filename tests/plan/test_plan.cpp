@@ -439,18 +439,22 @@ TEST(Advice, SpDegreesStayInsideIslands) {
 }
 
 // The ring's pieces by FlashAttention-2 (a GPU in bf16) hold nothing [C, C]: one layer's working set grows with S
-// alone; written out (a GPU in fp32) their scores grow with S² and soon dominate. 8B, SP 32 as Ulysses 8 × ring 4.
+// alone; written out (a GPU in fp32, or a head size flash has no kernel for) their scores grow with S² and soon
+// dominate. 8B, SP 32 as Ulysses 8 × ring 4.
 TEST(MemoryModel, RingPiecesByFlashGrowWithTheSequence) {
   const Profile p = load_profile("h100");
   const Layout l{4, 8, 32, 1, 0, false, 4};
-  auto working = [&](const char* precision, std::int64_t S) {
+  auto working = [&](const arch::ModelConfig& c, const char* precision, std::int64_t S) {
     MemoryFlags flags;
     flags.precision = precision;
-    return static_cast<double>(predict(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), p, S).working);
+    return static_cast<double>(predict(c, l, resolve(flags, c, l.world(), l.ulysses()), p, S).working);
   };
   const std::int64_t S = 1 << 20;
-  EXPECT_NEAR(working("bf16", 2 * S), 2 * working("bf16", S), 2.0);
-  EXPECT_GT(working("fp32", 2 * S), 3 * working("fp32", S));
+  EXPECT_NEAR(working(kLlama8B, "bf16", 2 * S), 2 * working(kLlama8B, "bf16", S), 2.0);
+  EXPECT_GT(working(kLlama8B, "fp32", 2 * S), 3 * working(kLlama8B, "fp32", S));
+  arch::ModelConfig odd = kLlama8B;
+  odd.head_dim = 132;   // not a multiple of 8
+  EXPECT_GT(working(odd, "bf16", 2 * S), 3 * working(odd, "bf16", S));
 }
 
 // Rings reach past a node with Ulysses inside it, and past the head limit; pure Ulysses spans nodes only when allowed.
@@ -479,7 +483,7 @@ TEST(Advice, ChooseFindsTheFewestNodesAndTheSmallestLayoutThatFit) {
   auto fits = [&](Layout l, const SpRing& d) {
     l.sp = d.sp, l.ring = d.ring;
     const std::int64_t unit = sequence_unit(l.sp, l.ring), s = (target + unit - 1) / unit * unit;
-    return !past_tensor_limit(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), s) &&
+    return !(p.limits_tensors && past_tensor_limit(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), s)) &&
            check_fit(predict(kLlama8B, l, resolve(flags, kLlama8B, l.world(), l.ulysses()), p, s), l, m).fits;
   };
   std::optional<int> nodes_inside;
