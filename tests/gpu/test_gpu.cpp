@@ -2,8 +2,10 @@
 //  - a training step (forward, backward, clipping, AdamW) on the GPU equals the CPU step on the same weights
 //    and batch: fp32 ≤ 1e-4 relative; bf16 mixed precision within bf16 tolerance of the fp32 CPU step;
 //  - packed-document attention on the GPU (fused SDPA per document in fp32, varlen flash in bf16) equals the
-//    CPU reference, forward and backward;
-//  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype;
+//    CPU reference, forward and backward; so do ring attention's pieces (FlashAttention-2 in bf16 with its window
+//    sizes, written out in fp32);
+//  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype, and the
+//    side-stream send_recv the blocking one;
 //  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it, with every
 //    side-stream launch delayed and its buffers poisoned, so that a missing wait shows; so does parameter offload
 //    (the weights' copies brought over from page-locked host memory) against optimizer offload alone.
@@ -19,6 +21,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "model/causal_lm.hpp"
 #include "model/document_attention.hpp"
+#include "model/ring_attention.hpp"
 #include "model/ulysses.hpp"
 #include "model/weights.hpp"
 #include "train/adamw.hpp"
@@ -26,6 +29,7 @@
 #include "core/sequence_parallel.hpp"
 #include "model/precision.hpp"
 #include "model/side_stream.hpp"
+#include "../model/local_communicators.hpp"
 
 namespace ulysses {
 namespace {
@@ -178,6 +182,43 @@ TEST(GpuAttention, PackedDocumentsEqualTheCpuReference) {
   }
   EXPECT_NE(model::attention_kernel(kGpu, torch::kBFloat16, 4, 2, 64, false).find("flash-attention varlen"),
             std::string::npos);
+}
+
+// Ring attention's pieces on the GPU, one rank holding both chunks of a row (a ring of 1: no exchange, every kind of
+// piece — causal, whole, and with a window of 3 masked and skipped ones): documents of 5, 7 and 4 tokens (S = 16),
+// 4 query heads on 2 KV heads, head_dim 64. FlashAttention-2 in bf16 and the pieces written out in fp32 against the
+// CPU's flash kernel in fp32: the output and the gradients of q, k and v. (A ring of threads cannot run backward on
+// a GPU: autograd runs every CUDA graph's nodes on one thread per device; test_gpu_cli.py runs the ring as ranks.)
+TEST(GpuAttention, RingPiecesEqualTheCpuRing) {
+  const torch::Tensor docs = torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2}).unsqueeze(0);   // [1, 16]
+  torch::manual_seed(5);
+  auto bf16_values = [](std::vector<std::int64_t> shape) {
+    return torch::randn(shape).to(torch::kBFloat16).to(torch::kFloat);
+  };
+  // q [1, 16, 4, 64], k, v [1, 16, 2, 64], the output's gradient [1, 16, 4, 64]: values bf16 holds exactly
+  const std::vector<torch::Tensor> in{bf16_values({1, 16, 4, 64}), bf16_values({1, 16, 2, 64}),
+                                      bf16_values({1, 16, 2, 64}), bf16_values({1, 16, 4, 64})};
+  auto ring = [&](const c10::Device& device, c10::ScalarType dtype, std::optional<std::int64_t> window) {
+    const model::AttentionPlan plan = model::plan_attention(docs, window, device, /*dense_mask=*/false);
+    model::testing::SoloCommunicator one;
+    std::vector<torch::Tensor> x;
+    for (int i = 0; i < 3; ++i) x.push_back(in[i].to(device, dtype).clone().requires_grad_(true));   // leaves
+    const auto out = model::ring_attention(one, model::RingPosition{16, 0, 1}, x[0], x[1], x[2], plan, 0.125);
+    out.backward(in[3].to(device, dtype));
+    return std::vector<torch::Tensor>{out.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+  };
+  const char* names[] = {"output", "dq", "dk", "dv"};
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>(), std::optional<std::int64_t>(3)}) {
+    const auto cpu = ring(torch::kCPU, torch::kFloat, window);
+    const auto flash = ring(kGpu, torch::kBFloat16, window);
+    const auto written = ring(kGpu, torch::kFloat, window);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_LE(rel(flash[i], cpu[i]), 2e-2) << "flash bf16 " << names[i] << " window " << window.value_or(0);
+      EXPECT_LE(rel(written[i], cpu[i]), 1e-4) << "written out fp32 " << names[i] << " window " << window.value_or(0);
+    }
+  }
+  EXPECT_NE(model::piece_kernel(kGpu, torch::kBFloat16, 4, 64).find("FlashAttention-2"), std::string::npos);
+  EXPECT_NE(model::piece_kernel(kGpu, torch::kFloat, 4, 64).find("written out"), std::string::npos);
 }
 
 TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
