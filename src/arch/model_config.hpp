@@ -70,6 +70,10 @@ ModelConfigFile read_model_config_file(const std::filesystem::path& config_json)
 
 // ---- Sequence parallelism ----------------------------------------------------------------------
 
+// Whether the flash kernels (FlashAttention-2, as PyTorch builds it) have kernels for this head size: a multiple of 8,
+// at most 256. The model asks it of the attention it runs, the planner of the attention it counts.
+inline bool flash_head_dim(std::int64_t head_dim) { return head_dim % 8 == 0 && head_dim <= 256; }
+
 // Ulysses splits heads over the SP degree P — with a ring (--sp-ring R) over the Ulysses degree U = P / R: H % U == 0
 // and (Hkv % U == 0 or U % Hkv == 0). BadInput naming `source`, with the numbers and the valid degrees as a hint.
 void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source, std::int64_t ring = 1);

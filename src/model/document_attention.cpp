@@ -11,6 +11,8 @@
 #include <cmath>
 #include <utility>
 
+#include "arch/model_config.hpp"
+
 #if ULYSSES_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -99,13 +101,14 @@ bool flash_supported(int major, int minor, std::int64_t head_dim) {
   return !(small_smem && head_dim > 192 && head_dim <= 224);
 }
 
-bool flash_applies(const torch::Tensor& q) {
-  const auto t = q.scalar_type();
-  const std::int64_t D = q.size(-1);
-  if (!q.is_cuda() || (t != torch::kBFloat16 && t != torch::kHalf) || D % 8 != 0 || D > 256) return false;
-  const auto [major, minor] = capability(q.device());
-  return flash_supported(major, minor, D);
+bool flash_applies(const c10::Device& device, c10::ScalarType dtype, std::int64_t head_dim) {
+  if (!device.is_cuda() || (dtype != torch::kBFloat16 && dtype != torch::kHalf) || !arch::flash_head_dim(head_dim))
+    return false;
+  const auto [major, minor] = capability(device);
+  return flash_supported(major, minor, head_dim);
 }
+
+bool flash_applies(const torch::Tensor& q) { return flash_applies(q.device(), q.scalar_type(), q.size(-1)); }
 
 bool AttentionPlan::single_run() const {
   for (const auto& row : runs)

@@ -50,8 +50,9 @@ torch::Tensor expand_kv_heads(const torch::Tensor& kv, std::int64_t heads);
 // own checks say: sm80 to sm121, and on sm86/89/120/121 not with 192 < head_dim ≤ 224 (no backward kernels).
 bool flash_supported(int major, int minor, std::int64_t head_dim);
 
-// Whether the CUDA flash kernels take q [..., h, D]: a CUDA device, bf16/fp16, a head size they have kernels for
-// (a multiple of 8, ≤ 256) on this GPU (flash_supported).
+// Whether the CUDA flash kernels take q [..., h, D] (or q of this device, dtype and head size): a CUDA device,
+// bf16/fp16, a head size they have kernels for (arch::flash_head_dim) on this GPU (flash_supported).
+bool flash_applies(const c10::Device& device, c10::ScalarType dtype, std::int64_t head_dim);
 bool flash_applies(const torch::Tensor& q);
 
 // Which keys each query may attend to, for the whole sequence: key j <= query i, same document, and

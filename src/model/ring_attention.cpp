@@ -55,10 +55,10 @@ using torch::autograd::variable_list;
 // The kernel that computes the pieces: PieceKernel resolved for the tensors.
 enum class Kernel { kFlashCpu, kFlashCuda, kWrittenOut };
 
-Kernel resolve(PieceKernel asked, const torch::Tensor& q) {
+Kernel resolve(PieceKernel asked, const c10::Device& device, c10::ScalarType dtype, std::int64_t head_dim) {
   if (asked == PieceKernel::kWrittenOut) return Kernel::kWrittenOut;
-  if (q.is_cpu()) return Kernel::kFlashCpu;
-  return flash_applies(q) ? Kernel::kFlashCuda : Kernel::kWrittenOut;
+  if (device.is_cpu()) return Kernel::kFlashCpu;
+  return flash_applies(device, dtype, head_dim) ? Kernel::kFlashCuda : Kernel::kWrittenOut;
 }
 
 // The ring and the layout, kept for backward (ctx->saved_data holds IValues only).
@@ -299,13 +299,13 @@ torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where
   ULY_CHECK(q.size(1) * where.degree == where.seq_len && k.sizes() == v.sizes() && q.size(2) % k.size(2) == 0,
             "ring block q {} k {} v {} for S = {} in {} blocks", fmt::streamed(q.sizes()), fmt::streamed(k.sizes()),
             fmt::streamed(v.sizes()), where.seq_len, where.degree);
-  const auto context = c10::make_intrusive<RingContext>(ring, where, plan, scale, resolve(kernel, q));
+  const Kernel resolved = resolve(kernel, q.device(), q.scalar_type(), q.size(3));
+  const auto context = c10::make_intrusive<RingContext>(ring, where, plan, scale, resolved);
   return RingAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), context);
 }
 
-std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads, std::int64_t head_dim) {
-  const auto q = torch::empty({1, 128, heads, head_dim}, torch::TensorOptions().dtype(dtype).device(device));
-  switch (resolve(PieceKernel::kAuto, q)) {
+std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t head_dim) {
+  switch (resolve(PieceKernel::kAuto, device, dtype, head_dim)) {
     case Kernel::kFlashCpu: return "PyTorch's flash attention for CPU";
     case Kernel::kFlashCuda: return "flash attention (FlashAttention-2, grouped KV heads native)";
     case Kernel::kWrittenOut: break;

@@ -76,8 +76,8 @@ torch::Tensor ring_attention(comm::Communicator& ring, const RingPosition& where
                              const torch::Tensor& k, const torch::Tensor& v, const AttentionPlan& plan, double scale,
                              PieceKernel kernel = PieceKernel::kAuto);
 
-// Which kernel computes the pieces for q of this device, dtype, head count and head size, as one line for the
-// start-up log, e.g. "PyTorch's flash attention for CPU".
-std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t heads, std::int64_t head_dim);
+// Which kernel computes the pieces for q of this device, dtype and head size, as one line for the start-up log, e.g.
+// "PyTorch's flash attention for CPU".
+std::string piece_kernel(const c10::Device& device, c10::ScalarType dtype, std::int64_t head_dim);
 
 }  // namespace ulysses::model

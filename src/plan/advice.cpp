@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/sequence_parallel.hpp"
 #include "plan/tensor_limit.hpp"
 
 namespace ulysses::plan {
@@ -145,8 +146,12 @@ std::vector<SpRing> sp_ring_degrees(const arch::ModelConfig& c, const Layout& l)
 }
 
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
-                         const std::string& source) {
-  if (sp < 1 || seq_len % sp == 0) return;
+                         const std::string& source, int ring) {
+  if (sp < 1) return;
+  if (seq_len % sp == 0) {
+    if (ring > 1) check_ring_split(seq_len, sp, ring, source);
+    return;
+  }
   std::vector<int> degrees;
   for (const int d : valid_sp_degrees(c, world))
     if (seq_len % d == 0) degrees.push_back(d);

@@ -52,9 +52,10 @@ struct SpRing {
 std::vector<SpRing> sp_ring_degrees(const arch::ModelConfig& c, const Layout& l);
 
 // BadInput when sequences of seq_len tokens (what `source` holds) do not split over --sp `sp`, its hint the degrees
-// the model's heads, the world and the length allow (the loader's own check knows the length alone).
+// the model's heads, the world and the length allow (the loader's own check knows the length alone); with a ring
+// (--sp-ring `ring`), also when they do not split into 2 × sp pieces (core's check_ring_split).
 void check_sp_for_length(const arch::ModelConfig& c, int world, int sp, std::int64_t seq_len,
-                         const std::string& source);
+                         const std::string& source, int ring = 1);
 
 // BadInput when `world` ranks do not split into groups of --sp `sp`, its hint the degrees the model's heads and the
 // world allow (RankLayout's own check knows the world alone).

@@ -56,7 +56,7 @@ double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double act = f.compute_bytes();
   const double qa = n.heads_q, kva = n.heads_kv;   // per token of this rank, one group
   double b = act * 2 * (2 * T * kva) + 4 * 3 * (2 * T * kva) + 4 * T * qa;
-  const bool flash = p.cuda && f.bf16 && c.head_dim % 8 == 0 && c.head_dim <= 256;   // model/document_attention.hpp
+  const bool flash = p.cuda && f.bf16 && arch::flash_head_dim(c.head_dim);
   if (flash) return b + 4 * (T / 2) * qa + act * (T / 2 * qa + T * kva) + (qa > kva ? act * T * qa : 0);
   b += act * T * qa;
   if (p.cuda) {

@@ -99,8 +99,8 @@ void check_as_the_trainer_would(const ut::TrainOptions& o, const PlanInputs& in,
   ulysses::arch::check_heads_for_sp(in.config, in.ranks.sp(), in.config_path.string(), in.ranks.ring());
   if (!o.init_from.empty()) static_cast<void>(ulysses::st::HfWeights(o.init_from));
   const std::string source = fmt::format("{} (packed for --sp {})", o.data.string(), in.data.sp);
-  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), in.data.seq_len, source);
-  ulysses::check_ring_split(in.data.seq_len, in.ranks.sp(), in.ranks.ring(), source);
+  ulysses::plan::check_sp_for_length(in.config, in.ranks.world(), in.ranks.sp(), in.data.seq_len, source,
+                                     in.ranks.ring());
   const ulysses::SequenceParallel sp(in.ranks, rank, nullptr);
   auto loader = [&](std::int64_t micro_batch, std::int64_t grad_accum, const char* split) {
     return ulysses::data::DataLoader(o.data, {sp, in.ranks.dp(), in.ranks.dp_rank(rank), micro_batch, grad_accum,

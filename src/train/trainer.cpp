@@ -96,8 +96,7 @@ void read_model(Run& r) {
 void check_sp_splits_data(const Run& r) {
   const shard::Manifest m = shard::read_manifest(r.o.data);
   const std::string source = fmt::format("{} (packed for --sp {})", r.o.data.string(), m.sp);
-  plan::check_sp_for_length(r.config, r.layout.world(), static_cast<int>(r.layout.sp()), m.seq_len, source);
-  check_ring_split(m.seq_len, r.layout.sp(), r.layout.ring(), source);
+  plan::check_sp_for_length(r.config, r.layout.world(), r.layout.sp(), m.seq_len, source, r.layout.ring());
 }
 
 // The training split and, with --eval-every, the validation split: S against --sp, ids against the vocabulary.
@@ -157,7 +156,7 @@ std::string attention_line(const Run& r, std::int64_t seq_len) {
                        "their log-sum-exp); each piece by {}", r.layout.ulysses(), r.layout.ring(),
                        seq_len / r.layout.ring(),
                        unseen ? "the kernel chosen on the GPU at start-up"
-                              : model::piece_kernel(r.place.device, dtype, heads.q, r.config.head_dim));
+                              : model::piece_kernel(r.place.device, dtype, r.config.head_dim));
   if (unseen) return "the kernel is chosen on the GPU at start-up (a dry run touches no GPU)";
   return model::attention_kernel(r.place.device, dtype, heads.q, heads.kv, r.config.head_dim,
                                  r.config.sliding_window.has_value());

@@ -217,8 +217,8 @@ TEST(GpuAttention, RingPiecesEqualTheCpuRing) {
       EXPECT_LE(rel(written[i], cpu[i]), 1e-4) << "written out fp32 " << names[i] << " window " << window.value_or(0);
     }
   }
-  EXPECT_NE(model::piece_kernel(kGpu, torch::kBFloat16, 4, 64).find("FlashAttention-2"), std::string::npos);
-  EXPECT_NE(model::piece_kernel(kGpu, torch::kFloat, 4, 64).find("written out"), std::string::npos);
+  EXPECT_NE(model::piece_kernel(kGpu, torch::kBFloat16, 64).find("FlashAttention-2"), std::string::npos);
+  EXPECT_NE(model::piece_kernel(kGpu, torch::kFloat, 64).find("written out"), std::string::npos);
 }
 
 TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {
