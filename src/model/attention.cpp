@@ -91,29 +91,36 @@ AttentionWeights AttentionImpl::group_weights(const AttentionWeights& w, std::in
 torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const RopeTables& rope,
                                                const AttentionPlan& plan, const AttentionWeights& w) const {
   const auto self = std::static_pointer_cast<const AttentionImpl>(shared_from_this());
-  std::vector<torch::Tensor> outputs;   // per group: [B, S/P, H/G*D]
-  for (std::int64_t g = 0; g < head_groups_.groups; ++g) {
-    AttentionWeights gw = group_weights(w, g);
-    SlotMask mask;
-    const std::vector<torch::Tensor> handed = mask.take(slots(gw));   // its defined tensors, in slot order
-    // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
-    const double scale = w.lora_scale;
-    const ChunkForward group = [self, rope, plan, mask, scale](const Chunk&, const torch::Tensor& xn,
-                                                               const std::vector<torch::Tensor>& ws) {
-      AttentionWeights gw;
-      gw.lora_scale = scale;
-      mask.put(slots(gw), ws);
-      return torch::autograd::variable_list{self->forward_heads(xn, rope, plan, gw)};
-    };
-    Recompute recompute;
-    recompute.precision = head_groups_.precision;
-    outputs.push_back(recomputed(group, x, handed, recompute)[0]);
-  }
-  return at::cat(outputs, -1);   // [B, S/P, H*D]: group g's heads at g·H/G, as all heads at once
+  AttentionWeights all = w;   // o_proj runs once, on all groups' heads
+  all.o = all.o_bias = all.o_lora.a = all.o_lora.b = torch::Tensor();
+  SlotMask mask;
+  const std::vector<torch::Tensor> handed = mask.take(slots(all));   // its defined tensors, in slot order
+  const bool keep = keeps_attention_output(x);
+  // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
+  const double scale = w.lora_scale;
+  const ChunkForward group = [self, rope, plan, mask, scale, keep](const Chunk& c, const torch::Tensor& xn,
+                                                                   const std::vector<torch::Tensor>& ws) {
+    AttentionWeights aw;
+    aw.lora_scale = scale;
+    mask.put(slots(aw), ws);
+    const AttentionWeights gw = self->group_weights(aw, c.index);   // views of its heads' rows
+    if (keep) return self->forward_heads_kept(xn, rope, plan, gw, c.kept);
+    return torch::autograd::variable_list{self->forward_heads(xn, rope, plan, gw)};
+  };
+  Recompute recompute;
+  recompute.precision = head_groups_.precision;
+  recompute.chunking.columns = head_groups_.groups;
+  recompute.keep_outputs = keep;
+  return recomputed(group, x, handed, recompute)[0];   // [B, S/P, H*D]: group g's heads at g·H/G
 }
 
-torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
-                                           const AttentionWeights& w) const {
+bool AttentionImpl::keeps_attention_output(const torch::Tensor& x) const {
+  const c10::ScalarType compute = compute_dtype(head_groups_.precision);   // bf16 in both bf16 modes
+  return !ring_ && flash_pieces(x.device(), compute == torch::kFloat ? x.scalar_type() : compute, head_dim_);
+}
+
+AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, const RopeTables& rope,
+                                                        const AttentionWeights& w) const {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
@@ -129,20 +136,44 @@ torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTab
   const auto compute = v.scalar_type();
   q = apply_rope(q, rope).to(compute);
   k = apply_rope(k, rope).to(compute);
-  auto flat = [&](const torch::Tensor& out) { return out.reshape({B, s, heads * head_dim_}); };   // -> [B, S/P, H*D]
-  if (!ulysses_ && !ring_) return flat(attend(q, k, v, plan));   // P = 1: S/P = S
-
+  if (!ulysses_) return {q, k, v};   // U = 1: S/R = S/P
   // U = P without a ring: the block is the whole sequence, S/R = S
   const std::int64_t U = ulysses_degree_;
-  if (ulysses_) {
-    k = replicate_kv_heads_for_sp(k, U);               // [B, S/P, max(Hkv, U), D]
-    v = replicate_kv_heads_for_sp(v, U);               // [B, S/P, max(Hkv, U), D]
-    q = scatter_heads_gather_sequence(*ulysses_, q);   // [B, S/R, H/U, D]
-    k = scatter_heads_gather_sequence(*ulysses_, k);   // [B, S/R, max(Hkv, U)/U, D]
-    v = scatter_heads_gather_sequence(*ulysses_, v);   // [B, S/R, max(Hkv, U)/U, D]
+  k = replicate_kv_heads_for_sp(k, U);   // [B, S/P, max(Hkv, U), D]
+  v = replicate_kv_heads_for_sp(v, U);   // [B, S/P, max(Hkv, U), D]
+  return {scatter_heads_gather_sequence(*ulysses_, q),    // [B, S/R, H/U, D]
+          scatter_heads_gather_sequence(*ulysses_, k),    // [B, S/R, max(Hkv, U)/U, D]
+          scatter_heads_gather_sequence(*ulysses_, v)};   // [B, S/R, max(Hkv, U)/U, D]
+}
+
+torch::Tensor AttentionImpl::heads_back(const torch::Tensor& out, std::int64_t s) const {
+  const torch::Tensor mine = ulysses_ ? scatter_sequence_gather_heads(*ulysses_, out) : out;   // [B, S/P, H, D]
+  return mine.reshape({mine.size(0), s, mine.size(2) * head_dim_});                            // [B, S/P, H*D]
+}
+
+torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                           const AttentionWeights& w) const {
+  const Heads h = heads_for_attention(x, rope, w);
+  return heads_back(ring_ ? ring_attend(h.q, h.k, h.v, plan) : attend(h.q, h.k, h.v, plan), x.size(1));
+}
+
+torch::autograd::variable_list AttentionImpl::forward_heads_kept(const torch::Tensor& x, const RopeTables& rope,
+                                                                 const AttentionPlan& plan, const AttentionWeights& w,
+                                                                 const std::vector<torch::Tensor>& kept) const {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const Heads h = heads_for_attention(x, rope, w);
+  if (kept.empty()) {
+    auto [out, lse] = attention_with_lse(h.q, h.k, h.v, plan, scale);   // [B, S, h, D], [B, h, S]
+    return {heads_back(out, x.size(1)), lse};
   }
-  const torch::Tensor out = ring_ ? ring_attend(q, k, v, plan) : attend(q, k, v, plan);   // [B, S/R, H/U, D]
-  return flat(ulysses_ ? scatter_sequence_gather_heads(*ulysses_, out) : out);   // -> [B, S/P, H, D]
+  torch::Tensor out;   // the kept output in attention's layout, [B, S, h, D]: data, not part of the graph
+  {
+    const torch::NoGradGuard data;
+    const torch::Tensor& y = kept[0];   // [B, S/P, heads·D]
+    out = y.reshape({y.size(0), y.size(1), y.size(2) / head_dim_, head_dim_});
+    if (ulysses_) out = scatter_heads_gather_sequence(*ulysses_, out);
+  }
+  return {heads_back(attention_from_kept(h.q, h.k, h.v, out, kept[1], plan, scale), x.size(1)), kept[1]};
 }
 
 namespace {

@@ -19,12 +19,17 @@
 // key/value heads, the one head g·Hkv/G its query heads use, whose k/v projection each of its groups computes
 // (arch::check_head_groups). Each
 // group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k norm, RoPE, the all-to-alls,
-// attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs side by side. Each group is
-// one call of the recompute primitive (recompute.hpp): it keeps only the layer's normed input, and backward
-// recomputes and back-propagates one group at a time, so one group's activations are alive at once, in forward and in
+// attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs side by side. The groups are
+// the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it keeps the layer's normed input,
+// and backward recomputes and back-propagates one group at a time, so one group's activations are alive at once, in forward and in
 // backward (beside them, the heads' output [B, S/P, H·D] that o_proj reads, and its gradient). Every rank runs the
-// same groups in the same order. Exact: the same operations per head; only the input's gradient, summed over the
-// groups' q/k/v projections, is summed in another order (≤ 1e-6 relative in fp32).
+// same groups in the same order. Where a flash kernel computes attention (on CPU; on a GPU in bf16/fp16:
+// attention_pieces.hpp) and without a ring, the call also keeps its output — the heads' output o_proj keeps
+// anyway — and each group's attention log-sum-exp ([B, H/U, S] float in all): backward
+// recomputes a group's q, k, v, brings its output back to attention's layout by the all-to-all, and runs attention's
+// backward from them, so attention's forward runs once per pass, as at G = 1 (not again in the group's backward).
+// Exact: the same operations per head; only the input's gradient, summed over the groups' q/k/v projections, is
+// summed in another order (≤ 1e-6 relative in fp32).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -33,6 +38,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/sequence_parallel.hpp"
+#include "model/attention_pieces.hpp"
 #include "model/document_attention.hpp"
 #include "model/layers.hpp"
 #include "model/lora.hpp"
@@ -81,6 +87,18 @@ struct AttentionImpl : torch::nn::Module {
   // The pipeline on the heads of w's q/k/v rows (all of them, or one group's) -> their output [B, S/P, heads·D]
   torch::Tensor forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                               const AttentionWeights& w) const;
+  // The same with attention's log-sum-exp: forward (kept empty) -> {output, lse [B, heads/U, S] float}; backward
+  // (kept: that output and lse) -> the output again as a graph whose attention backward runs from them
+  torch::autograd::variable_list forward_heads_kept(const torch::Tensor& x, const RopeTables& rope,
+                                                    const AttentionPlan& plan, const AttentionWeights& w,
+                                                    const std::vector<torch::Tensor>& kept) const;
+  struct Heads {
+    torch::Tensor q, k, v;   // [B, S/R, h, D], [B, S/R, hkv, D]: after RoPE and the all-to-all
+  };
+  Heads heads_for_attention(const torch::Tensor& x, const RopeTables& rope, const AttentionWeights& w) const;
+  // attention's output [B, S/R, h, D] back to this rank's tokens, all its heads side by side: [B, S/P, heads·D]
+  torch::Tensor heads_back(const torch::Tensor& out, std::int64_t s) const;
+  bool keeps_attention_output(const torch::Tensor& x) const;   // head groups' backward from the kept output
   torch::Tensor forward_in_groups(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                   const AttentionWeights& w) const;
   AttentionWeights group_weights(const AttentionWeights& w, std::int64_t group) const;   // views; no o_proj

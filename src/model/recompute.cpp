@@ -21,6 +21,11 @@ struct Call : torch::CustomClassHolder {
 // The chunks of x's rows (dim 0), or one chunk of all of x.
 std::vector<Chunk> chunks_of(const torch::Tensor& x, const Chunking& c) {
   const std::int64_t n = x.dim() > 0 ? x.size(0) : 0;
+  if (c.columns > 0) {
+    std::vector<Chunk> out;
+    for (std::int64_t i = 0; i < c.columns; ++i) out.push_back({i, 0, n});
+    return out;
+  }
   if (c.rows <= 0) return {Chunk{0, 0, n}};
   std::vector<Chunk> out;
   for (std::int64_t b = 0; b < n; b += c.rows)
@@ -30,6 +35,13 @@ std::vector<Chunk> chunks_of(const torch::Tensor& x, const Chunking& c) {
 
 torch::Tensor rows_of(const torch::Tensor& t, const Chunk& c, const Chunking& how) {
   return how.rows > 0 ? t.narrow(0, c.first, c.rows) : t;
+}
+
+// Chunk c's share of a joined output y: its rows, its columns (the last dim), or all of y (one chunk; summed outputs).
+torch::Tensor share_of(const torch::Tensor& y, const Chunk& c, const Chunking& how) {
+  if (how.columns <= 0) return how.sum_outputs ? y : rows_of(y, c, how);
+  const std::int64_t width = y.size(-1) / how.columns;
+  return y.narrow(-1, c.index * width, width);
 }
 
 // f on one chunk, inside the options' autocast.
@@ -118,7 +130,7 @@ torch::autograd::variable_list joined(std::vector<torch::autograd::variable_list
   for (std::size_t i = 0; i < per_chunk[0].size(); ++i) {
     std::vector<torch::Tensor> parts;
     for (auto& outputs : per_chunk) parts.push_back(std::move(outputs[i]));
-    torch::Tensor all = how.sum_outputs ? parts[0] : at::cat(parts);
+    torch::Tensor all = how.sum_outputs ? parts[0] : at::cat(parts, how.columns > 0 ? -1 : 0);
     if (how.sum_outputs)
       for (std::size_t c = 1; c < parts.size(); ++c) all = all + parts[c];
     out.push_back(all);
@@ -128,17 +140,19 @@ torch::autograd::variable_list joined(std::vector<torch::autograd::variable_list
 
 // One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'
 // gradients summed into the leaves' .grad (and, with neither handed-in nor gathered weights, the module's own).
-torch::Tensor back_propagate_chunk(const Call& call, const Chunk& c, const torch::Tensor& x,
-                                   const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy) {
+torch::Tensor back_propagate_chunk(const Call& call, Chunk c, const torch::Tensor& x,
+                                   const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy,
+                                   const std::vector<torch::Tensor>& kept) {
   const Chunking& how = call.options.chunking;
   const torch::Tensor xc = rows_of(x, c, how).detach().requires_grad_(x.is_floating_point());   // [rows, ...]
+  for (const torch::Tensor& y : kept) c.kept.push_back(share_of(y, c, how).detach());   // data: the node is y's grad_fn
   const torch::AutoGradMode grad_mode(true);
   const torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
   torch::autograd::variable_list ys, dys;
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (dy[i].defined() && outputs[i].requires_grad()) {
       ys.push_back(outputs[i]);
-      dys.push_back(how.sum_outputs ? dy[i] : rows_of(dy[i], c, how));
+      dys.push_back(share_of(dy[i], c, how));
     }
   torch::autograd::backward(ys, dys);
   return xc.grad();
@@ -152,8 +166,8 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     const Recompute& o = call->options;
     std::vector<torch::Tensor> saved{kept_input(x, o.offload)};
     saved.insert(saved.end(), handed_in.begin(), handed_in.end());
-    ctx->save_for_backward(saved);
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    ctx->saved_data["handed_in"] = static_cast<std::int64_t>(handed_in.size());
     std::vector<std::int64_t> trained;   // per handed-in, then gathered weight: 1 when it gets a gradient (not LoRA's
     for (const torch::Tensor& w : handed_in) trained.push_back(w.requires_grad());   // frozen base)
     for (std::int64_t t : gathered_trained(o.gathered)) trained.push_back(t);
@@ -165,7 +179,10 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     std::vector<torch::autograd::variable_list> outputs;   // no graph: Function::apply runs this without grad
     for (const Chunk& c : chunks_of(x, o.chunking))
       outputs.push_back(run_chunk(*call, c, rows_of(x, c, o.chunking), weights));
-    return joined(std::move(outputs), o.chunking);
+    torch::autograd::variable_list y = joined(std::move(outputs), o.chunking);
+    if (o.keep_outputs) saved.insert(saved.end(), y.begin(), y.end());   // saved as outputs: no reference cycle
+    ctx->save_for_backward(saved);
+    return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -176,7 +193,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     const torch::Tensor x = restored(saved[0], o.offload, call->device);   // on its device
     fetch_ahead(o.offload, call->device);   // after this input's own copy back, which the recomputation waits for
     // the leaves whose .grad sums the chunks' weight gradients: the handed-in weights, then the gathered units'
-    std::vector<torch::Tensor> leaves(saved.begin() + 1, saved.end());
+    const auto handed_in_end = saved.begin() + 1 + ctx->saved_data["handed_in"].toInt();
+    std::vector<torch::Tensor> leaves(saved.begin() + 1, handed_in_end);
+    const std::vector<torch::Tensor> kept(handed_in_end, saved.end());   // keep_outputs: the joined outputs
     const std::vector<torch::Tensor> units = gathered(o.gathered, o.gathered && !o.gathered->weights_in_backward);
     leaves.insert(leaves.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
@@ -185,16 +204,17 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     for (std::size_t i = 0; i < leaves.size(); ++i)   // a frozen weight: no gradient computed
       leaves[i] = leaves[i].detach().requires_grad_(trained[i] != 0);
     const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
-    // [N, ...]: one chunk's gradient as it is, several chunks' each written into its rows
-    torch::Tensor dx = chunks.size() > 1 && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();
+    // [N, ...]: one chunk's gradient as it is; several chunks' of rows each written into its rows; of columns, summed
+    const bool rows = chunks.size() > 1 && o.chunking.columns <= 0;
+    torch::Tensor dx = rows && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();
     for (const Chunk& c : chunks) {
-      const torch::Tensor dxc = back_propagate_chunk(*call, c, x, leaves, grad_out);
-      if (chunks.size() == 1) dx = dxc;
+      const torch::Tensor dxc = back_propagate_chunk(*call, c, x, leaves, grad_out, kept);
+      if (!rows) dx = dx.defined() && dxc.defined() ? dx.add_(dxc) : dxc;
       else if (dxc.defined()) dx.narrow(0, c.first, c.rows).copy_(dxc);
     }
     for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced (a
                                            // frozen weight's is undefined)
-    const auto handed_end = leaves.begin() + static_cast<std::ptrdiff_t>(saved.size() - 1);
+    const auto handed_end = leaves.begin() + ctx->saved_data["handed_in"].toInt();
     scatter_gradients(o.gathered, {handed_end, leaves.end()});
     torch::autograd::variable_list grads{dx, torch::Tensor()};   // x, the anchor
     grads.insert(grads.end(), leaves.begin(), handed_end);         // the handed-in weights
@@ -212,6 +232,8 @@ torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x
   ULY_CHECK(!options.offload || (options.offload->copies && options.offload->host_memory),
             "checkpoint offload needs a side stream for its copies and host memory for them");
   ULY_CHECK(options.chunking.rows == 0 || x.dim() > 0, "chunks of rows need an input with rows");
+  ULY_CHECK(options.chunking.columns <= 0 || (options.chunking.rows == 0 && !options.chunking.sum_outputs),
+            "chunks of columns take all rows and concatenate their outputs");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   Recompute o = options;
   if (!torch::GradMode::is_enabled()) o.offload.reset();   // no backward will want x (evaluation): no copy

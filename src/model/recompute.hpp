@@ -3,12 +3,15 @@
 // next, so only one chunk's intermediates exist at a time — in forward and in backward.
 //
 //   forward (no graph):  y_c = f(chunk c, x_c, weights) for each chunk, under the precision's autocast;
-//                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added)
-//                        saved: x (or, offloaded, its copy in host memory) and the weights handed in
+//                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added;
+//                        columns: concatenated along the last dim)
+//                        saved: x (or, offloaded, its copy in host memory), the weights handed in [and the outputs]
 //   backward:            [x back from host memory;] [the units gathered again;] for each chunk: x_c' = x_c
-//                        detached (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast,
-//                        backward(y_c', dy_c) → dx_c (its rows of dx), dw summed over the chunks in the leaves'
-//                        .grad; [the gathered weights' gradients reduce-scattered into the shards]
+//                        detached (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast
+//                        (keep_outputs: c.kept = its share of y, which f may use instead of computing it again),
+//                        backward(y_c', dy_c) → dx_c (its rows of dx; chunks of columns: summed), dw summed over
+//                        the chunks in the leaves' .grad; [the gathered weights' gradients reduce-scattered into the
+//                        shards]
 //
 // Where f's weights come from, in f's `weights` in this order:
 //   handed in   tensors passed to recomputed() (TiledMLP's, the tiled loss's): inputs of the autograd node, whose
@@ -17,7 +20,8 @@
 //               into the shards (ShardedStates::add_gradients);
 //   neither     f uses its module's own parameters, whose gradients accumulate into their .grad (checkpointing).
 // The users: each decoder layer's unit (one chunk; activation checkpointing, and the only way a sharded unit runs),
-// the embeddings' and the head's units (sharded), TiledMLP (chunks of rows), the tiled loss (chunks of rows, summed).
+// the embeddings' and the head's units (sharded), TiledMLP (chunks of rows), the tiled loss (chunks of rows, summed),
+// attention's head groups (chunks of columns, the outputs kept: attention.hpp).
 //
 // Exact: the recomputation repeats the same deterministic operations, so every chunk's gradients equal the plain
 // path's bit for bit; what is summed over chunks (weight gradients, a summed output) is summed in another order
@@ -52,6 +56,9 @@ struct Chunk {
   std::int64_t index = 0;
   std::int64_t first = 0;
   std::int64_t rows = 0;
+  // In backward with Recompute::keep_outputs: this chunk's share of each output the forward returned (no graph);
+  // empty in the forward.
+  std::vector<torch::Tensor> kept;
 };
 
 // A chunk's forward: its slice of x and the weights (handed-in ones, then gathered ones) -> its outputs. Outputs that
@@ -63,6 +70,8 @@ using ChunkForward = std::function<torch::autograd::variable_list(const Chunk& c
 struct Chunking {
   std::int64_t rows = 0;      // > 0: chunks of this many rows of x (the last may be shorter); 0: one chunk, all of x
   bool sum_outputs = false;   // the chunks' outputs are added (a loss); otherwise concatenated along dim 0
+  std::int64_t columns = 0;   // > 0 (rows 0): this many chunks, each of all of x, their outputs of equal sizes
+                              // concatenated along the last dim (attention's head groups)
 };
 
 // A layer input kept in host memory for backward (checkpoint offload), and its copy back to the device when the
@@ -102,6 +111,9 @@ struct Recompute {
   Chunking chunking;
   std::optional<OffloadedInput> offload;    // x kept in host memory
   std::optional<GatheredUnits> gathered;    // sharded: the weights f computes with
+  // The joined outputs kept for backward, each chunk's share handed to f there (Chunk::kept): saved as the node's own
+  // outputs, so they cost nothing while the caller holds them too (head groups: the heads' output o_proj keeps).
+  bool keep_outputs = false;
 };
 
 // A weights struct's optional tensors, handed to f as a list: take() lists the defined ones among fixed slots and

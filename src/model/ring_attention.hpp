@@ -5,7 +5,7 @@
 // sequence's 2R chunks (core/sequence_parallel.hpp: ring_block) — of q, k and v for its heads. R steps: at step t it
 // holds the k/v block of ring rank (r − t) mod R, attends its queries to it, and passes it on to rank r + 1
 // (send_recv: the send and the receive are one call, so the ring cannot deadlock). Each (query chunk, key chunk) pair
-// is a list of pieces, one per document that has queries in the one and keys in the other (ring_pieces); a piece is
+// is a list of pieces, one per document that has queries in the one and keys in the other (attention_pieces.hpp); a piece is
 // whole (keys before queries), causal (the same chunk) or, with a sliding window, masked — pieces wholly outside the
 // window or after the queries are skipped. The pieces' outputs merge by their log-sum-exp (online softmax), in fp32.
 //
@@ -15,11 +15,7 @@
 // attention's. Each exchange is begun before the pieces it overlaps and finished after them
 // (Communicator::start_send_recv: the next block forward; the next block and the previous block's gradient backward).
 //
-// Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the log-sum-exp, backward from it); on a
-// GPU in bf16/fp16 FlashAttention-2 (PyTorch's _flash_attention_forward/backward: grouped KV heads native, the window
-// as its left/right sizes; its dq, dk, dv come back in that dtype, rounded before the fp32 sums); elsewhere (fp32 on a
-// GPU, or a GPU or head size flash has no kernel for: flash_applies) the same arithmetic written out (one piece's
-// scores held whole: [h, Lq, Lk]).
+// Kernels per piece: attention_pieces.hpp (flash for CPU, FlashAttention-2 on a GPU in bf16/fp16, else written out).
 #pragma once
 
 #include <cstdint>
@@ -31,43 +27,16 @@
 
 #include "comm/communicator.hpp"
 #include "core/sequence_parallel.hpp"
+#include "model/attention_pieces.hpp"
 #include "model/document_attention.hpp"
 
 namespace ulysses::model {
-
-// One rectangle of a (query chunk, key chunk) pair in batch row `row`: queries [q.begin, q.end) against keys
-// [k.begin, k.end) (positions in the whole sequence). causal: the same tokens on both sides, key ≤ query; masked: a
-// sliding window cuts the rectangle (key > query − window), with causal too where the sides are the same tokens.
-struct RingPiece {
-  std::int64_t row = 0;
-  TokenRange q, k;
-  bool causal = false, masked = false;
-};
-
-// The pieces of query chunk q_chunk against key chunk k_chunk (each a chunk of ring_block: equal or disjoint), for
-// the documents of `plan` (its runs, over the whole sequence) and an optional sliding window. Every piece has at least
-// one allowed key for each of its queries.
-std::vector<RingPiece> ring_pieces(const AttentionPlan& plan, TokenRange q_chunk, TokenRange k_chunk,
-                                   std::optional<std::int64_t> window);
-
-// A masked piece's sliding window as FlashAttention takes it (window_size_left/right, its mask aligned to the bottom
-// right): key j of the piece's Lk is allowed for query i of its Lq when i + Lk − Lq − left ≤ j ≤ i + Lk − Lq + right
-// — the same keys as key ≤ query and query − key < window. Both sizes ≥ 0 for every piece ring_pieces makes.
-struct PieceWindow {
-  std::int64_t left = 0, right = 0;
-};
-PieceWindow piece_window(const RingPiece& p, std::int64_t window);
 
 // Where this rank sits in the ring and the sequence's length.
 struct RingPosition {
   std::int64_t seq_len = 0;
   std::int64_t rank = 0, degree = 1;   // ring rank r, ring degree R
 };
-
-// Which kernel computes each piece: kAuto, the flash kernel of the device and dtype where there is one, the arithmetic
-// written out elsewhere; kWrittenOut, the arithmetic written out everywhere (the tests check it on a CPU against the
-// flash kernel).
-enum class PieceKernel { kAuto, kWrittenOut };
 
 // q [B, 2C, h, D], k, v [B, 2C, hkv, D] (h % hkv == 0; query head i uses kv head i / (h / hkv)): this rank's ring
 // block, chunk r's C tokens then chunk 2R−1−r's → [B, 2C, h, D], q's dtype. `ring` is the ring group's communicator

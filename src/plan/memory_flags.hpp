@@ -108,6 +108,11 @@ struct Features {   // resolved
   // --attention-head-groups G > 1: forward keeps only the groups' input, their heads' tensors recomputed group by
   // group in backward (and one group's alive at a time: memory_model.cpp's counts)
   bool saves_head_tensors() const { return attention_head_groups <= 1; }
+  // ... and where a flash kernel takes attention (a CPU; a GPU in bf16 at a head size flash has) without a ring, the
+  // groups' attention log-sum-exp is kept beside their output (float, one per token and head: model/attention.hpp)
+  bool keeps_head_lse(bool cuda, std::int64_t head_dim, int ring) const {
+    return attention_head_groups > 1 && ring == 1 && (!cuda || (bf16 && arch::flash_head_dim(head_dim)));
+  }
   // --activation-checkpointing, --offload-checkpoints N, --prefetch: of `layers` layer inputs, those kept on the
   // device — the ones not offloaded, and with prefetch the one copied back a layer ahead — and in host memory
   double device_kept_inputs(double layers, bool cuda) const {

@@ -150,7 +150,10 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     if (l.ring == 1) b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
   }
   if (l.ring > 1) b.working += ring_bytes(c, l, f, p, n, T, seq_len);
+  // head groups' kept log-sum-exp, float [B, H/U, S] a layer: with the layer back-propagated, or every layer's
+  const double lse = f.keeps_head_lse(p.cuda, c.head_dim, l.ring) ? 4 * T * static_cast<double>(c.num_heads) : 0;
   if (f.activation_checkpointing) {
+    b.working += bytes(lse);
     const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
     b.saved = bytes(kept * f.device_kept_inputs(L, p.cuda));
     b.host_checkpoints = bytes(kept * f.host_kept_inputs());
@@ -159,7 +162,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
     b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token + lora_row(f)) +
                                p.saved_factor * saved_heads +
-                               p.mlp_factor * saved_mlp));
+                               p.mlp_factor * saved_mlp) + L * lse);
   }
   const auto loss_rows = static_cast<double>(f.logit_rows(rows));
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_gradient_buffer() ? 4 * V * h : 0.0));

@@ -3,7 +3,7 @@
 //    and batch: fp32 ≤ 1e-4 relative; bf16 mixed precision within bf16 tolerance of the fp32 CPU step;
 //  - packed-document attention on the GPU (fused SDPA per document in fp32, varlen flash in bf16) equals the
 //    CPU reference, forward and backward; so do ring attention's pieces (FlashAttention-2 in bf16 with its window
-//    sizes, written out in fp32);
+//    sizes, written out in fp32) and the head groups' backward from their kept output (bf16);
 //  - NCCL collectives in a world of one equal the MPI ones (host staging) bit for bit, for every dtype, and the
 //    side-stream send_recv the blocking one;
 //  - prefetch (sharded gathers and offloaded layer inputs on side streams) equals the run without it, with every
@@ -219,6 +219,42 @@ TEST(GpuAttention, RingPiecesEqualTheCpuRing) {
   }
   EXPECT_NE(model::piece_kernel(kGpu, torch::kBFloat16, 64).find("FlashAttention-2"), std::string::npos);
   EXPECT_NE(model::piece_kernel(kGpu, torch::kFloat, 64).find("written out"), std::string::npos);
+}
+
+// The head groups' attention on the GPU: its forward by pieces with the log-sum-exp and its backward from the kept
+// output (FlashAttention-2 per document in bf16, the window as its sizes) against the CPU's document attention in
+// fp32 — documents of 5, 7 and 4 tokens, 4 query heads on 2 KV heads, head_dim 64, without and with a window of 3.
+TEST(GpuAttention, BackwardFromTheKeptOutputEqualsTheCpu) {
+  const torch::Tensor docs = torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2}).unsqueeze(0);   // [1, 16]
+  torch::manual_seed(6);
+  auto bf16_values = [](std::vector<std::int64_t> shape) {
+    return torch::randn(shape).to(torch::kBFloat16).to(torch::kFloat);
+  };
+  const std::vector<torch::Tensor> in{bf16_values({1, 16, 4, 64}), bf16_values({1, 16, 2, 64}),
+                                      bf16_values({1, 16, 2, 64}), bf16_values({1, 16, 4, 64})};
+  auto run = [&](const c10::Device& device, c10::ScalarType dtype, std::optional<std::int64_t> window, bool kept) {
+    const model::AttentionPlan plan = model::plan_attention(docs, window, device);
+    std::vector<torch::Tensor> x;
+    for (int i = 0; i < 3; ++i) x.push_back(in[i].to(device, dtype).clone().requires_grad_(true));   // leaves
+    torch::Tensor out;
+    if (kept) {
+      const auto [o, lse] = model::attention_with_lse(x[0].detach(), x[1].detach(), x[2].detach(), plan, 0.125);
+      out = model::attention_from_kept(x[0], x[1], x[2], o, lse, plan, 0.125);
+    } else {
+      out = model::document_attention(x[0], x[1], x[2], plan, 0.125);
+    }
+    out.backward(in[3].to(device, dtype));
+    return std::vector<torch::Tensor>{out.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+  };
+  const char* names[] = {"output", "dq", "dk", "dv"};
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>(), std::optional<std::int64_t>(3)}) {
+    const auto cpu = run(torch::kCPU, torch::kFloat, window, false);
+    const auto gpu = run(kGpu, torch::kBFloat16, window, true);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_LE(rel(gpu[i], cpu[i]), 2e-2) << "kept, bf16 " << names[i] << " window " << window.value_or(0);
+  }
+  EXPECT_TRUE(model::flash_pieces(kGpu, torch::kBFloat16, 64));
+  EXPECT_FALSE(model::flash_pieces(kGpu, torch::kFloat, 64));   // fp32 on a GPU: the group's attention recomputed
 }
 
 TEST(Nccl, WorldOfOneEqualsMpiBitForBit) {

@@ -3,6 +3,7 @@
 // same model at P = 1), from-scratch init, strict weight loading, and the model against its description.
 // The memory features against the plain path: test_memory_features.cpp; shared fixtures: model_fixtures.hpp.
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <fstream>
@@ -242,6 +243,40 @@ TEST(UlyssesRing, WrittenOutPiecesEqualTheFlashKernel) {
   }
 }
 
+// Attention by pieces keeps its output and log-sum-exp, and its backward from them (no attention forward) gives the
+// gradients of the fused per-document attention: 2 packed rows (S = 16), 4 query heads on 2 KV heads, without and
+// with a window of 3 — output and the gradients of q, k and v within 1e-6. A kept lse off by 0.1 changes them (the
+// backward reads it).
+TEST(AttentionPieces, BackwardFromTheKeptOutputEqualsDocumentAttention) {
+  const auto docs = packed_batch(64).docs.narrow(0, 0, 2);   // [2, 16]
+  torch::manual_seed(6);
+  const torch::Tensor q = torch::randn({2, 16, 4, 8}), k = torch::randn({2, 16, 2, 8}), v = torch::randn({2, 16, 2, 8});
+  const torch::Tensor dout = torch::randn({2, 16, 4, 8});
+  const double scale = 0.35;
+  auto grads = [&](const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                                     const torch::Tensor&)>& attention) {
+    std::vector<torch::Tensor> x{q.clone().requires_grad_(true), k.clone().requires_grad_(true),
+                                 v.clone().requires_grad_(true)};
+    const torch::Tensor out = attention(x[0], x[1], x[2]);
+    out.backward(dout);
+    return std::vector<torch::Tensor>{out.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+  };
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>(), std::optional<std::int64_t>(3)}) {
+    const AttentionPlan plan = plan_attention(docs, window, torch::kCPU);
+    const auto want = grads([&](auto& a, auto& b, auto& c) { return document_attention(a, b, c, plan, scale); });
+    const auto [out, lse] = attention_with_lse(q, k, v, plan, scale);   // [2, 16, 4, 8], [2, 4, 16]
+    EXPECT_FALSE(out.requires_grad());
+    EXPECT_LE(rel_diff(out, want[0]), 1e-6) << "window " << window.value_or(0);
+    const auto got = grads([&](auto& a, auto& b, auto& c) { return attention_from_kept(a, b, c, out, lse, plan, scale); });
+    for (int i = 0; i < 4; ++i)
+      EXPECT_LE(rel_diff(got[i], want[i]), 1e-6) << "tensor " << i << " window " << window.value_or(0);
+    const auto off = grads([&](auto& a, auto& b, auto& c) {
+      return attention_from_kept(a, b, c, out, lse + 0.1, plan, scale);
+    });
+    EXPECT_GT(rel_diff(off[1], want[1]), 1e-2) << "window " << window.value_or(0);
+  }
+}
+
 // FlashAttention's window (piece_window; sizes at or past Lk mean no limit, as the kernel clamps them) allows the same
 // keys as the rule itself — key ≤ query, query − key < window — for every masked piece of every pair of 4 or 8 chunks
 // over documents of 5, 7, 4 and 16 tokens (S = 32), at windows 1 to 9.
@@ -256,7 +291,7 @@ TEST(UlyssesRing, FlashWindowAllowsTheSameKeys) {
     for (const std::int64_t chunk : {4, 8})
       for (std::int64_t a = 0; a < 32; a += chunk)
         for (std::int64_t b = 0; b <= a; b += chunk)
-          for (const RingPiece& p : ring_pieces(plan, {a, a + chunk}, {b, b + chunk}, window)) {
+          for (const AttentionPiece& p : attention_pieces(plan, {a, a + chunk}, {b, b + chunk}, window)) {
             if (!p.masked) continue;
             ++masked;
             const PieceWindow w = piece_window(p, window);
