@@ -25,7 +25,8 @@ Sides (each in its own process):
 B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
 (target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 1.2: the planner counts 1.27 for this model, whose
 per-layer tensors — the layer's input, norms, the heads' output, the MLP's rows — do not shrink with G),
-b_amp/b_bf16 (target >= 1.8), and the step time of C over off at the longest S (target <= 1.4). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
+b_amp/b_bf16 (target >= 1.8), the step time of C over off at the longest S (target <= 1.4), and of G4 over C at the
+longest S both ran (target <= 1.1: attention's forward runs once per pass in groups too). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
 offload line) are checked against 4·hidden and 2·hidden.
 Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
 S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; said so when unavailable).
@@ -258,6 +259,12 @@ def main():
             S = max(both)
             t = res["C"][S]["step_seconds"][-1] / res["off"][S]["step_seconds"][-1]
             print(f"RATIO step time everything on/off at S={S} = {t:.2f}  (target <= 1.4)")
+        grouped = [S for S in lengths if "error" not in res["C"].get(S, {"error": "not run"})
+                   and "error" not in res["G4"].get(S, {"error": "not run"})]
+        if grouped:   # attention in 4 head groups against all heads at once, at the longest length both ran
+            S = max(grouped)
+            t = res["G4"][S]["step_seconds"][-1] / res["C"][S]["step_seconds"][-1]
+            print(f"RATIO step time G4/C at S={S} = {t:.2f}  (target <= 1.1)")
         if a.confirm_cap:
             confirm(a, work, fits)
         else:
