@@ -17,19 +17,18 @@
 // In head groups (--attention-head-groups G > 1, UPipe's head chunking): the heads run in G groups, group g holding
 // query heads [g·H/G, (g+1)·H/G) and its own key/value heads [g·Hkv/G, (g+1)·Hkv/G) — or, with more groups than
 // key/value heads, the one head g·Hkv/G its query heads use, whose k/v projection each of its groups computes
-// (arch::check_head_groups). Each
-// group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k norm, RoPE, the all-to-alls,
-// attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs side by side. The groups are
-// the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it keeps the layer's normed input,
-// and backward recomputes and back-propagates one group at a time, so one group's activations are alive at once, in forward and in
-// backward (beside them, the heads' output [B, S/P, H·D] that o_proj reads, and its gradient). Every rank runs the
-// same groups in the same order. Where a flash kernel computes attention (on CPU; on a GPU in bf16/fp16:
-// attention_pieces.hpp) and without a ring, the call also keeps its output — the heads' output o_proj keeps
-// anyway — and each group's attention log-sum-exp ([B, H/U, S] float in all): backward
+// (arch::check_head_groups). Each group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k
+// norm, RoPE, the all-to-alls, attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs
+// side by side. The groups are the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it
+// keeps the layer's normed input, and backward recomputes and back-propagates one group at a time, so one group's
+// activations are alive at once, in forward and in backward (beside them, the heads' output [B, S/P, H·D] that o_proj
+// reads, and its gradient). Every rank runs the same groups in the same order. Where a flash kernel computes
+// attention (on CPU; on a GPU in bf16/fp16: attention_pieces.hpp) and without a ring, the call also keeps its output —
+// the heads' output o_proj keeps anyway — and each group's attention log-sum-exp ([B, H/U, S] float in all): backward
 // recomputes a group's q, k, v, brings its output back to attention's layout by the all-to-all, and runs attention's
 // backward from them, so attention's forward runs once per pass, as at G = 1 (not again in the group's backward).
-// Exact: the same operations per head; only the input's gradient, summed over the groups' q/k/v projections, is
-// summed in another order (≤ 1e-6 relative in fp32).
+// Exact: the same operations per head; the sums over the groups — the input's gradient over their q/k/v projections,
+// the shared q/k norms' — run in another order (the loss and the whole gradient ≤ 1e-6 relative in fp32).
 #pragma once
 
 #include <torch/nn/module.h>

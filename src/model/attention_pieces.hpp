@@ -8,10 +8,10 @@
 // dq, dk, dv exactly its share of that attention's gradients (pieces that split a query's keys merge by their lse).
 //
 // Kernels per piece: on CPU PyTorch's flash attention for CPU (forward with the lse, backward from it; grouped KV heads
-// native, as SDPA calls it); on a GPU in bf16/fp16 FlashAttention-2 (PyTorch's _flash_attention_forward/backward: grouped KV
-// heads native, the window as its left/right sizes; dq, dk, dv in that dtype); elsewhere (fp32 on a GPU, or a GPU or
-// head size flash has no kernel for: flash_applies) the same arithmetic written out (one piece's scores held whole:
-// [h, Lq, Lk]).
+// native, as SDPA calls it); on a GPU in bf16/fp16 FlashAttention-2 (PyTorch's _flash_attention_forward/backward:
+// grouped KV heads native, the window as its left/right sizes; dq, dk, dv in that dtype); elsewhere (fp32 on a GPU,
+// or a GPU or head size flash has no kernel for: flash_applies) the same arithmetic written out (one piece's scores
+// held whole: [h, Lq, Lk]).
 #pragma once
 
 #include <cstdint>

@@ -61,7 +61,8 @@ void for_each_piece(const RingContext& c, std::int64_t held, F&& f) {
   const auto theirs = ring_block(c.where.seq_len, c.where.degree, held);
   for (const TokenRange& qc : mine)
     for (const TokenRange& kc : theirs)
-      for (const AttentionPiece& p : attention_pieces(c.plan, qc, kc, c.plan.window)) f(p, piece_rows(p, mine, theirs));
+      for (const AttentionPiece& p : attention_pieces(c.plan, qc, kc, c.plan.window))
+        f(p, piece_rows(p, mine, theirs));
 }
 
 c10::ScalarType accumulation(const torch::Tensor& q) {

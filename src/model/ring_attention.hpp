@@ -5,9 +5,9 @@
 // sequence's 2R chunks (core/sequence_parallel.hpp: ring_block) — of q, k and v for its heads. R steps: at step t it
 // holds the k/v block of ring rank (r − t) mod R, attends its queries to it, and passes it on to rank r + 1
 // (send_recv: the send and the receive are one call, so the ring cannot deadlock). Each (query chunk, key chunk) pair
-// is a list of pieces, one per document that has queries in the one and keys in the other (attention_pieces.hpp); a piece is
-// whole (keys before queries), causal (the same chunk) or, with a sliding window, masked — pieces wholly outside the
-// window or after the queries are skipped. The pieces' outputs merge by their log-sum-exp (online softmax), in fp32.
+// is a list of pieces, one per document that has queries in the one and keys in the other (attention_pieces.hpp); a
+// piece is whole (keys before queries), causal (the same chunk) or, with a sliding window, masked — pieces wholly
+// outside the window or after the queries are skipped. The pieces' outputs merge by their log-sum-exp (online softmax), in fp32.
 //
 // Backward (one autograd node for the whole ring) passes the k/v blocks round again, each block's gradient travelling
 // one step behind it and summing every rank's share, and one more step brings every block's gradient home. Every

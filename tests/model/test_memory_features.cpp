@@ -254,7 +254,9 @@ TEST(Recompute, ChunksOfColumnsHandTheirKeptOutputsToBackward) {
   const torch::Tensor x0 = torch::randn({2, 7, 6}, torch::kFloat64), w0 = torch::randn({6, 8}, torch::kFloat64);
   const torch::Tensor dy = torch::randn({2, 7, 8}, torch::kFloat64);
   std::vector<torch::Tensor> kept_seen;   // the kept y shares the backward's chunks were handed
-  const auto columns = [](const torch::Tensor& w, const Chunk& c, std::int64_t n) { return w.narrow(1, c.index * n, n); };
+  const auto columns = [](const torch::Tensor& w, const Chunk& c, std::int64_t n) {   // chunk c's columns of w
+    return w.narrow(1, c.index * n, n);
+  };
   for (const std::int64_t chunks : {1, 4}) {
     const std::int64_t n = 8 / chunks;
     const ChunkForward f = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {

@@ -267,7 +267,9 @@ TEST(AttentionPieces, BackwardFromTheKeptOutputEqualsDocumentAttention) {
     const auto [out, lse] = attention_with_lse(q, k, v, plan, scale);   // [2, 16, 4, 8], [2, 4, 16]
     EXPECT_FALSE(out.requires_grad());
     EXPECT_LE(rel_diff(out, want[0]), 1e-6) << "window " << window.value_or(0);
-    const auto got = grads([&](auto& a, auto& b, auto& c) { return attention_from_kept(a, b, c, out, lse, plan, scale); });
+    const auto got = grads([&](auto& a, auto& b, auto& c) {
+      return attention_from_kept(a, b, c, out, lse, plan, scale);
+    });
     for (int i = 0; i < 4; ++i)
       EXPECT_LE(rel_diff(got[i], want[i]), 1e-6) << "tensor " << i << " window " << window.value_or(0);
     const auto off = grads([&](auto& a, auto& b, auto& c) {
