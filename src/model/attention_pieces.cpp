@@ -105,7 +105,7 @@ std::optional<std::int64_t> right(const PieceMath& m) {
 
 PieceMath piece_math(Kernel kernel, const AttentionPiece& p, std::optional<std::int64_t> window, double scale,
                      const torch::TensorOptions& q_options) {
-  const auto acc = q_options.dtype() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  const auto acc = accumulation(c10::typeMetaToScalarType(q_options.dtype()));
   PieceMath m{kernel, p.causal, std::nullopt, std::nullopt, scale, acc};
   if (!p.masked) return m;
   if (kernel == Kernel::kFlashCuda)
@@ -149,7 +149,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> piece_backward(const Pie
   }
   const auto gt = heads_first(dout, h), ot = heads_first(out, h);                        // [1, h, Lq, D]
   if (m.kernel == Kernel::kFlashCpu) {   // GQA native: dk, dv [1, hkv, Lk, D]
-    const auto kernel_lse = lse.to(q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat).contiguous();
+    const auto kernel_lse = lse.to(accumulation(q.scalar_type())).contiguous();
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         gt, heads_first(q, h), heads_first(k, hkv), heads_first(v, hkv), ot, kernel_lse, 0.0, m.causal, m.mask,
         m.scale);
@@ -228,7 +228,7 @@ std::pair<torch::Tensor, torch::Tensor> attention_with_lse(const torch::Tensor& 
             fmt::streamed(k.sizes()), fmt::streamed(v.sizes()), plan.runs.size());
   const torch::NoGradGuard no_graph;
   auto out = torch::empty_like(q);                                                           // [B, S, h, D]
-  const auto acc = q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  const auto acc = accumulation(q.scalar_type());
   auto lse = torch::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(acc));   // [B, h, S]
   for_each_document(plan, q, scale, [&](const PieceMath& m, auto queries, auto keys, const AttentionPiece& p) {
     auto [o, l] = piece_forward(m, queries(q), keys(k), keys(v));

@@ -73,6 +73,11 @@ struct PieceMath {
   c10::ScalarType acc;                 // the accumulation dtype: float, or double for double q
 };
 
+// The dtype pieces accumulate in for q of `dtype`: double for double, float otherwise.
+inline c10::ScalarType accumulation(c10::ScalarType dtype) {
+  return dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
 // The math of piece p of a sequence with an optional sliding window, for q of `q_options`.
 PieceMath piece_math(Kernel kernel, const AttentionPiece& p, std::optional<std::int64_t> window, double scale,
                      const torch::TensorOptions& q_options);

@@ -65,10 +65,6 @@ void for_each_piece(const RingContext& c, std::int64_t held, F&& f) {
         f(p, piece_rows(p, mine, theirs));
 }
 
-c10::ScalarType accumulation(const torch::Tensor& q) {
-  return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-}
-
 std::int64_t next(const RingPosition& w) { return (w.rank + 1) % w.degree; }
 std::int64_t previous(const RingPosition& w) { return (w.rank + w.degree - 1) % w.degree; }
 
@@ -86,7 +82,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   // q [B, 2C, h, D], k, v [B, 2C, hkv, D] (contiguous) → [B, 2C, h, D]
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, c10::intrusive_ptr<RingContext> c) {
-    const auto acc = accumulation(q);
+    const auto acc = accumulation(q.scalar_type());
     const std::int64_t B = q.size(0), L = q.size(1), h = q.size(2);
     auto out = torch::zeros(q.sizes(), q.options().dtype(acc));                                      // [B, 2C, h, D]
     auto lse = torch::full({B, h, L}, -std::numeric_limits<double>::infinity(), q.options().dtype(acc));   // [B, h, 2C]
@@ -116,7 +112,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const auto c = c10::static_intrusive_pointer_cast<RingContext>(ctx->saved_data["ring"].toCapsule());
-    const auto acc = accumulation(q);
+    const auto acc = accumulation(q.scalar_type());
     const torch::Tensor dout = grad_out[0].contiguous();                         // [B, 2C, h, D]
     auto dq = torch::zeros(q.sizes(), q.options().dtype(acc));                   // [B, 2C, h, D]
     torch::Tensor kv = torch::stack({k, v});                                     // [2, B, 2C, hkv, D]
