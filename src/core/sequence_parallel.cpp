@@ -79,9 +79,10 @@ std::array<TokenRange, 2> ring_block(std::int64_t seq_len, std::int64_t ring, st
 }
 
 SequenceParallel::SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* ulysses,
-                                   comm::Communicator* ring)
+                                   comm::Communicator* ring, comm::Communicator* ulysses_ahead)
     : degree_(layout.sp()), rank_(layout.sp_rank(global_rank)), ring_(layout.ring()),
-      ulysses_(degree_ / ring_ > 1 ? ulysses : nullptr), ring_group_(ring_ > 1 ? ring : nullptr) {}
+      ulysses_(degree_ / ring_ > 1 ? ulysses : nullptr), ring_group_(ring_ > 1 ? ring : nullptr),
+      ulysses_ahead_(degree_ / ring_ > 1 ? ulysses_ahead : nullptr) {}
 
 SequenceSlice SequenceParallel::slice(std::int64_t seq_len, const std::string& source) const {
   check_ring_split(seq_len, degree_, ring_, source);

@@ -61,9 +61,12 @@ class SequenceParallel {
   SequenceParallel() = default;   // no sequence parallelism: P = 1, no communicator
   // The SP group of `global_rank` in `layout`. The communicators are not owned and may be null where no collective
   // is called (the data loader's tests): `ulysses`, the Ulysses group's (with R = 1 the SP group's); `ring`, the ring
-  // group's (R > 1 only).
+  // group's (R > 1 only); `ulysses_ahead`, a second communicator of the Ulysses group for the all-to-alls head groups
+  // issue ahead on a side stream (NCCL runs a communicator's operations one after another in the order issued,
+  // whatever their streams: on the Ulysses group's own, the current group's all-to-all back would wait for the next
+  // group's projections) — null: the Ulysses group's.
   SequenceParallel(const RankLayout& layout, int global_rank, comm::Communicator* ulysses,
-                   comm::Communicator* ring = nullptr);
+                   comm::Communicator* ring = nullptr, comm::Communicator* ulysses_ahead = nullptr);
 
   std::int64_t degree() const { return degree_; }            // P = U × R
   std::int64_t rank() const { return rank_; }                // this rank's index in its SP group, 0 ≤ rank < P
@@ -73,6 +76,7 @@ class SequenceParallel {
   std::int64_t ring_rank() const { return rank_ / ulysses_degree(); }
   comm::Communicator* ulysses_group() const { return ulysses_; }   // null when U = 1 or none was given
   comm::Communicator* ring_group() const { return ring_group_; }   // null when R = 1 or none was given
+  comm::Communicator* ulysses_ahead_group() const { return ulysses_ahead_ ? ulysses_ahead_ : ulysses_; }
 
   // This rank's tokens of a sequence of seq_len tokens; check_ring_split first.
   SequenceSlice slice(std::int64_t seq_len, const std::string& source) const;
@@ -81,6 +85,7 @@ class SequenceParallel {
   std::int64_t degree_ = 1, rank_ = 0, ring_ = 1;
   comm::Communicator* ulysses_ = nullptr;
   comm::Communicator* ring_group_ = nullptr;
+  comm::Communicator* ulysses_ahead_ = nullptr;
 };
 
 }  // namespace ulysses

@@ -14,7 +14,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, c
                              const LoraOptions& lora)
     : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), head_groups_(head_groups),
       eps_(c.rms_norm_eps), lora_scale_(lora.enabled() ? lora.scale() : 0), ulysses_degree_(sp.ulysses_degree()),
-      ulysses_(sp.ulysses_group()), ring_(sp.ring_group()), ring_position_{0, sp.ring_rank(), sp.ring_degree()} {
+      ulysses_(sp.ulysses_group()), ulysses_ahead_(sp.ulysses_ahead_group()), ring_(sp.ring_group()),
+      ring_position_{0, sp.ring_rank(), sp.ring_degree()} {
   if (head_groups.groups != 1) arch::check_head_groups(c, ulysses_degree_, head_groups.groups);
   if (ulysses_degree_ > 1) {
     arch::check_heads_for_sp(c, sp.degree(), c.architecture, sp.ring_degree());
@@ -56,8 +57,9 @@ AttentionWeights AttentionImpl::weights() const {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                      const AttentionWeights& w) const {
-  const torch::Tensor heads = head_groups_.groups == 1 ? forward_heads(x, rope, plan, w)   // [B, S/P, H*D]
-                                                       : forward_in_groups(x, rope, plan, w);
+  const torch::Tensor heads = head_groups_.groups == 1   // [B, S/P, H*D]
+                                  ? attend_heads(heads_for_attention(x, rope, w, ulysses_), x.size(1), plan)
+                                  : forward_in_groups(x, rope, plan, w);
   return project(heads, w.o, w.o_bias, w.o_lora, w.lora_scale);   // [B, S/P, hidden]
 }
 
@@ -67,6 +69,14 @@ namespace {
 std::vector<torch::Tensor*> slots(AttentionWeights& w) {
   return {&w.q,        &w.k,        &w.v,        &w.q_bias,   &w.k_bias,   &w.v_bias,  &w.q_norm,
           &w.k_norm,   &w.q_lora.a, &w.q_lora.b, &w.k_lora.a, &w.k_lora.b, &w.v_lora.a, &w.v_lora.b};
+}
+
+// The weights a group's function was handed (SlotMask::take's order), back in their slots.
+AttentionWeights handed_weights(const SlotMask& mask, const std::vector<torch::Tensor>& ws, double lora_scale) {
+  AttentionWeights w;
+  w.lora_scale = lora_scale;
+  mask.put(slots(w), ws);
+  return w;
 }
 
 }  // namespace
@@ -95,22 +105,31 @@ torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const Rop
   all.o = all.o_bias = all.o_lora.a = all.o_lora.b = torch::Tensor();
   SlotMask mask;
   const std::vector<torch::Tensor> handed = mask.take(slots(all));   // its defined tensors, in slot order
-  const bool keep = keeps_attention_output(x);
+  const bool keep = keeps_attention_output(x), ahead = head_groups_.ahead != nullptr;
   // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
   const double scale = w.lora_scale;
-  const ChunkForward group = [self, rope, plan, mask, scale, keep](const Chunk& c, const torch::Tensor& xn,
-                                                                   const std::vector<torch::Tensor>& ws) {
-    AttentionWeights aw;
-    aw.lora_scale = scale;
-    mask.put(slots(aw), ws);
-    const AttentionWeights gw = self->group_weights(aw, c.index);   // views of its heads' rows
-    if (keep) return self->forward_heads_kept(xn, rope, plan, gw, c.kept);
-    return torch::autograd::variable_list{self->forward_heads(xn, rope, plan, gw)};
+  // a group's q, k, v after RoPE and the all-to-all, on its views of its heads' rows
+  const auto heads = [self, rope, mask, scale](const Chunk& c, const torch::Tensor& xn,
+                                               const std::vector<torch::Tensor>& ws, comm::Communicator* a2a) {
+    return self->heads_for_attention(xn, rope, self->group_weights(handed_weights(mask, ws, scale), c.index), a2a);
+  };
+  const ChunkForward group = [self, plan, keep, ahead, heads](const Chunk& c, const torch::Tensor& xn,
+                                                              const std::vector<torch::Tensor>& ws) {
+    const Heads h = ahead ? Heads{c.ahead.at(0), c.ahead.at(1), c.ahead.at(2)} : heads(c, xn, ws, self->ulysses_);
+    if (keep) return self->attend_heads_kept(h, xn.size(1), plan, c.kept);
+    return torch::autograd::variable_list{self->attend_heads(h, xn.size(1), plan)};
   };
   Recompute recompute;
   recompute.precision = head_groups_.precision;
   recompute.chunking.columns = head_groups_.groups;
   recompute.keep_outputs = keep;
+  if (ahead) {
+    recompute.ahead = [self, heads](const Chunk& c, const torch::Tensor& xn, const std::vector<torch::Tensor>& ws) {
+      const Heads h = heads(c, xn, ws, self->ulysses_ahead_);
+      return torch::autograd::variable_list{h.q, h.k, h.v};
+    };
+    recompute.ahead_stream = head_groups_.ahead->on(x.device());
+  }
   return recomputed(group, x, handed, recompute)[0];   // [B, S/P, H*D]: group g's heads at g·H/G
 }
 
@@ -120,7 +139,7 @@ bool AttentionImpl::keeps_attention_output(const torch::Tensor& x) const {
 }
 
 AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, const RopeTables& rope,
-                                                        const AttentionWeights& w) const {
+                                                        const AttentionWeights& w, comm::Communicator* a2a) const {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
@@ -136,14 +155,14 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const auto compute = v.scalar_type();
   q = apply_rope(q, rope).to(compute);
   k = apply_rope(k, rope).to(compute);
-  if (!ulysses_) return {q, k, v};   // U = 1: S/R = S/P
+  if (!a2a) return {q, k, v};   // U = 1: S/R = S/P
   // U = P without a ring: the block is the whole sequence, S/R = S
   const std::int64_t U = ulysses_degree_;
   k = replicate_kv_heads_for_sp(k, U);   // [B, S/P, max(Hkv, U), D]
   v = replicate_kv_heads_for_sp(v, U);   // [B, S/P, max(Hkv, U), D]
-  return {scatter_heads_gather_sequence(*ulysses_, q),    // [B, S/R, H/U, D]
-          scatter_heads_gather_sequence(*ulysses_, k),    // [B, S/R, max(Hkv, U)/U, D]
-          scatter_heads_gather_sequence(*ulysses_, v)};   // [B, S/R, max(Hkv, U)/U, D]
+  return {scatter_heads_gather_sequence(*a2a, q),    // [B, S/R, H/U, D]
+          scatter_heads_gather_sequence(*a2a, k),    // [B, S/R, max(Hkv, U)/U, D]
+          scatter_heads_gather_sequence(*a2a, v)};   // [B, S/R, max(Hkv, U)/U, D]
 }
 
 torch::Tensor AttentionImpl::heads_back(const torch::Tensor& out, std::int64_t s) const {
@@ -151,20 +170,17 @@ torch::Tensor AttentionImpl::heads_back(const torch::Tensor& out, std::int64_t s
   return mine.reshape({mine.size(0), s, mine.size(2) * head_dim_});                            // [B, S/P, H*D]
 }
 
-torch::Tensor AttentionImpl::forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
-                                           const AttentionWeights& w) const {
-  const Heads h = heads_for_attention(x, rope, w);
-  return heads_back(ring_ ? ring_attend(h.q, h.k, h.v, plan) : attend(h.q, h.k, h.v, plan), x.size(1));
+torch::Tensor AttentionImpl::attend_heads(const Heads& h, std::int64_t s, const AttentionPlan& plan) const {
+  return heads_back(ring_ ? ring_attend(h.q, h.k, h.v, plan) : attend(h.q, h.k, h.v, plan), s);
 }
 
-torch::autograd::variable_list AttentionImpl::forward_heads_kept(const torch::Tensor& x, const RopeTables& rope,
-                                                                 const AttentionPlan& plan, const AttentionWeights& w,
-                                                                 const std::vector<torch::Tensor>& kept) const {
+torch::autograd::variable_list AttentionImpl::attend_heads_kept(const Heads& h, std::int64_t s,
+                                                                const AttentionPlan& plan,
+                                                                const std::vector<torch::Tensor>& kept) const {
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  const Heads h = heads_for_attention(x, rope, w);
   if (kept.empty()) {
     auto [out, lse] = attention_with_lse(h.q, h.k, h.v, plan, scale);   // [B, S, h, D], [B, h, S]
-    return {heads_back(out, x.size(1)), lse};
+    return {heads_back(out, s), lse};
   }
   torch::Tensor out;   // the kept output in attention's layout, [B, S, h, D]: data, not part of the graph
   {
@@ -173,7 +189,7 @@ torch::autograd::variable_list AttentionImpl::forward_heads_kept(const torch::Te
     out = y.reshape({y.size(0), y.size(1), y.size(2) / head_dim_, head_dim_});
     if (ulysses_) out = scatter_heads_gather_sequence(*ulysses_, out);
   }
-  return {heads_back(attention_from_kept(h.q, h.k, h.v, out, kept[1], plan, scale), x.size(1)), kept[1]};
+  return {heads_back(attention_from_kept(h.q, h.k, h.v, out, kept[1], plan, scale), s), kept[1]};
 }
 
 namespace {

@@ -27,6 +27,11 @@
 // the heads' output o_proj keeps anyway — and each group's attention log-sum-exp ([B, H/U, S] float in all): backward
 // recomputes a group's q, k, v, brings its output back to attention's layout by the all-to-all, and runs attention's
 // backward from them, so attention's forward runs once per pass, as at G = 1 (not again in the group's backward).
+// With prefetch (HeadGroups::ahead), each group's first stage — its projections, q/k norms, RoPE and all-to-all — is
+// issued one group ahead on a side stream shared by the layers (recompute.hpp's first stage), its all-to-alls on the
+// Ulysses group's second communicator (SequenceParallel::ulysses_ahead_group), so on a GPU the next group's
+// projections and all-to-all overlap the current group's attention, in forward and in backward (the overlap
+// DeepSpeed-Ulysses lacks); one more group's q, k, v are alive meanwhile. A CPU issues the same work in the same order.
 // Exact: the same operations per head; the sums over the groups — the input's gradient over their q/k/v projections,
 // the shared q/k norms' — run in another order (the loss and the whole gradient ≤ 1e-6 relative in fp32).
 #pragma once
@@ -43,6 +48,7 @@
 #include "model/lora.hpp"
 #include "model/precision.hpp"
 #include "model/ring_attention.hpp"
+#include "model/side_stream.hpp"
 
 namespace ulysses::model {
 
@@ -61,6 +67,7 @@ struct AttentionWeights {
 struct HeadGroups {
   std::int64_t groups = 1;
   Precision precision = Precision::kFp32;
+  std::shared_ptr<SharedSideStream> ahead;   // prefetch: each group's first stage issued ahead there; null: in turn
 };
 
 struct AttentionImpl : torch::nn::Module {
@@ -83,18 +90,18 @@ struct AttentionImpl : torch::nn::Module {
                        const AttentionPlan& plan) const;
   torch::Tensor ring_attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const AttentionPlan& plan) const;
-  // The pipeline on the heads of w's q/k/v rows (all of them, or one group's) -> their output [B, S/P, heads·D]
-  torch::Tensor forward_heads(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
-                              const AttentionWeights& w) const;
-  // The same with attention's log-sum-exp: forward (kept empty) -> {output, lse [B, heads/U, S] float}; backward
-  // (kept: that output and lse) -> the output again as a graph whose attention backward runs from them
-  torch::autograd::variable_list forward_heads_kept(const torch::Tensor& x, const RopeTables& rope,
-                                                    const AttentionPlan& plan, const AttentionWeights& w,
-                                                    const std::vector<torch::Tensor>& kept) const;
   struct Heads {
     torch::Tensor q, k, v;   // [B, S/R, h, D], [B, S/R, hkv, D]: after RoPE and the all-to-all
   };
-  Heads heads_for_attention(const torch::Tensor& x, const RopeTables& rope, const AttentionWeights& w) const;
+  // The heads of w's q/k/v rows (all of them, or one group's), their all-to-alls on `a2a` (null when U = 1)
+  Heads heads_for_attention(const torch::Tensor& x, const RopeTables& rope, const AttentionWeights& w,
+                            comm::Communicator* a2a) const;
+  // Attention on those heads, back to this rank's s = S/P tokens -> their output [B, S/P, heads·D]
+  torch::Tensor attend_heads(const Heads& h, std::int64_t s, const AttentionPlan& plan) const;
+  // The same with attention's log-sum-exp: forward (kept empty) -> {output, lse [B, heads/U, S] float}; backward
+  // (kept: that output and lse) -> the output again as a graph whose attention backward runs from them
+  torch::autograd::variable_list attend_heads_kept(const Heads& h, std::int64_t s, const AttentionPlan& plan,
+                                                   const std::vector<torch::Tensor>& kept) const;
   // attention's output [B, S/R, h, D] back to this rank's tokens, all its heads side by side: [B, S/P, heads·D]
   torch::Tensor heads_back(const torch::Tensor& out, std::int64_t s) const;
   bool keeps_attention_output(const torch::Tensor& x) const;   // head groups' backward from the kept output
@@ -108,6 +115,7 @@ struct AttentionImpl : torch::nn::Module {
   double lora_scale_;
   std::int64_t ulysses_degree_;    // U (P without a ring)
   comm::Communicator* ulysses_;    // non-null only when U > 1
+  comm::Communicator* ulysses_ahead_;   // the all-to-alls issued ahead (head groups with prefetch); null when U = 1
   comm::Communicator* ring_;       // non-null only when R > 1
   RingPosition ring_position_;     // this rank's, its seq_len filled per forward
 };

@@ -14,10 +14,11 @@
 
 namespace ulysses::model {
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options)
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+                                   std::shared_ptr<SharedSideStream> heads_ahead)
     : options_(options) {
-  self_attn = register_module("self_attn", Attention(c, sp, HeadGroups{options.attention_head_groups(),
-                                                                        options.precision()}, options.lora()));
+  const HeadGroups groups{options.attention_head_groups(), options.precision(), std::move(heads_ahead)};
+  self_attn = register_module("self_attn", Attention(c, sp, groups, options.lora()));
   mlp = register_module("mlp", Mlp(c, options.lora()));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
@@ -83,8 +84,12 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
                                                .padding_idx(c.pad_token_id)));
   if (placeholder_parameters) to_placeholders(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
+  // every layer's head groups issue their next group's projections and all-to-all ahead, on one stream
+  const auto heads_ahead = options.heads_ahead() && options.attention_head_groups() > 1
+                               ? std::make_shared<SharedSideStream>()
+                               : nullptr;
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    layers->push_back(DecoderLayer(c, sp, options));
+    layers->push_back(DecoderLayer(c, sp, options, heads_ahead));
     if (placeholder_parameters) to_placeholders(*layers[i]);
   }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));

@@ -43,7 +43,9 @@ struct DecoderLayerWeights {
 
 // x + attn(norm(x)), then h + mlp(norm(h)).
 struct DecoderLayerImpl : torch::nn::Module {
-  DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options);
+  // heads_ahead: where its head groups issue their first stages ahead (prefetch; shared by the layers), or null
+  DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+                   std::shared_ptr<SharedSideStream> heads_ahead = nullptr);
   DecoderLayerWeights weights() const;   // its own parameters
   // The same, with tensors in the order of parameters() (a sharded unit's gathered weights) in their place.
   DecoderLayerWeights weights(const std::vector<torch::Tensor>& in_parameter_order) const;

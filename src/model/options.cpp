@@ -11,6 +11,7 @@ ModelOptions model_options(const plan::Features& f, Precision precision, bool cu
       .fp32_residual(f.fp32_residual)
       .attention_head_groups(f.attention_head_groups)
       .prefetch(f.prefetches(cuda))
+      .heads_ahead(f.issues_heads_ahead(cuda))
       .activation_checkpointing(f.activation_checkpointing)
       .offload_checkpoints(f.offload_checkpoints)
       .mlp_tile_tokens(f.mlp_tile_tokens)

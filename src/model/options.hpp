@@ -47,6 +47,9 @@ struct ModelOptions {
   // Prefetch (side_stream.hpp): issue the next unit's weight gathers (sharded states) and the copy back of the
   // previous layer's offloaded input (checkpoint offload) ahead, on side streams. Exact either way.
   TORCH_ARG(bool, prefetch) = false;
+  // Attention in head groups with each group's projections and all-to-all issued a group ahead on a side stream
+  // (attention.hpp); model_options: with --prefetch, where the length leaves room for them (plan::Features).
+  TORCH_ARG(bool, heads_ahead) = false;
   // LoRA (lora.hpp): adapters on the projections it names, the base frozen. rank 0 = off.
   TORCH_ARG(LoraOptions, lora);
 };

@@ -51,6 +51,24 @@ torch::autograd::variable_list run_chunk(const Call& call, const Chunk& c, const
   return call.f(c, x, weights);
 }
 
+// Chunk c's first stage (Recompute::ahead) issued on its side stream, inside the options' autocast; nothing pending
+// without one. xc: the chunk's input (in backward its leaf, which f shares).
+Ahead first_stage(const Call& call, const Chunk& c, const torch::Tensor& xc,
+                  const std::vector<torch::Tensor>& weights) {
+  const Recompute& o = call.options;
+  if (!o.ahead) return {};
+  std::vector<torch::Tensor> reads = weights;   // read on the side stream
+  reads.push_back(xc);
+  return o.ahead_stream->launch(
+      [&] {
+        const AutocastScope autocast(o.precision, xc.device());
+        return o.ahead(c, xc, weights);
+      },
+      reads);
+}
+
+std::vector<torch::Tensor> taken(Ahead& first) { return first.pending() ? first.take() : std::vector<torch::Tensor>{}; }
+
 // The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.kept — page-locked
 // for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
 torch::Tensor kept_input(const torch::Tensor& x, const std::optional<OffloadedInput>& o) {
@@ -140,11 +158,11 @@ torch::autograd::variable_list joined(std::vector<torch::autograd::variable_list
 
 // One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'
 // gradients summed into the leaves' .grad (and, with neither handed-in nor gathered weights, the module's own).
-torch::Tensor back_propagate_chunk(const Call& call, Chunk c, const torch::Tensor& x,
+// xc: the chunk's rows of x as a leaf (floating x) of its own.
+torch::Tensor back_propagate_chunk(const Call& call, Chunk c, const torch::Tensor& xc,
                                    const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy,
                                    const std::vector<torch::Tensor>& kept) {
   const Chunking& how = call.options.chunking;
-  const torch::Tensor xc = rows_of(x, c, how).detach().requires_grad_(x.is_floating_point());   // [rows, ...]
   for (const torch::Tensor& y : kept) c.kept.push_back(share_of(y, c, how).detach());   // data: the node is y's grad_fn
   const torch::AutoGradMode grad_mode(true);
   const torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
@@ -177,8 +195,15 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     weights.insert(weights.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_forward);
     std::vector<torch::autograd::variable_list> outputs;   // no graph: Function::apply runs this without grad
-    for (const Chunk& c : chunks_of(x, o.chunking))
-      outputs.push_back(run_chunk(*call, c, rows_of(x, c, o.chunking), weights));
+    const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
+    const auto input = [&](std::size_t i) { return rows_of(x, chunks[i], o.chunking); };
+    Ahead next = chunks.empty() ? Ahead() : first_stage(*call, chunks[0], input(0), weights);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      Chunk c = chunks[i];
+      c.ahead = taken(next);
+      if (i + 1 < chunks.size()) next = first_stage(*call, chunks[i + 1], input(i + 1), weights);   // before f runs c
+      outputs.push_back(run_chunk(*call, c, input(i), weights));
+    }
     torch::autograd::variable_list y = joined(std::move(outputs), o.chunking);
     if (o.keep_outputs) saved.insert(saved.end(), y.begin(), y.end());   // saved as outputs: no reference cycle
     ctx->save_for_backward(saved);
@@ -207,10 +232,27 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     // [N, ...]: one chunk's gradient as it is; several chunks' of rows each written into its rows; of columns, summed
     const bool rows = chunks.size() > 1 && o.chunking.columns <= 0;
     torch::Tensor dx = rows && x.is_floating_point() ? torch::empty_like(x) : torch::Tensor();
-    for (const Chunk& c : chunks) {
-      const torch::Tensor dxc = back_propagate_chunk(*call, c, x, leaves, grad_out, kept);
+    // each chunk's rows of x as a leaf of its own, [rows, ...]
+    const auto leaf = [&](std::size_t i) {
+      return rows_of(x, chunks[i], o.chunking).detach().requires_grad_(x.is_floating_point());
+    };
+    const auto issue = [&](std::size_t i, const torch::Tensor& xi) {
+      const torch::AutoGradMode grad_mode(true);   // the first stage records its graph, as f does
+      return first_stage(*call, chunks[i], xi, leaves);
+    };
+    torch::Tensor x_next = chunks.empty() ? torch::Tensor() : leaf(0);
+    Ahead next = chunks.empty() ? Ahead() : issue(0, x_next);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      Chunk c = chunks[i];
+      const torch::Tensor xc = x_next;
+      c.ahead = taken(next);
+      if (i + 1 < chunks.size()) {   // issued before chunk c's recomputation and back-propagation
+        x_next = leaf(i + 1);
+        next = issue(i + 1, x_next);
+      }
+      const torch::Tensor dxc = back_propagate_chunk(*call, std::move(c), xc, leaves, grad_out, kept);
       if (!rows) dx = dx.defined() && dxc.defined() ? dx.add_(dxc) : dxc;
-      else if (dxc.defined()) dx.narrow(0, c.first, c.rows).copy_(dxc);
+      else if (dxc.defined()) dx.narrow(0, chunks[i].first, chunks[i].rows).copy_(dxc);
     }
     for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced (a
                                            // frozen weight's is undefined)
@@ -234,6 +276,7 @@ torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x
   ULY_CHECK(options.chunking.rows == 0 || x.dim() > 0, "chunks of rows need an input with rows");
   ULY_CHECK(options.chunking.columns <= 0 || (options.chunking.rows == 0 && !options.chunking.sum_outputs),
             "chunks of columns take all rows and concatenate their outputs");
+  ULY_CHECK(!options.ahead == !options.ahead_stream, "a first stage issued ahead needs its side stream, and only it");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   Recompute o = options;
   if (!torch::GradMode::is_enabled()) o.offload.reset();   // no backward will want x (evaluation): no copy

@@ -12,6 +12,12 @@
 //                        backward(y_c', dy_c) → dx_c (its rows of dx; chunks of columns: summed), dw summed over
 //                        the chunks in the leaves' .grad; [the gathered weights' gradients reduce-scattered into the
 //                        shards]
+// Two stages (Recompute::ahead, with its side stream): a chunk's first stage — attention's projections and
+// all-to-all — is issued for chunk c + 1 on the side stream before f runs chunk c, so the two overlap on a GPU; f
+// gets its results in Chunk::ahead. In backward the same with grad (the first stage and f share the chunk's x_c'):
+// chunk c + 1's first stage is issued before chunk c's recomputation and back-propagation, and autograd runs its
+// backward on the side stream, as it ran. The order is the same on a CPU, where the stage runs at once: every rank
+// issues the same stages in the same order, and one more chunk's first-stage results are alive beside a chunk's work.
 //
 // Where f's weights come from, in f's `weights` in this order:
 //   handed in   tensors passed to recomputed() (TiledMLP's, the tiled loss's): inputs of the autograd node, whose
@@ -59,6 +65,8 @@ struct Chunk {
   // In backward with Recompute::keep_outputs: this chunk's share of each output the forward returned (no graph);
   // empty in the forward.
   std::vector<torch::Tensor> kept;
+  // With Recompute::ahead: what the first stage returned for this chunk (issued ahead), for f; otherwise empty.
+  std::vector<torch::Tensor> ahead;
 };
 
 // A chunk's forward: its slice of x and the weights (handed-in ones, then gathered ones) -> its outputs. Outputs that
@@ -114,6 +122,10 @@ struct Recompute {
   // The joined outputs kept for backward, each chunk's share handed to f there (Chunk::kept): saved as the node's own
   // outputs, so they cost nothing while the caller holds them too (head groups: the heads' output o_proj keeps).
   bool keep_outputs = false;
+  // A first stage (same arguments as f; its results reach f in Chunk::ahead), issued one chunk ahead on this side
+  // stream: both or neither.
+  ChunkForward ahead;
+  std::shared_ptr<SideStream> ahead_stream;
 };
 
 // A weights struct's optional tensors, handed to f as a list: take() lists the defined ones among fixed slots and

@@ -59,6 +59,13 @@ torch::Tensor SideStream::unfilled(torch::Tensor buffer) {
 
 void SideStream::delay_for_tests(std::int64_t cycles) { test_delay_cycles = cycles; }
 
+std::shared_ptr<SideStream> SharedSideStream::on(const c10::Device& device) {
+  const bool same = stream_ && stream_->device().type() == device.type() &&
+                    (!device.has_index() || stream_->device().index() == device.index());
+  if (!same) stream_ = std::make_shared<SideStream>(device);
+  return stream_;
+}
+
 std::vector<torch::Tensor> Ahead::take() {
   ULY_CHECK(pending_, "Ahead::take: nothing issued, or taken already");
   pending_ = false;

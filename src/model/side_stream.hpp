@@ -69,4 +69,14 @@ class SideStream {
   std::optional<c10::Stream> stream_;   // CUDA only
 };
 
+// One side stream shared by several users (every layer's head groups), made for the device of the first input
+// that asks (again if the device changes), so its users need not know their device when they are built.
+class SharedSideStream {
+ public:
+  std::shared_ptr<SideStream> on(const c10::Device& device);
+
+ private:
+  std::shared_ptr<SideStream> stream_;
+};
+
 }  // namespace ulysses::model

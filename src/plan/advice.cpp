@@ -26,6 +26,17 @@ bool fits_settled(const arch::ModelConfig& c, const Layout& l, const MemoryFlags
   return check_fit(predict(c, l, f, p, seq_len), l, m).fits;
 }
 
+// Settled flags that fit: as they are, or (--prefetch auto) with the head groups in turn; nullopt when neither does.
+std::optional<MemoryFlags> fitting(const arch::ModelConfig& c, const Layout& l, MemoryFlags f, const Profile& p,
+                                   const Machine& m, std::int64_t seq_len) {
+  f.heads_in_turn = false;
+  if (fits_settled(c, l, f, p, m, seq_len)) return f;
+  if (f.prefetch != "auto" || f.attention_head_groups <= 1) return std::nullopt;
+  f.heads_in_turn = true;
+  if (fits_settled(c, l, f, p, m, seq_len)) return f;
+  return std::nullopt;
+}
+
 bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags, const Profile& p, const Machine& m,
           std::int64_t seq_len) {
   if (seq_len % sequence_unit(l.sp, l.ring) != 0) return false;
@@ -38,17 +49,25 @@ bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
 
 MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                const Profile& p, const Machine& m, std::int64_t seq_len) {
-  if (flags.attention_head_groups != kAutoHeadGroups) return flags;
+  // the least memory at every length: the head groups in turn where --prefetch auto lets them
+  const auto least = [](MemoryFlags f) {
+    f.heads_in_turn = f.prefetch == "auto" && f.attention_head_groups > 1;
+    return f;
+  };
+  if (flags.attention_head_groups != kAutoHeadGroups) {
+    if (flags.attention_head_groups == 1) return flags;
+    return seq_len <= 0 ? least(flags) : fitting(c, l, flags, p, m, seq_len).value_or(flags);
+  }
   const std::vector<std::int64_t> valid = arch::valid_head_groups(c, l.ulysses());
   MemoryFlags f = flags;
   f.attention_head_groups = valid.empty() ? 1 : valid.back();   // none: the heads do not split (refused elsewhere)
-  if (valid.empty() || seq_len <= 0) return f;
+  if (valid.empty() || seq_len <= 0) return least(f);
   std::optional<std::int64_t> under;   // the least G under the tensor limit
   for (const std::int64_t g : valid) {
     f.attention_head_groups = g;
     if (p.limits_tensors && past_tensor_limit(c, l, resolve(f, c, l.world(), l.ulysses()), seq_len)) continue;
     if (!under) under = g;
-    if (fits_settled(c, l, f, p, m, seq_len)) return f;
+    if (const auto fit = fitting(c, l, f, p, m, seq_len)) return *fit;
   }
   f.attention_head_groups = under.value_or(valid.back());
   return f;

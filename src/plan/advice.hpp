@@ -34,6 +34,9 @@ std::optional<MemoryFlags> choose_memory_flags(const arch::ModelConfig& c, const
 // the heads allow (arch::valid_head_groups) whose tensors stay under 2^31 elements and whose plan fits at seq_len;
 // where none fits memory, the least under the tensor limit (the memory refusal then says what binds), else the
 // largest. seq_len 0 (the longest length is wanted): the largest G, whose memory is the least at every length.
+// With --prefetch auto, a G (given, or tried by auto) whose plan fits only without the next group issued ahead runs its
+// groups in turn (heads_in_turn): the overlap is had where it fits, never at the cost of the length (seq_len 0: in
+// turn).
 MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                const Profile& p, const Machine& m, std::int64_t seq_len);
 

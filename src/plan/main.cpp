@@ -260,6 +260,7 @@ int run(Cli& o) {
     const up::Breakdown b = up::predict(c, l, f, profile, S);
     nlohmann::json out = plan_json(b, l, m, S, longest);
     out["attention_head_groups"] = f.attention_head_groups;
+    out["heads_ahead"] = f.issues_heads_ahead(profile.cuda);   // the next head group issued ahead (--prefetch)
     out["headroom"] = m.headroom;
     fmt::print("{}\n", out.dump());
     return target > 0 && S > longest ? ulysses::kExitBadInput : 0;

@@ -200,6 +200,7 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, in
                           : o.tiled_logits          ? default_logits_chunk_tokens(c.vocab_size)
                                                     : 0;
   f.prefetch = o.prefetch;
+  f.heads_in_turn = o.heads_in_turn;
   f.lora_rank = o.lora_rank;
   f.lora_alpha = o.lora_alpha;
   f.lora_rslora = o.lora_rslora;

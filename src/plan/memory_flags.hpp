@@ -42,6 +42,9 @@ struct MemoryFlags {
   bool tiled_logits = false;               // head + cross-entropy over token chunks
   std::int64_t logits_chunk_tokens = 0;    // tokens per chunk (0: ~1 GiB of fp32 logits)
   std::string prefetch = "auto";           // on, off; auto: on for a GPU (side streams), off for a CPU
+  // Settled, not a flag (settle_head_groups, plan/advice.hpp): --prefetch auto's head groups run in turn, the next
+  // group not issued ahead, where its q, k, v do not fit beside a group's work at the length
+  bool heads_in_turn = false;
   // LoRA (model/lora.hpp): adapters of this rank on the projections named, the base frozen; 0 = full fine-tuning
   std::int64_t lora_rank = 0;
   double lora_alpha = 8;                   // scale alpha / rank (PEFT's lora_alpha default)
@@ -83,6 +86,7 @@ struct Features {   // resolved
   std::int64_t mlp_tile_tokens = 0;       // 0: untiled
   std::int64_t logits_chunk_tokens = 0;   // 0: whole logits
   std::string prefetch = "auto";           // as given; prefetches() resolves auto with the device
+  bool heads_in_turn = false;              // settled: the head groups not issued ahead (MemoryFlags)
   std::int64_t lora_rank = 0;              // LoRA: adapters of this rank, the base frozen (0: full fine-tuning)
   double lora_alpha = 0;
   bool lora_rslora = false;
@@ -113,6 +117,9 @@ struct Features {   // resolved
   bool keeps_head_lse(bool cuda, std::int64_t head_dim, int ring) const {
     return attention_head_groups > 1 && ring == 1 && (!cuda || (bf16 && arch::flash_head_dim(head_dim)));
   }
+  // ... and with --prefetch the next group's q, k, v (after the all-to-all) are issued ahead, alive beside a group's
+  // work (auto: where they fit)
+  bool issues_heads_ahead(bool cuda) const { return attention_head_groups > 1 && prefetches(cuda) && !heads_in_turn; }
   // --activation-checkpointing, --offload-checkpoints N, --prefetch: of `layers` layer inputs, those kept on the
   // device — the ones not offloaded, and with prefetch the one copied back a layer ahead — and in host memory
   double device_kept_inputs(double layers, bool cuda) const {

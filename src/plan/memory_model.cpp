@@ -141,9 +141,10 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   const auto rows = static_cast<std::int64_t>(T);   // the same tokens as a count
   const auto mlp_rows = static_cast<double>(f.mlp_rows(rows));
-  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward
-  // LoRA: each adapted projection's [T, r] product beside the layer's tensors
-  const double layer_tokens = T * (n.attention + n.heads + n.mlp_token + lora_row(f));
+  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward, and with
+  // prefetch the next group's q, k, v beside them; LoRA: each adapted projection's [T, r] product beside the layer's
+  const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
+  const double layer_tokens = T * (n.attention + n.heads + ahead + n.mlp_token + lora_row(f));
   b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);

@@ -70,7 +70,8 @@ std::string features_line(const Features& f, const arch::ModelConfig& c, const L
     s += f.offload_checkpoints > 0 ? fmt::format("; checkpointing ({} of {} layer inputs in host memory)",
                                                  f.offload_checkpoints, c.num_layers)
                                    : "; checkpointing";
-  if (f.attention_head_groups > 1) s += fmt::format("; attention in {} head groups", f.attention_head_groups);
+  if (f.attention_head_groups > 1)
+    s += fmt::format("; attention in {} head groups{}", f.attention_head_groups, f.heads_in_turn ? ", in turn" : "");
   if (f.mlp_tile_tokens > 0) s += fmt::format("; TiledMLP ({}-token tiles)", f.mlp_tile_tokens);
   if (f.logits_chunk_tokens > 0) s += fmt::format("; tiled logits ({}-token chunks)", f.logits_chunk_tokens);
   return s;

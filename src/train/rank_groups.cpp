@@ -3,7 +3,7 @@
 namespace ulysses::train {
 
 RankGroups::RankGroups(const dist::ProcessGroups& groups, comm::Backend backend, const c10::Device& device,
-                       std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch)
+                       std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch, bool head_groups)
     : sharding_(sharding) {
   sequence_ = comm::make_communicator(backend, groups.sp(), device, timeout);
   loss_ = comm::make_communicator(backend, groups.world(), device, timeout);
@@ -14,6 +14,8 @@ RankGroups::RankGroups(const dist::ProcessGroups& groups, comm::Backend backend,
   if (sharding == plan::Sharding::kHybrid) replicas_ = comm::make_communicator(backend, groups.dp(), device, timeout);
   if (sharding == plan::Sharding::kHybrid && backend == comm::Backend::kNccl && prefetch)
     gather_ = comm::make_communicator(backend, groups.sp(), device, timeout);
+  if (head_groups && prefetch && backend == comm::Backend::kNccl && groups.layout().sp() / groups.layout().ring() > 1)
+    ulysses_ahead_ = comm::make_communicator(backend, groups.ulysses(), device, timeout);
 }
 
 comm::Communicator* RankGroups::shard() const {

@@ -4,6 +4,9 @@
 //
 //   sequence   the SP group
 //   ulysses    its Ulysses sub-group: the all-to-alls (the SP group itself without a ring)
+//   ulysses_ahead  the all-to-alls head groups issue ahead on a side stream (attention.hpp): a communicator of the
+//              Ulysses group of its own where the Ulysses group's own would make the current group's all-to-all wait
+//              for them (head groups + prefetch over NCCL, U > 1); otherwise the Ulysses group's
 //   ring       its ring sub-group: the K/V blocks of ring attention (null without a ring)
 //   loss       every rank: losses, label counts and replicated gradients are summed over SP × DP
 //   shard      the ranks that split each unit's states (full_shard: every rank; hybrid_shard: the SP group)
@@ -29,13 +32,16 @@ namespace ulysses::train {
 
 class RankGroups {
  public:
-  // sharding: the resolved mode; prefetch: whether gathers are issued ahead (a gather group of its own over NCCL).
+  // sharding: the resolved mode; prefetch: whether gathers are issued ahead (a gather group of its own over NCCL);
+  // head_groups: whether attention may run in head groups (--attention-head-groups other than 1: with prefetch over
+  // NCCL, a Ulysses group of their own for the all-to-alls issued ahead).
   RankGroups(const dist::ProcessGroups& groups, comm::Backend backend, const c10::Device& device,
-             std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch);
+             std::chrono::seconds timeout, plan::Sharding sharding, bool prefetch, bool head_groups);
 
   comm::Communicator& sequence() const { return *sequence_; }
   comm::Communicator& ulysses() const { return ulysses_ ? *ulysses_ : *sequence_; }
   comm::Communicator* ring() const { return ring_.get(); }
+  comm::Communicator& ulysses_ahead() const { return ulysses_ahead_ ? *ulysses_ahead_ : ulysses(); }
   comm::Communicator& loss() const { return *loss_; }
   comm::Communicator* shard() const;                                      // null: not sharded
   comm::Communicator* replicas() const { return replicas_.get(); }       // null: no replicas of a shard
@@ -47,7 +53,7 @@ class RankGroups {
 
  private:
   plan::Sharding sharding_;
-  std::unique_ptr<comm::Communicator> sequence_, loss_, replicas_, gather_, ulysses_, ring_;
+  std::unique_ptr<comm::Communicator> sequence_, loss_, replicas_, gather_, ulysses_, ring_, ulysses_ahead_;
 };
 
 }  // namespace ulysses::train

@@ -75,9 +75,23 @@ bool make_groups(Run& r, const dist::ProcessGroups& groups) {
   if (bad_input_on_any_rank(r.world, r.rank, resolve)) return false;
   r.groups = std::make_unique<RankGroups>(groups, r.o.dry_run ? comm::Backend::kMpi : r.place.backend, r.place.device,
                                           std::chrono::seconds(r.o.comm_timeout), sharding,
-                                          plan::prefetches(r.o.memory.prefetch, r.place.device.is_cuda()));
-  r.sp = SequenceParallel(r.layout, r.rank, &r.groups->ulysses(), r.groups->ring());
+                                          plan::prefetches(r.o.memory.prefetch, r.place.device.is_cuda()),
+                                          r.o.memory.attention_head_groups != 1);
+  r.sp = SequenceParallel(r.layout, r.rank, &r.groups->ulysses(), r.groups->ring(), &r.groups->ulysses_ahead());
   return true;
+}
+
+// What --prefetch issues ahead, on side streams: one line, or none when it has nothing to issue.
+void log_prefetch(const model::ModelOptions& mo, bool sharded) {
+  std::vector<std::string> ahead;
+  if (sharded) ahead.emplace_back("the next unit's all-gather is issued ahead");
+  if (mo.offload_checkpoints() > 0)
+    ahead.emplace_back("the previous layer's offloaded input is copied back ahead in backward");
+  if (mo.attention_head_groups() > 1)
+    ahead.emplace_back(mo.heads_ahead() ? "the next head group's projections and all-to-all are issued ahead of its "
+                                          "attention"
+                                        : "head groups in turn (the next one's q, k, v issued ahead would not fit)");
+  if (!ahead.empty()) log_info("prefetch: {}", fmt::join(ahead, "; "));
 }
 
 // The model description against --sp, --init-from's weights, and what --resume continues.
@@ -200,12 +214,7 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
     log_info("checkpoint offload: the inputs of {} of {} layers go to host memory ({})",
              std::min(mo.offload_checkpoints(), r.config.num_layers), r.config.num_layers,
              r.place.device.is_cuda() ? "copied on a side stream" : "copied at once: no streams on a CPU");
-  if (mo.prefetch() && (r.groups->sharding() != plan::Sharding::kNone || mo.offload_checkpoints() > 0))
-    log_info("prefetch: {}{}", r.groups->sharding() != plan::Sharding::kNone ? "the next unit's all-gather is issued ahead" : "",
-             mo.offload_checkpoints() > 0
-                 ? fmt::format("{}the previous layer's offloaded input is copied back ahead in backward",
-                               r.groups->sharding() != plan::Sharding::kNone ? "; " : "")
-                 : std::string());
+  if (mo.prefetch()) log_prefetch(mo, r.groups->sharding() != plan::Sharding::kNone);
   log_info("loss: {}", chunk > 0 ? fmt::format("tiled logits, {} tokens per chunk ({:.2f} GiB of fp32 logits)", chunk,
                                                4.0 * static_cast<double>(chunk) *
                                                    static_cast<double>(r.config.vocab_size) / (1 << 30))

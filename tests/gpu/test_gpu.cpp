@@ -361,6 +361,43 @@ TEST(ParamOffload, HostCopiesEqualDeviceCopies) {
   }
 }
 
+// Head groups with prefetch on the GPU: each group's projections, norms and RoPE issued a group ahead on the side
+// stream (every launch delayed ~10 ms, as above) equal the same groups in turn — in fp32 (SDPA, attention recomputed
+// in the group's backward) and in bf16 (flash, backward from the kept output), whose backward autograd runs partly
+// on the side stream. The loss and every gradient to 1e-5 in fp32 (the efficient kernel's backward sums in any
+// order), 1e-2 in bf16 (flash's atomic dq accumulation); a group handed another's heads, or a read of the side
+// stream's results before they are there, is off by far more.
+TEST(HeadGroups, IssuedAheadEqualsInTurn) {
+  struct Delay {
+    Delay() { model::SideStream::delay_for_tests(20'000'000); }
+    ~Delay() { model::SideStream::delay_for_tests(0); }
+  } delay;
+  for (const model::Precision precision : {model::Precision::kFp32, model::Precision::kBf16}) {
+    auto run = [&](bool ahead) {
+      const auto options = model::ModelOptions().precision(precision).activation_checkpointing(true)
+                               .attention_head_groups(2).heads_ahead(ahead);
+      model::CausalLm m(small_llama(), SequenceParallel(), options);
+      model::init_weights(m, 5);
+      m->to(kGpu);
+      const Batch b = packed_batch(512, 256);
+      const model::CausalLmOutput out =
+          m->forward(b.ids.to(kGpu), b.positions.to(kGpu), b.docs, b.labels.to(kGpu));
+      out.loss_sum.backward();
+      train::NamedTensors grads;
+      for (const auto& item : m->named_parameters()) grads.emplace_back(item.key(), item.value().grad().cpu());
+      return std::make_pair(out.loss_sum.item<double>(), grads);
+    };
+    const double tol = precision == model::Precision::kFp32 ? 1e-5 : 1e-2;
+    const auto [want_loss, want] = run(false);
+    const auto [got_loss, got] = run(true);
+    const std::string what = precision == model::Precision::kFp32 ? "fp32" : "bf16";
+    EXPECT_NEAR(got_loss, want_loss, tol * std::abs(want_loss)) << what;
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(rel(got[i].second, want[i].second), tol) << what << " " << want[i].first;
+  }
+}
+
 TEST(Nccl, GroupedSendRecvAllToAllEqualsMpi) {
   // The path NCCL < 2.28 takes, forced on this NCCL (ULYSSES_NCCL_SEND_RECV=1 is read at construction).
   setenv("ULYSSES_NCCL_SEND_RECV", "1", 1);

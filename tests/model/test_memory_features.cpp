@@ -286,6 +286,44 @@ TEST(Recompute, ChunksOfColumnsHandTheirKeptOutputsToBackward) {
   }
 }
 
+// A first stage issued ahead (Recompute::ahead, head groups' projections and all-to-all): chunk c + 1's first stage is
+// issued before f runs chunk c, in forward and in backward (where it records its graph on the chunk's leaf, which f
+// shares), and f gets exactly what its chunk's first stage returned. Here the stage computes x·w's columns and f
+// applies tanh: values and gradients equal one chunk (fp64, 1e-12), and the calls come in the pipelined order.
+TEST(Recompute, FirstStagesIssuedAheadReachTheirChunk) {
+  torch::manual_seed(5);
+  const torch::Tensor x0 = torch::randn({2, 7, 6}, torch::kFloat64), w0 = torch::randn({6, 8}, torch::kFloat64);
+  const torch::Tensor dy = torch::randn({2, 7, 8}, torch::kFloat64);
+  std::vector<std::string> calls;   // "a1": chunk 1's first stage, "f0": chunk 0's f
+  const std::int64_t chunks = 3, n = 8 / 4;   // chunk c: columns [2c, 2c + 2) of 6 — the last two columns unused
+  const ChunkForward first = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+    calls.push_back(fmt::format("a{}", c.index));
+    return torch::autograd::variable_list{at::matmul(x, w[0].narrow(1, c.index * n, n))};   // [2, 7, n]
+  };
+  const ChunkForward f = [&](const Chunk& c, const torch::Tensor&, const std::vector<torch::Tensor>&) {
+    calls.push_back(fmt::format("f{}", c.index));
+    return torch::autograd::variable_list{at::tanh(c.ahead.at(0))};
+  };
+  const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  Recompute o;
+  o.chunking.columns = chunks;
+  o.ahead = first;
+  o.ahead_stream = std::make_shared<SideStream>(x.device());
+  const torch::Tensor y = recomputed(f, x, {w}, o)[0];   // [2, 7, 6]
+  const std::vector<std::string> pipelined{"a0", "a1", "f0", "a2", "f1", "f2"};
+  EXPECT_EQ(calls, pipelined) << "forward";
+  const torch::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+  const torch::Tensor want = at::tanh(at::matmul(xr, wr.narrow(1, 0, chunks * n)));
+  EXPECT_TRUE(at::allclose(y, want, 1e-12, 0));
+  calls.clear();
+  (y * dy.narrow(-1, 0, chunks * n)).sum().backward();
+  EXPECT_EQ(calls, pipelined) << "backward";
+  (want * dy.narrow(-1, 0, chunks * n)).sum().backward();
+  EXPECT_TRUE(at::allclose(x.grad(), xr.grad(), 1e-12, 0));
+  EXPECT_TRUE(at::allclose(w.grad(), wr.grad(), 1e-12, 0));
+  EXPECT_TRUE(w.grad().narrow(1, chunks * n, 8 - chunks * n).eq(0).all().item<bool>());
+}
+
 // ---- TiledMLP ------------------------------------------------------------------------------------
 
 // The MLP half of each layer over token tiles equals the plain path: loss bit for bit (each tile computes
@@ -360,11 +398,11 @@ double whole_gradient_diff(const LossAndGrads& got, const LossAndGrads& want) {
 
 // Attention in head groups equals all heads at once (G = 1) at the same SP degree, at SP 1, 2 and 4, with packed
 // documents, GQA (each group's KV heads replicated to P where fewer), Qwen3's q/k norms, q/k/v and o_proj biases, a
-// sliding window, and every memory feature on: the loss and the whole gradient ≤ 1e-6 relative, each parameter's
-// ≤ 5e-6. The same operations per head; what differs is the order of sums over the groups — the layer input's gradient
-// (each group's q/k/v projections), the shared q/k norms' — whose last-bit differences grow most in the smallest
-// gradients (norm weights, biases: sums over every token): observed ≤ 6e-7 each on the CI's CPU, up to 1.9e-6 on an
-// AVX2 EPYC, the whole gradient ≤ 8e-7. A mistake in a group's heads, rows or weights shows at 1e-3 or more.
+// sliding window, every memory feature on, and each group's first stage issued ahead (heads_ahead): the loss and the
+// whole gradient ≤ 1e-6 relative, each parameter's ≤ 5e-6. The same operations per head; what differs is the order
+// of sums over the groups — the layer input's gradient (each group's q/k/v projections), the shared q/k norms' —
+// whose last-bit differences grow most in the smallest gradients (norm weights, biases: sums over every token):
+// observed ≤ 6e-7 each on the CI's CPU, up to 1.9e-6 on an AVX2 EPYC, the whole gradient ≤ 8e-7. A mistake in a group's heads, rows or weights shows at 1e-3 or more.
 TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
   auto gqa = tiny_config(4, std::nullopt);   // 8 query heads, 4 KV heads, q/k norms, q/k/v biases
   gqa.num_heads = 8;
@@ -383,6 +421,10 @@ TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
   for (const Case& c : {Case{"GQA, 2 groups", gqa, 2, 1, {}}, Case{"GQA, 4 groups (one KV head each)", gqa, 4, 1, {}},
                         Case{"GQA, 2 groups, KV replicated to 4 ranks", gqa, 2, 4, {}},
                         Case{"GQA, 4 groups, SP 2, every memory feature", gqa, 4, 2, features},
+                        Case{"GQA, 4 groups, SP 2, every memory feature, issued ahead", gqa, 4, 2,
+                             ModelOptions(features).prefetch(true).heads_ahead(true)},
+                        Case{"GQA, 2 groups, KV replicated to 4 ranks, issued ahead", gqa, 2, 4,
+                             ModelOptions().heads_ahead(true)},
                         Case{"sliding window, 2 groups, SP 2", windowed, 2, 2, {}},
                         Case{"one KV head shared by 4 groups", mqa, 4, 1, features},
                         Case{"one KV head shared by 2 groups, replicated to 2 ranks", mqa, 2, 2, {}}}) {

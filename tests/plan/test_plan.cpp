@@ -204,7 +204,8 @@ TEST(MemoryModel, OffloadParamsMovesTheWeightCopiesToTheHost) {
 
 // Head groups: only the heads' tensors (q, k, v around the all-to-alls, attention's output) are per group, so the
 // working set and the all-to-all buffers fall with G towards the layer's own part, less the log-sum-exp the groups
-// keep; G must form whole KV-head groups that split over --sp.
+// keep and (prefetch, on for a GPU) the next group's q, k, v issued ahead; G must form whole KV-head groups that split
+// over --sp.
 TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
   const Profile p = load_profile("h100");
   const Layout l{1, 8, 8, 1};
@@ -220,9 +221,15 @@ TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
   const std::int64_t T = S / 8;
   const std::int64_t all = 2 * (4096 + 2 * 1024) + (4096 + 2 * 1024) + 4096;
   const std::int64_t group = 2 * (1024 + 2 * 256) + (1024 + 2 * 1024) + 1024;
-  // beside them, the groups' attention log-sum-exp (float, a token's 32 heads) kept for their backward
+  // beside them, the next group's q, k, v after the all-to-all, and the groups' attention log-sum-exp (float, a
+  // token's 32 heads) kept for their backward
+  const std::int64_t ahead = 1024 + 2 * 1024;
   EXPECT_EQ(one.working - four.working,
-            static_cast<std::int64_t>(2 * 2 * p.work_factor * T * (all - group)) - 4 * T * 32);
+            static_cast<std::int64_t>(2 * 2 * p.work_factor * T * (all - group - ahead)) - 4 * T * 32);
+  flags.prefetch = "off";
+  const Breakdown in_turn = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
+  EXPECT_EQ(four.working - in_turn.working, static_cast<std::int64_t>(2 * 2 * p.work_factor * T * ahead));
+  flags.prefetch = "auto";
   EXPECT_EQ(one.comm, 2 * T * (2 * 4096 + 2 * 1024));   // what crosses the all-to-all, bf16
   EXPECT_EQ(four.comm, 2 * T * (2 * 1024 + 2 * 1024));
   const Machine m{true, 80 * kGiB, 2048 * kGiB};
@@ -287,6 +294,14 @@ TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, endless, 6 << 20).attention_head_groups, 2);   // the limit
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 1 << 20).attention_head_groups, 1);      // fits whole
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 3 << 20).attention_head_groups, 2);      // memory
+  // --prefetch auto issues the next group ahead where it fits: at 2.5M 2 groups do with it, at 3M only in turn
+  EXPECT_FALSE(settle_head_groups(kLlama8B, l, autos, p, h100, 5 << 19).heads_in_turn);
+  EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 3 << 20).heads_in_turn);
+  EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 0).heads_in_turn);   // the longest: the least memory
+  MemoryFlags ahead = autos;
+  ahead.prefetch = "on";   // asked for: kept, and G = 4 is the least that fits with it at 3M
+  EXPECT_FALSE(settle_head_groups(kLlama8B, l, ahead, p, h100, 3 << 20).heads_in_turn);
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, ahead, p, h100, 3 << 20).attention_head_groups, 4);
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 0).attention_head_groups, 4);   // valid at SP 8: 1, 2, 4
   EXPECT_EQ(settle_head_groups(kLlama8B, l, flags, p, h100, 3 << 20).attention_head_groups, 1);   // given: kept
   EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "add --attention-head-groups auto");

@@ -398,8 +398,8 @@ std::vector<int> members(comm::Communicator& group, int global_rank) {
 
 // RankGroups answers by purpose, for each --sharding mode at SP 2 (SP 1 on 3 ranks): the sequence group is
 // RankLayout's SP group, the loss group every rank; the shard group every rank (full) or the SP group (hybrid), the
-// replicas the DP group (hybrid only), the gather group the shard group (MPI: never one of its own), and no shard
-// group unsharded.
+// replicas the DP group (hybrid only), the gather group the shard group and the head groups' all-to-alls issued ahead
+// the Ulysses group (MPI: never one of their own), and no shard group unsharded.
 TEST(RankGroups, AnswerByPurposeForEachShardingMode) {
   const int P = world_size();
   const dist::ProcessGroups groups(RankLayout(P, P % 2 == 0 ? 2 : 1));
@@ -408,9 +408,10 @@ TEST(RankGroups, AnswerByPurposeForEachShardingMode) {
   std::vector<int> everyone(static_cast<std::size_t>(P));
   std::iota(everyone.begin(), everyone.end(), 0);
   for (const plan::Sharding mode : {plan::Sharding::kNone, plan::Sharding::kFull, plan::Sharding::kHybrid}) {
-    const train::RankGroups g(groups, comm::Backend::kMpi, torch::kCPU, std::chrono::seconds(0), mode, true);
+    const train::RankGroups g(groups, comm::Backend::kMpi, torch::kCPU, std::chrono::seconds(0), mode, true, true);
     const std::string what = fmt::format("sharding {}", static_cast<int>(mode));
     EXPECT_EQ(members(g.sequence(), me), layout.sp_group_of(me)) << what;
+    EXPECT_EQ(&g.ulysses_ahead(), &g.ulysses()) << what;
     EXPECT_EQ(members(g.loss(), me), everyone) << what;
     const model::StatePlacement states = g.states_on(torch::kCPU, plan::Features{});
     if (mode == plan::Sharding::kNone) {

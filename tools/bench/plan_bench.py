@@ -4,8 +4,8 @@
 On this machine (CPU, fp32): a profile is calibrated first (ulysses-train --calibrate-memory at --calibrate
 lengths), then memory_bench's model (Llama-3.1-8B's ratios scaled down) trains 2 steps at every S of --lengths ×
 {plain, all features: checkpointing + TiledMLP + tiled logits (both replicated), sharded with the optimizer and
-parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits, LoRA (rank 16, all-linear) with
-checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point), a ring of 2 (--sp-ring 2) with
+parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits, all prefetched as on a GPU, LoRA
+(rank 16, all-linear) with checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point), a ring of 2 with
 checkpointing, TiledMLP and tiled logits (SP 2 only)} × {SP 1, SP 2}; each run's peak RSS
 per rank (the largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
 memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints every point and
@@ -56,8 +56,10 @@ from gpu_bench import failure_status_of, llama_1b_config, smoke_config  # noqa: 
 
 ALL_FEATURES = ["--sharding", "no_shard", "--activation-checkpointing", "--tiled-mlp", "--logits-chunk-tokens",
                 "256"]
-# sharded (full_shard over the SP ranks) with the optimizer and parameters offloaded and attention in 2 head groups
-GROUPED_OFFLOAD = ["--offload-params", "--attention-head-groups", "2", "--tiled-mlp", "--logits-chunk-tokens", "256"]
+# sharded (full_shard over the SP ranks) with the optimizer and parameters offloaded and attention in 2 head groups,
+# issued ahead as on a GPU (--prefetch on: the next unit's gathers, the next head group's projections and all-to-all)
+GROUPED_OFFLOAD = ["--offload-params", "--attention-head-groups", "2", "--tiled-mlp", "--logits-chunk-tokens", "256",
+                   "--prefetch", "on"]
 # LoRA on every projection over the frozen base (replicated), checkpointed, TiledMLP and tiled logits
 LORA = ["--lora-rank", "16", "--lora-targets", "all-linear", "--activation-checkpointing", "--tiled-mlp",
         "--logits-chunk-tokens", "256"]
