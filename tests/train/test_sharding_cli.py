@@ -71,15 +71,18 @@ class ShardedCli(PackedSample):
         self.assertEqual((out / "checkpoints/latest").read_text().strip(), "step-0000003")
 
     def test_prefetch_trains_as_without_it(self):
-        # SP 2 x DP 2, hybrid, layer inputs offloaded: the next unit's gathers and the inputs' copies back issued
-        # ahead (on a CPU at once, through the same code) change no loss, bit for bit in what the log prints
+        # SP 2 x DP 2, hybrid, layer inputs offloaded, 2 head groups: the next unit's gathers, the inputs' copies back
+        # and the next head group's projections and all-to-all issued ahead (on a CPU at once, through the same code)
+        # change no loss, bit for bit in what the log prints
         runs = {}
         for prefetch in ("on", "off"):
             runs[prefetch] = self.root / f"prefetch-{prefetch}"
             p = self.run_ok(train_cmd(4, self.data, runs[prefetch], "--sp", 2, "--steps", 10, "--sharding",
-                                      "hybrid_shard", "--offload-checkpoints", 1, "--prefetch", prefetch))
-            self.assertEqual("prefetch: the next unit's all-gather is issued ahead" in p.stderr, prefetch == "on",
-                             p.stderr[-2000:])
+                                      "hybrid_shard", "--offload-checkpoints", 1, "--attention-head-groups", 2,
+                                      "--prefetch", prefetch))
+            for ahead in ("prefetch: the next unit's all-gather is issued ahead",
+                          "the next head group's projections and all-to-all are issued ahead"):
+                self.assertEqual(ahead in p.stderr, prefetch == "on", p.stderr[-2000:])
         self.assertEqual(losses(runs["on"]), losses(runs["off"]))
 
     def test_offloaded_optimizer_trains_as_the_plain_run(self):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of issues 13, 14 and 19 in one prepared command for the `device` tool's GPU machine, inside its
 # 10-minute limit: the staged build (tools/device/stage.sh) against that machine's torch wheel, then
-#   1. tests/gpu/test_gpu: GPU step = CPU step, packed attention, NCCL = MPI, prefetch on side streams = off
+#   1. tests/gpu/test_gpu: GPU step = CPU step, packed attention, NCCL = MPI, prefetch on side streams = off (the
+#      head groups issued ahead too)
 #   2. tests/gpu/test_gpu_cli.py: SP=4 sharing the GPU = SP=1, NCCL = MPI through the CLI, bf16 ring and head
 #      groups against fp32, bf16 logs
 #   3. tools/bench/plan_bench.py --gpu: a profile calibrated on this GPU (kept as $OUT/profile.json), predicted /
