@@ -69,6 +69,25 @@ Ahead first_stage(const Call& call, const Chunk& c, const torch::Tensor& xc,
 
 std::vector<torch::Tensor> taken(Ahead& first) { return first.pending() ? first.take() : std::vector<torch::Tensor>{}; }
 
+// body(i, chunk, x_i) for each chunk in order, the chunk's first-stage results in its Chunk::ahead: chunk i + 1's
+// input made (input(i + 1)) and its first stage issued (issue(i + 1, x)) before body runs chunk i.
+template <typename Input, typename Issue, typename Body>
+void pipelined(const std::vector<Chunk>& chunks, const Input& input, const Issue& issue, const Body& body) {
+  if (chunks.empty()) return;
+  torch::Tensor x_next = input(0);
+  Ahead next = issue(0, x_next);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    Chunk c = chunks[i];
+    const torch::Tensor xc = x_next;
+    c.ahead = taken(next);
+    if (i + 1 < chunks.size()) {
+      x_next = input(i + 1);
+      next = issue(i + 1, x_next);
+    }
+    body(i, std::move(c), xc);
+  }
+}
+
 // The input kept for backward: x itself, or (offload) nothing here and a copy in host memory, in o.kept — page-locked
 // for a CUDA x; on CPU a separate buffer, so CPU runs exercise the same path. Copied, never converted.
 torch::Tensor kept_input(const torch::Tensor& x, const std::optional<OffloadedInput>& o) {
@@ -196,14 +215,12 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_forward);
     std::vector<torch::autograd::variable_list> outputs;   // no graph: Function::apply runs this without grad
     const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
-    const auto input = [&](std::size_t i) { return rows_of(x, chunks[i], o.chunking); };
-    Ahead next = chunks.empty() ? Ahead() : first_stage(*call, chunks[0], input(0), weights);
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-      Chunk c = chunks[i];
-      c.ahead = taken(next);
-      if (i + 1 < chunks.size()) next = first_stage(*call, chunks[i + 1], input(i + 1), weights);   // before f runs c
-      outputs.push_back(run_chunk(*call, c, input(i), weights));
-    }
+    pipelined(
+        chunks, [&](std::size_t i) { return rows_of(x, chunks[i], o.chunking); },
+        [&](std::size_t i, const torch::Tensor& xi) { return first_stage(*call, chunks[i], xi, weights); },
+        [&](std::size_t, const Chunk& c, const torch::Tensor& xc) {
+          outputs.push_back(run_chunk(*call, c, xc, weights));
+        });
     torch::autograd::variable_list y = joined(std::move(outputs), o.chunking);
     if (o.keep_outputs) saved.insert(saved.end(), y.begin(), y.end());   // saved as outputs: no reference cycle
     ctx->save_for_backward(saved);
@@ -240,20 +257,11 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
       const torch::AutoGradMode grad_mode(true);   // the first stage records its graph, as f does
       return first_stage(*call, chunks[i], xi, leaves);
     };
-    torch::Tensor x_next = chunks.empty() ? torch::Tensor() : leaf(0);
-    Ahead next = chunks.empty() ? Ahead() : issue(0, x_next);
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-      Chunk c = chunks[i];
-      const torch::Tensor xc = x_next;
-      c.ahead = taken(next);
-      if (i + 1 < chunks.size()) {   // issued before chunk c's recomputation and back-propagation
-        x_next = leaf(i + 1);
-        next = issue(i + 1, x_next);
-      }
+    pipelined(chunks, leaf, issue, [&](std::size_t i, Chunk c, const torch::Tensor& xc) {
       const torch::Tensor dxc = back_propagate_chunk(*call, std::move(c), xc, leaves, grad_out, kept);
       if (!rows) dx = dx.defined() && dxc.defined() ? dx.add_(dxc) : dxc;
       else if (dxc.defined()) dx.narrow(0, chunks[i].first, chunks[i].rows).copy_(dxc);
-    }
+    });
     for (auto& w : leaves) w = w.grad();   // the gathered weights are freed before their gradients are reduced (a
                                            // frozen weight's is undefined)
     const auto handed_end = leaves.begin() + ctx->saved_data["handed_in"].toInt();

@@ -14,7 +14,7 @@ RankGroups::RankGroups(const dist::ProcessGroups& groups, comm::Backend backend,
   if (sharding == plan::Sharding::kHybrid) replicas_ = comm::make_communicator(backend, groups.dp(), device, timeout);
   if (sharding == plan::Sharding::kHybrid && backend == comm::Backend::kNccl && prefetch)
     gather_ = comm::make_communicator(backend, groups.sp(), device, timeout);
-  if (head_groups && prefetch && backend == comm::Backend::kNccl && groups.layout().sp() / groups.layout().ring() > 1)
+  if (head_groups && prefetch && backend == comm::Backend::kNccl && groups.layout().ulysses() > 1)
     ulysses_ahead_ = comm::make_communicator(backend, groups.ulysses(), device, timeout);
 }
 
