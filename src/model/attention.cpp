@@ -57,18 +57,21 @@ AttentionWeights AttentionImpl::weights() const {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                      const AttentionWeights& w) const {
-  const torch::Tensor heads = head_groups_.groups == 1   // [B, S/P, H*D]
-                                  ? attend_heads(heads_for_attention(x, rope, w, ulysses_), x.size(1), plan)
-                                  : forward_in_groups(x, rope, plan, w);
+  if (head_groups_.groups > 1) {
+    const torch::Tensor y = forward_in_groups(x, rope, plan, w);   // [B, S/P, hidden], o_proj's bias not added
+    return w.o_bias.defined() ? y + w.o_bias : y;
+  }
+  const torch::Tensor heads = attend_heads(heads_for_attention(x, rope, w, ulysses_), x.size(1), plan);   // [B, S/P, H*D]
   return project(heads, w.o, w.o_bias, w.o_lora, w.lora_scale);   // [B, S/P, hidden]
 }
 
 namespace {
 
-// The tensors of AttentionWeights a group computes with, in one fixed order (o_proj runs once, on all groups' heads).
+// The tensors of AttentionWeights a group computes with, in one fixed order (o_proj's bias is added once, to the sum).
 std::vector<torch::Tensor*> slots(AttentionWeights& w) {
-  return {&w.q,        &w.k,        &w.v,        &w.q_bias,   &w.k_bias,   &w.v_bias,  &w.q_norm,
-          &w.k_norm,   &w.q_lora.a, &w.q_lora.b, &w.k_lora.a, &w.k_lora.b, &w.v_lora.a, &w.v_lora.b};
+  return {&w.q,        &w.k,        &w.v,          &w.o,          &w.q_bias,   &w.k_bias,   &w.v_bias,
+          &w.q_norm,   &w.k_norm,   &w.q_lora.a,   &w.q_lora.b,   &w.k_lora.a, &w.k_lora.b, &w.v_lora.a,
+          &w.v_lora.b, &w.o_lora.a, &w.o_lora.b};
 }
 
 // The weights a group's function was handed (SlotMask::take's order), back in their slots.
@@ -88,49 +91,59 @@ AttentionWeights AttentionImpl::group_weights(const AttentionWeights& w, std::in
   auto rows = [D](const torch::Tensor& t, std::int64_t first, std::int64_t n) {   // heads [first, first + n)
     return t.defined() ? t.narrow(0, first * D, n * D) : t;
   };
+  auto columns = [D](const torch::Tensor& t, std::int64_t first, std::int64_t n) {   // the same heads' columns
+    return t.defined() ? t.narrow(1, first * D, n * D) : t;
+  };
   AttentionWeights g = w;
   g.q = rows(w.q, group * q, q), g.q_bias = rows(w.q_bias, group * q, q);               // [q*D, hidden], [q*D]
   g.k = rows(w.k, first_kv, kv), g.k_bias = rows(w.k_bias, first_kv, kv);               // [kv*D, hidden], [kv*D]
   g.v = rows(w.v, first_kv, kv), g.v_bias = rows(w.v_bias, first_kv, kv);
   g.q_lora.b = rows(w.q_lora.b, group * q, q);   // an adapter's B rows are its projection's; A is every head's
   g.k_lora.b = rows(w.k_lora.b, first_kv, kv), g.v_lora.b = rows(w.v_lora.b, first_kv, kv);
-  g.o = g.o_bias = g.o_lora.a = g.o_lora.b = torch::Tensor();
+  g.o = columns(w.o, group * q, q);   // [hidden, q*D]: o_proj of its heads' output
+  g.o_lora.a = columns(w.o_lora.a, group * q, q);   // [r, q*D]; o_proj's adapter B [hidden, r] is every group's
+  g.o_bias = torch::Tensor();
   return g;
 }
 
 torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const RopeTables& rope,
                                                const AttentionPlan& plan, const AttentionWeights& w) const {
   const auto self = std::static_pointer_cast<const AttentionImpl>(shared_from_this());
-  AttentionWeights all = w;   // o_proj runs once, on all groups' heads
-  all.o = all.o_bias = all.o_lora.a = all.o_lora.b = torch::Tensor();
+  AttentionWeights all = w;
+  all.o_bias = torch::Tensor();   // added once, to the groups' sum
   SlotMask mask;
   const std::vector<torch::Tensor> handed = mask.take(slots(all));   // its defined tensors, in slot order
   const bool keep = keeps_attention_output(x), ahead = head_groups_.ahead != nullptr;
   // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
   const double scale = w.lora_scale;
-  // a group's q, k, v after RoPE and the all-to-all, on its views of its heads' rows
-  const auto heads = [self, rope, mask, scale](const Chunk& c, const torch::Tensor& xn,
-                                               const std::vector<torch::Tensor>& ws, comm::Communicator* a2a) {
-    return self->heads_for_attention(xn, rope, self->group_weights(handed_weights(mask, ws, scale), c.index), a2a);
+  // group c's weights: views of its heads' rows of q/k/v_proj and columns of o_proj
+  const auto weights = [self, mask, scale](const Chunk& c, const std::vector<torch::Tensor>& ws) {
+    return self->group_weights(handed_weights(mask, ws, scale), c.index);
   };
-  const ChunkForward group = [self, plan, keep, ahead, heads](const Chunk& c, const torch::Tensor& xn,
-                                                              const std::vector<torch::Tensor>& ws) {
-    const Heads h = ahead ? Heads{c.ahead.at(0), c.ahead.at(1), c.ahead.at(2)} : heads(c, xn, ws, self->ulysses_);
-    if (keep) return self->attend_heads_kept(h, xn.size(1), plan, c.kept);
-    return torch::autograd::variable_list{self->attend_heads(h, xn.size(1), plan)};
+  // group c's o_proj product [B, S/P, hidden] (added over the groups) and, kept, its heads' output and log-sum-exp
+  const ChunkForward group = [self, rope, plan, keep, ahead, weights, scale](const Chunk& c, const torch::Tensor& xn,
+                                                                      const std::vector<torch::Tensor>& ws) {
+    const AttentionWeights g = weights(c, ws);
+    const Heads h = ahead ? Heads{c.ahead.at(0), c.ahead.at(1), c.ahead.at(2)}
+                          : self->heads_for_attention(xn, rope, g, self->ulysses_);
+    const std::int64_t s = xn.size(1);
+    if (!keep) return torch::autograd::variable_list{project(self->attend_heads(h, s, plan), g.o, {}, g.o_lora, scale)};
+    const auto heads = self->attend_heads_kept(h, s, plan, c.kept);   // [B, S/P, its heads·D], its lse
+    return torch::autograd::variable_list{project(heads[0], g.o, {}, g.o_lora, scale), heads[0], heads[1]};
   };
   Recompute recompute;
   recompute.precision = head_groups_.precision;
   recompute.chunking.columns = head_groups_.groups;
   recompute.keep_outputs = keep;
   if (ahead) {
-    recompute.ahead = [self, heads](const Chunk& c, const torch::Tensor& xn, const std::vector<torch::Tensor>& ws) {
-      const Heads h = heads(c, xn, ws, self->ulysses_ahead_);
+    recompute.ahead = [self, rope, weights](const Chunk& c, const torch::Tensor& xn,
+                                            const std::vector<torch::Tensor>& ws) {
+      const Heads h = self->heads_for_attention(xn, rope, weights(c, ws), self->ulysses_ahead_);
       return torch::autograd::variable_list{h.q, h.k, h.v};
     };
     recompute.ahead_stream = head_groups_.ahead->on(x.device());
   }
-  return recomputed(group, x, handed, recompute)[0];   // [B, S/P, H*D]: group g's heads at g·H/G
+  return recomputed(group, x, handed, recompute)[0];   // [B, S/P, hidden]: the groups' products added
 }
 
 bool AttentionImpl::keeps_attention_output(const torch::Tensor& x) const {

@@ -18,13 +18,15 @@
 // query heads [g·H/G, (g+1)·H/G) and its own key/value heads [g·Hkv/G, (g+1)·Hkv/G) — or, with more groups than
 // key/value heads, the one head g·Hkv/G its query heads use, whose k/v projection each of its groups computes
 // (arch::check_head_groups). Each group is the whole pipeline above on its heads only — its rows of q/k/v_proj, q/k
-// norm, RoPE, the all-to-alls, attention, back to [B, S/P, its heads·D] — and o_proj runs once on the groups' outputs
-// side by side. The groups are the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it
-// keeps the layer's normed input, and backward recomputes and back-propagates one group at a time, so one group's
-// activations are alive at once, in forward and in backward (beside them, the heads' output [B, S/P, H·D] that o_proj
-// reads, and its gradient). Every rank runs the same groups in the same order. Where a flash kernel computes
-// attention (on CPU; on a GPU in bf16/fp16: attention_pieces.hpp) and without a ring, the call also keeps its output —
-// the heads' output o_proj keeps anyway — and each group's attention log-sum-exp ([B, H/U, S] float in all): backward
+// norm, RoPE, the all-to-alls, attention, back to [B, S/P, its heads·D], and its columns of o_proj (and of o_proj's
+// LoRA A) — and the groups' o_proj products [B, S/P, hidden] are added (in fp32 at least), o_proj's bias once. The
+// groups are the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it keeps the layer's
+// normed input, and backward recomputes and back-propagates one group at a time, so one group's activations are
+// alive at once, in forward and in backward; the heads' output [B, S/P, H·D] and its gradient never exist whole
+// (o_proj's weight gradient is summed group by group). Every rank runs the same groups in the same order. Where a
+// flash kernel computes attention (on CPU; on a GPU in bf16/fp16: attention_pieces.hpp) and without a ring, the call
+// keeps the heads' output (whole, [B, S/P, H·D]: its gradient still comes a group at a time) and each group's
+// attention log-sum-exp ([B, H/U, S] float in all): backward
 // recomputes a group's q, k, v, brings its output back to attention's layout by the all-to-all, and runs attention's
 // backward from them, so attention's forward runs once per pass, as at G = 1 (not again in the group's backward).
 // With prefetch (HeadGroups::ahead), each group's first stage — its projections, q/k norms, RoPE and all-to-all — is
@@ -32,8 +34,9 @@
 // Ulysses group's second communicator (SequenceParallel::ulysses_ahead_group), so on a GPU the next group's
 // projections and all-to-all overlap the current group's attention, in forward and in backward (the overlap
 // DeepSpeed-Ulysses lacks); one more group's q, k, v are alive meanwhile. A CPU issues the same work in the same order.
-// Exact: the same operations per head; the sums over the groups — the input's gradient over their q/k/v projections,
-// the shared q/k norms' — run in another order (the loss and the whole gradient ≤ 1e-6 relative in fp32).
+// Exact: the same operations per head; the sums over the groups — o_proj's output over its columns, the input's
+// gradient over their q/k/v projections, the shared q/k norms' — run in another order (the loss and the whole
+// gradient ≤ 1e-6 relative in fp32).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -107,7 +110,8 @@ struct AttentionImpl : torch::nn::Module {
   bool keeps_attention_output(const torch::Tensor& x) const;   // head groups' backward from the kept output
   torch::Tensor forward_in_groups(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                   const AttentionWeights& w) const;
-  AttentionWeights group_weights(const AttentionWeights& w, std::int64_t group) const;   // views; no o_proj
+  // views: its heads' rows of q/k/v_proj, their columns of o_proj (no bias)
+  AttentionWeights group_weights(const AttentionWeights& w, std::int64_t group) const;
 
   std::int64_t heads_, kv_heads_, head_dim_;
   HeadGroups head_groups_;

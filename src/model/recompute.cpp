@@ -1,9 +1,11 @@
 #include "model/recompute.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include "core/error.hpp"
 
@@ -37,9 +39,15 @@ torch::Tensor rows_of(const torch::Tensor& t, const Chunk& c, const Chunking& ho
   return how.rows > 0 ? t.narrow(0, c.first, c.rows) : t;
 }
 
-// Chunk c's share of a joined output y: its rows, its columns (the last dim), or all of y (one chunk; summed outputs).
-torch::Tensor share_of(const torch::Tensor& y, const Chunk& c, const Chunking& how) {
-  if (how.columns <= 0) return how.sum_outputs ? y : rows_of(y, c, how);
+// Whether output i of the chunks is added over them (a loss over rows; the first output of chunks of columns) rather
+// than concatenated.
+bool summed(const Chunking& how, std::size_t i) { return how.columns > 0 ? i == 0 : how.sum_outputs; }
+
+// Chunk c's share of the joined output i, y: all of y (one chunk; a summed output), its rows, or its columns (the last
+// dim).
+torch::Tensor share_of(const torch::Tensor& y, std::size_t i, const Chunk& c, const Chunking& how) {
+  if (summed(how, i)) return y;
+  if (how.columns <= 0) return rows_of(y, c, how);
   const std::int64_t width = y.size(-1) / how.columns;
   return y.narrow(-1, c.index * width, width);
 }
@@ -160,38 +168,68 @@ void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<
   }
 }
 
-// Each chunk's outputs joined output by output: one chunk's as they are; rows concatenated; or added.
-torch::autograd::variable_list joined(std::vector<torch::autograd::variable_list> per_chunk, const Chunking& how) {
-  if (per_chunk.size() == 1) return std::move(per_chunk[0]);
-  torch::autograd::variable_list out;
-  for (std::size_t i = 0; i < per_chunk[0].size(); ++i) {
-    std::vector<torch::Tensor> parts;
-    for (auto& outputs : per_chunk) parts.push_back(std::move(outputs[i]));
-    torch::Tensor all = how.sum_outputs ? parts[0] : at::cat(parts, how.columns > 0 ? -1 : 0);
-    if (how.sum_outputs)
-      for (std::size_t c = 1; c < parts.size(); ++c) all = all + parts[c];
-    out.push_back(all);
+// The chunks' outputs joined output by output as each chunk's come, so a sum holds one tensor, not every chunk's
+// (head groups: [B, S/P, hidden] each): one chunk's as they are; added (summed(): in fp32 at least, so bf16 partial
+// products are not rounded at each sum, then back in their dtype); or concatenated, rows along dim 0, columns along
+// the last dim.
+class Joined {
+ public:
+  explicit Joined(const Chunking& how) : how_(how) {}
+
+  void add(torch::autograd::variable_list outputs) {
+    if (parts_.empty()) {
+      for (torch::Tensor& y : outputs) {
+        dtypes_.push_back(y.scalar_type());
+        parts_.push_back({std::move(y)});
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      std::vector<torch::Tensor>& p = parts_[i];
+      if (!summed(how_, i)) p.push_back(std::move(outputs[i]));
+      else p[0] = p[0].to(c10::promoteTypes(dtypes_[i], torch::kFloat)) + outputs[i];
+    }
   }
-  return out;
-}
+
+  torch::autograd::variable_list finish() {
+    torch::autograd::variable_list out;
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      std::vector<torch::Tensor>& p = parts_[i];
+      if (p.size() == 1) out.push_back(p[0].to(dtypes_[i]));   // one chunk, or a sum
+      else out.push_back(at::cat(p, how_.columns > 0 ? -1 : 0));
+    }
+    return out;
+  }
+
+ private:
+  const Chunking& how_;
+  std::vector<c10::ScalarType> dtypes_;            // per output: the chunks' dtype
+  std::vector<std::vector<torch::Tensor>> parts_;  // per output: its running sum, or its parts to concatenate
+};
 
 // One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'
 // gradients summed into the leaves' .grad (and, with neither handed-in nor gathered weights, the module's own).
-// xc: the chunk's rows of x as a leaf (floating x) of its own.
+// xc: the chunk's rows of x as a leaf (floating x) of its own. kept: the kept outputs, by output index.
 torch::Tensor back_propagate_chunk(const Call& call, Chunk c, const torch::Tensor& xc,
                                    const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy,
-                                   const std::vector<torch::Tensor>& kept) {
+                                   const std::map<std::size_t, torch::Tensor>& kept) {
   const Chunking& how = call.options.chunking;
-  for (const torch::Tensor& y : kept) c.kept.push_back(share_of(y, c, how).detach());   // data: the node is y's grad_fn
+  for (const auto& [i, y] : kept) c.kept.push_back(share_of(y, i, c, how).detach());   // data: the node is y's grad_fn
   const torch::AutoGradMode grad_mode(true);
-  const torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
-  torch::autograd::variable_list ys, dys;
+  torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
+  torch::autograd::edge_list roots;
+  torch::autograd::variable_list dys;
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (dy[i].defined() && outputs[i].requires_grad()) {
-      ys.push_back(outputs[i]);
-      dys.push_back(share_of(dy[i], c, how));
+      roots.push_back(torch::autograd::impl::gradient_edge(outputs[i]));
+      dys.push_back(share_of(dy[i], i, c, how));
     }
-  torch::autograd::backward(ys, dys);
+  // The outputs' values are not needed by their backward: freed before it runs (a layer's output, a head group's
+  // o_proj product: [B, S/P, hidden] each), where torch::autograd::backward(outputs, …) would hold them throughout.
+  outputs.clear();
+  if (!roots.empty())
+    torch::autograd::Engine::get_default_engine().execute(roots, dys, /*keep_graph=*/false, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true);
   return xc.grad();
 }
 
@@ -213,16 +251,22 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     const std::vector<torch::Tensor> units = gathered(o.gathered);
     weights.insert(weights.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_forward);
-    std::vector<torch::autograd::variable_list> outputs;   // no graph: Function::apply runs this without grad
+    Joined outputs(o.chunking);   // no graph: Function::apply runs this without grad
     const std::vector<Chunk> chunks = chunks_of(x, o.chunking);
     pipelined(
         chunks, [&](std::size_t i) { return rows_of(x, chunks[i], o.chunking); },
         [&](std::size_t i, const torch::Tensor& xi) { return first_stage(*call, chunks[i], xi, weights); },
         [&](std::size_t, const Chunk& c, const torch::Tensor& xc) {
-          outputs.push_back(run_chunk(*call, c, xc, weights));
+          outputs.add(run_chunk(*call, c, xc, weights));
         });
-    torch::autograd::variable_list y = joined(std::move(outputs), o.chunking);
-    if (o.keep_outputs) saved.insert(saved.end(), y.begin(), y.end());   // saved as outputs: no reference cycle
+    torch::autograd::variable_list y = outputs.finish();
+    std::vector<std::int64_t> kept_outputs;   // keep_outputs: which outputs are saved (saved as outputs: no cycle)
+    for (std::size_t i = 0; o.keep_outputs && i < y.size(); ++i)
+      if (!summed(o.chunking, i)) {
+        saved.push_back(y[i]);
+        kept_outputs.push_back(static_cast<std::int64_t>(i));
+      }
+    ctx->saved_data["kept_outputs"] = kept_outputs;
     ctx->save_for_backward(saved);
     return y;
   }
@@ -237,7 +281,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     // the leaves whose .grad sums the chunks' weight gradients: the handed-in weights, then the gathered units'
     const auto handed_in_end = saved.begin() + 1 + ctx->saved_data["handed_in"].toInt();
     std::vector<torch::Tensor> leaves(saved.begin() + 1, handed_in_end);
-    const std::vector<torch::Tensor> kept(handed_in_end, saved.end());   // keep_outputs: the joined outputs
+    std::map<std::size_t, torch::Tensor> kept;   // keep_outputs: the joined outputs that are not sums, by index
+    auto kept_at = handed_in_end;
+    for (std::int64_t i : ctx->saved_data["kept_outputs"].toIntVector()) kept[static_cast<std::size_t>(i)] = *kept_at++;
     const std::vector<torch::Tensor> units = gathered(o.gathered, o.gathered && !o.gathered->weights_in_backward);
     leaves.insert(leaves.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
@@ -283,7 +329,7 @@ torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x
             "checkpoint offload needs a side stream for its copies and host memory for them");
   ULY_CHECK(options.chunking.rows == 0 || x.dim() > 0, "chunks of rows need an input with rows");
   ULY_CHECK(options.chunking.columns <= 0 || (options.chunking.rows == 0 && !options.chunking.sum_outputs),
-            "chunks of columns take all rows and concatenate their outputs");
+            "chunks of columns take all rows (their first outputs added, the others concatenated)");
   ULY_CHECK(!options.ahead == !options.ahead_stream, "a first stage issued ahead needs its side stream, and only it");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());
   Recompute o = options;

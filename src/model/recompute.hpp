@@ -3,13 +3,15 @@
 // next, so only one chunk's intermediates exist at a time — in forward and in backward.
 //
 //   forward (no graph):  y_c = f(chunk c, x_c, weights) for each chunk, under the precision's autocast;
-//                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added;
-//                        columns: concatenated along the last dim)
-//                        saved: x (or, offloaded, its copy in host memory), the weights handed in [and the outputs]
+//                        the outputs joined (one chunk: as f returned them; rows: concatenated; sum: added, in fp32
+//                        at least; columns: the first added, the others concatenated along the last dim)
+//                        saved: x (or, offloaded, its copy in host memory), the weights handed in [and the outputs
+//                        that are not sums]
 //   backward:            [x back from host memory;] [the units gathered again;] for each chunk: x_c' = x_c
 //                        detached (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast
 //                        (keep_outputs: c.kept = its share of y, which f may use instead of computing it again),
-//                        backward(y_c', dy_c) → dx_c (its rows of dx; chunks of columns: summed), dw summed over
+//                        backward(y_c', dy_c) → dx_c (its rows of dx; chunks of columns: summed), y_c' freed before
+//                        that backward runs (its value is not needed there), dw summed over
 //                        the chunks in the leaves' .grad; [the gathered weights' gradients reduce-scattered into the
 //                        shards]
 // Two stages (Recompute::ahead, with its side stream): a chunk's first stage — attention's projections and
@@ -27,7 +29,7 @@
 //   neither     f uses its module's own parameters, whose gradients accumulate into their .grad (checkpointing).
 // The users: each decoder layer's unit (one chunk; activation checkpointing, and the only way a sharded unit runs),
 // the embeddings' and the head's units (sharded), TiledMLP (chunks of rows), the tiled loss (chunks of rows, summed),
-// attention's head groups (chunks of columns, the outputs kept: attention.hpp).
+// attention's head groups (chunks of columns: each group's o_proj product added, its heads' output kept: attention.hpp).
 //
 // Exact: the recomputation repeats the same deterministic operations, so every chunk's gradients equal the plain
 // path's bit for bit; what is summed over chunks (weight gradients, a summed output) is summed in another order
@@ -62,8 +64,8 @@ struct Chunk {
   std::int64_t index = 0;
   std::int64_t first = 0;
   std::int64_t rows = 0;
-  // In backward with Recompute::keep_outputs: this chunk's share of each output the forward returned (no graph);
-  // empty in the forward.
+  // In backward with Recompute::keep_outputs: this chunk's share of each output the forward returned that is not a
+  // sum, in output order (no graph); empty in the forward.
   std::vector<torch::Tensor> kept;
   // With Recompute::ahead: what the first stage returned for this chunk (issued ahead), for f; otherwise empty.
   std::vector<torch::Tensor> ahead;
@@ -78,8 +80,10 @@ using ChunkForward = std::function<torch::autograd::variable_list(const Chunk& c
 struct Chunking {
   std::int64_t rows = 0;      // > 0: chunks of this many rows of x (the last may be shorter); 0: one chunk, all of x
   bool sum_outputs = false;   // the chunks' outputs are added (a loss); otherwise concatenated along dim 0
-  std::int64_t columns = 0;   // > 0 (rows 0): this many chunks, each of all of x, their outputs of equal sizes
-                              // concatenated along the last dim (attention's head groups)
+  std::int64_t columns = 0;   // > 0 (rows 0): this many chunks, each of all of x; their first outputs added (each
+                              // chunk's backward gets the sum's whole gradient), the others, of equal sizes,
+                              // concatenated along the last dim (attention's head groups: o_proj's products added,
+                              // the heads' outputs and log-sum-exps side by side)
 };
 
 // A layer input kept in host memory for backward (checkpoint offload), and its copy back to the device when the
@@ -119,8 +123,8 @@ struct Recompute {
   Chunking chunking;
   std::optional<OffloadedInput> offload;    // x kept in host memory
   std::optional<GatheredUnits> gathered;    // sharded: the weights f computes with
-  // The joined outputs kept for backward, each chunk's share handed to f there (Chunk::kept): saved as the node's own
-  // outputs, so they cost nothing while the caller holds them too (head groups: the heads' output o_proj keeps).
+  // The joined outputs that are not sums kept for backward, each chunk's share handed to f there (Chunk::kept):
+  // saved as the node's own outputs (head groups: the heads' output and log-sum-exp attention's backward reads).
   bool keep_outputs = false;
   // A first stage (same arguments as f; its results reach f in Chunk::ahead), issued one chunk ahead on this side
   // stream: both or neither.

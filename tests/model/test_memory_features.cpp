@@ -244,83 +244,103 @@ TEST(Recompute, ChunksOfRowsEqualOneChunkAndBackPropagateOneAtATime) {
   }
 }
 
-// Chunks of columns (head groups' shape): each chunk sees all of x and computes its columns of y; y joined along the
-// last dim, dx summed over the chunks. With keep_outputs each chunk's backward is handed its share of what the forward
-// returned (c.kept: y's columns and a second, gradient-free output) and may use it instead of computing it again: here
-// the chunk's forward value of tanh, which a backward built on it must use to get the right gradient. Values and
-// gradients equal one chunk (fp64, 1e-12), and the kept shares equal the forward's outputs.
+// Chunks of columns (head groups' shape): each chunk sees all of x, computes its columns t_c = tanh(x·W_c) and its
+// product t_c·V_c (o_proj's share); the products are added, t_c and a second, gradient-free output joined along the
+// last dim; dx summed over the chunks. With keep_outputs each chunk's backward is handed its share of what the forward
+// returned (c.kept: t's columns and that second output, not the sum) and may use it instead of computing it again:
+// here the chunk's forward value of tanh, which a backward built on it must use to get the right gradient. Values and
+// gradients equal one chunk (fp64, 1e-12 of the largest element: products of sums cancel in a few), and the kept shares equal the forward's outputs. The recomputed product is
+// freed before its backward runs (its value is not needed there): expired when the chunk's gradient reaches z.
 TEST(Recompute, ChunksOfColumnsHandTheirKeptOutputsToBackward) {
   torch::manual_seed(4);
   const torch::Tensor x0 = torch::randn({2, 7, 6}, torch::kFloat64), w0 = torch::randn({6, 8}, torch::kFloat64);
-  const torch::Tensor dy = torch::randn({2, 7, 8}, torch::kFloat64);
-  std::vector<torch::Tensor> kept_seen;   // the kept y shares the backward's chunks were handed
-  const auto columns = [](const torch::Tensor& w, const Chunk& c, std::int64_t n) {   // chunk c's columns of w
-    return w.narrow(1, c.index * n, n);
+  const torch::Tensor v0 = torch::randn({8, 5}, torch::kFloat64), dy = torch::randn({2, 7, 5}, torch::kFloat64);
+  std::vector<torch::Tensor> kept_seen;   // the kept t shares the backward's chunks were handed
+  std::vector<bool> freed;                // per chunk's backward: its recomputed product gone when z's gradient came
+  const auto near = [](const torch::Tensor& got, const torch::Tensor& want) {   // 1e-12 of the largest element
+    return (got - want).abs().max().item<double>() <= 1e-12 * want.abs().max().item<double>();
   };
   for (const std::int64_t chunks : {1, 4}) {
     const std::int64_t n = 8 / chunks;
     const ChunkForward f = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-      const torch::Tensor z = at::matmul(x, columns(w[0], c, n));   // [2, 7, n]
-      if (c.kept.empty()) return torch::autograd::variable_list{at::tanh(z), z.sum(-1, true)};
+      const torch::Tensor z = at::matmul(x, w[0].narrow(1, c.index * n, n));   // [2, 7, n]
+      const torch::Tensor v = w[1].narrow(0, c.index * n, n);                   // [n, 5]
+      if (c.kept.empty()) return torch::autograd::variable_list{at::matmul(at::tanh(z), v), at::tanh(z), z.sum(-1, true)};
       kept_seen.push_back(c.kept[0]);
       // the kept value t with tanh's gradient at z, 1 − t², taken from it: no tanh computed again
       const torch::Tensor t = c.kept[0], slope = 1 - t * t;
-      return torch::autograd::variable_list{t + (z - z.detach()) * slope, c.kept[1]};
+      const torch::Tensor product = at::matmul(t + (z - z.detach()) * slope, v);   // [2, 7, 5]
+      const c10::weak_intrusive_ptr<c10::StorageImpl> mine(product.storage().getWeakStorageImpl());
+      z.register_hook([&freed, mine](const torch::Tensor& g) {
+        freed.push_back(mine.expired());
+        return g;
+      });
+      return torch::autograd::variable_list{product, c.kept[0], c.kept[1]};
     };
     const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    const torch::Tensor v = v0.clone().requires_grad_(true);
     Recompute o;
     o.chunking.columns = chunks;
     o.keep_outputs = true;
     kept_seen.clear();
-    const auto y = recomputed(f, x, {w}, o);   // [2, 7, 8], [2, 7, chunks]
-    const torch::Tensor want_y = at::tanh(at::matmul(x0, w0));
-    EXPECT_TRUE(at::allclose(y[0], want_y, 1e-12, 0)) << chunks;
-    EXPECT_EQ(y[1].size(-1), chunks);
+    freed.clear();
+    const auto y = recomputed(f, x, {w, v}, o);   // [2, 7, 5], [2, 7, 8], [2, 7, chunks]
+    const torch::Tensor want_t = at::tanh(at::matmul(x0, w0));
+    EXPECT_TRUE(at::allclose(y[0], at::matmul(want_t, v0), 1e-12, 0)) << chunks;
+    EXPECT_TRUE(at::allclose(y[1], want_t, 1e-12, 0)) << chunks;
+    EXPECT_EQ(y[2].size(-1), chunks);
     (y[0] * dy).sum().backward();
     const torch::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
-    (at::tanh(at::matmul(xr, wr)) * dy).sum().backward();
-    EXPECT_TRUE(at::allclose(x.grad(), xr.grad(), 1e-12, 0)) << chunks;
-    EXPECT_TRUE(at::allclose(w.grad(), wr.grad(), 1e-12, 0)) << chunks;
+    const torch::Tensor vr = v0.clone().requires_grad_(true);
+    (at::matmul(at::tanh(at::matmul(xr, wr)), vr) * dy).sum().backward();
+    EXPECT_TRUE(near(x.grad(), xr.grad())) << chunks;
+    EXPECT_TRUE(near(w.grad(), wr.grad())) << chunks;
+    EXPECT_TRUE(near(v.grad(), vr.grad())) << chunks;
     ASSERT_EQ(static_cast<std::int64_t>(kept_seen.size()), chunks);
-    for (std::int64_t c = 0; c < chunks; ++c) EXPECT_TRUE(kept_seen[c].equal(want_y.narrow(-1, c * n, n))) << c;
+    for (std::int64_t c = 0; c < chunks; ++c) EXPECT_TRUE(kept_seen[c].equal(want_t.narrow(-1, c * n, n))) << c;
+    EXPECT_EQ(freed, std::vector<bool>(static_cast<std::size_t>(chunks), true)) << chunks;
   }
 }
 
 // A first stage issued ahead (Recompute::ahead, head groups' projections and all-to-all): chunk c + 1's first stage is
 // issued before f runs chunk c, in forward and in backward (where it records its graph on the chunk's leaf, which f
 // shares), and f gets exactly what its chunk's first stage returned. Here the stage computes x·w's columns and f
-// applies tanh: values and gradients equal one chunk (fp64, 1e-12), and the calls come in the pipelined order.
+// applies tanh and its rows of v (the products added): values and gradients equal one chunk (fp64, 1e-12), and the
+// calls come in the pipelined order.
 TEST(Recompute, FirstStagesIssuedAheadReachTheirChunk) {
   torch::manual_seed(5);
   const torch::Tensor x0 = torch::randn({2, 7, 6}, torch::kFloat64), w0 = torch::randn({6, 8}, torch::kFloat64);
-  const torch::Tensor dy = torch::randn({2, 7, 8}, torch::kFloat64);
+  const torch::Tensor v0 = torch::randn({8, 5}, torch::kFloat64), dy = torch::randn({2, 7, 5}, torch::kFloat64);
   std::vector<std::string> calls;   // "a1": chunk 1's first stage, "f0": chunk 0's f
   const std::int64_t chunks = 3, n = 8 / 4;   // chunk c: columns [2c, 2c + 2) of 6 — the last two columns unused
   const ChunkForward first = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
     calls.push_back(fmt::format("a{}", c.index));
     return torch::autograd::variable_list{at::matmul(x, w[0].narrow(1, c.index * n, n))};   // [2, 7, n]
   };
-  const ChunkForward f = [&](const Chunk& c, const torch::Tensor&, const std::vector<torch::Tensor>&) {
+  const ChunkForward f = [&](const Chunk& c, const torch::Tensor&, const std::vector<torch::Tensor>& w) {
     calls.push_back(fmt::format("f{}", c.index));
-    return torch::autograd::variable_list{at::tanh(c.ahead.at(0))};
+    return torch::autograd::variable_list{at::matmul(at::tanh(c.ahead.at(0)), w[1].narrow(0, c.index * n, n))};
   };
   const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  const torch::Tensor v = v0.clone().requires_grad_(true);
   Recompute o;
   o.chunking.columns = chunks;
   o.ahead = first;
   o.ahead_stream = std::make_shared<SideStream>(x.device());
-  const torch::Tensor y = recomputed(f, x, {w}, o)[0];   // [2, 7, 6]
+  const torch::Tensor y = recomputed(f, x, {w, v}, o)[0];   // [2, 7, 5]
   const std::vector<std::string> pipelined{"a0", "a1", "f0", "a2", "f1", "f2"};
   EXPECT_EQ(calls, pipelined) << "forward";
   const torch::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
-  const torch::Tensor want = at::tanh(at::matmul(xr, wr.narrow(1, 0, chunks * n)));
+  const torch::Tensor vr = v0.clone().requires_grad_(true);
+  const torch::Tensor want = at::matmul(at::tanh(at::matmul(xr, wr.narrow(1, 0, chunks * n))), vr.narrow(0, 0, chunks * n));
   EXPECT_TRUE(at::allclose(y, want, 1e-12, 0));
   calls.clear();
-  (y * dy.narrow(-1, 0, chunks * n)).sum().backward();
+  (y * dy).sum().backward();
   EXPECT_EQ(calls, pipelined) << "backward";
-  (want * dy.narrow(-1, 0, chunks * n)).sum().backward();
+  (want * dy).sum().backward();
   EXPECT_TRUE(at::allclose(x.grad(), xr.grad(), 1e-12, 0));
   EXPECT_TRUE(at::allclose(w.grad(), wr.grad(), 1e-12, 0));
+  EXPECT_TRUE(at::allclose(v.grad(), vr.grad(), 1e-12, 0));
   EXPECT_TRUE(w.grad().narrow(1, chunks * n, 8 - chunks * n).eq(0).all().item<bool>());
 }
 
