@@ -55,6 +55,14 @@ AttentionWeights AttentionImpl::weights() const {
   return w;
 }
 
+torch::Tensor AttentionImpl::forward_normed(const torch::Tensor& x, const torch::Tensor& norm_weight,
+                                            const RopeTables& rope, const AttentionPlan& plan,
+                                            const AttentionWeights& w) const {
+  AttentionWeights normed = w;   // applied where the heads are projected (heads_for_attention), in each group
+  normed.input_norm = norm_weight;
+  return forward(x, rope, plan, normed);
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                      const AttentionWeights& w) const {
   if (head_groups_.groups > 1) {
@@ -71,7 +79,7 @@ namespace {
 std::vector<torch::Tensor*> slots(AttentionWeights& w) {
   return {&w.q,        &w.k,        &w.v,          &w.o,          &w.q_bias,   &w.k_bias,   &w.v_bias,
           &w.q_norm,   &w.k_norm,   &w.q_lora.a,   &w.q_lora.b,   &w.k_lora.a, &w.k_lora.b, &w.v_lora.a,
-          &w.v_lora.b, &w.o_lora.a, &w.o_lora.b};
+          &w.v_lora.b, &w.o_lora.a, &w.o_lora.b,   &w.input_norm};
 }
 
 // The weights a group's function was handed (SlotMask::take's order), back in their slots.
@@ -156,9 +164,10 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
-  auto q = project(x, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
-  auto k = project(x, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
-  auto v = project(x, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
+  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B, S/P, hidden]
+  auto q = project(xn, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
+  auto k = project(xn, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
+  auto v = project(xn, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   if (w.q_norm.defined()) {
     q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
     k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]

@@ -1,7 +1,8 @@
 // Ulysses self-attention of one decoder layer: grouped-query attention (H query heads sharing Hkv
 // key/value heads), RoPE, optional Qwen3 q/k norms, over a sequence split across an SP group.
 //
-//   x [B, S/P, hidden] -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]  (q/k RMSNorm over D for Qwen3, RoPE)
+//   x [B, S/P, hidden] (normed; forward_normed: the layer's input norm first) -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]
+//     (q/k RMSNorm over D for Qwen3, RoPE)
 //   Hkv < U: replicate k, v heads to U (U % Hkv == 0)
 //   all-to-all in the Ulysses group: [B, S/P, h, D] -> [B, S/R, h/U, D]   (only when U > 1)
 //   attention for H/U heads: over the whole sequence (R = 1), causal within each document; or, with a ring
@@ -21,7 +22,8 @@
 // norm, RoPE, the all-to-alls, attention, back to [B, S/P, its heads·D], and its columns of o_proj (and of o_proj's
 // LoRA A) — and the groups' o_proj products [B, S/P, hidden] are added (in fp32 at least), o_proj's bias once. The
 // groups are the chunks (of columns) of one call of the recompute primitive (recompute.hpp): it keeps the layer's
-// normed input, and backward recomputes and back-propagates one group at a time, so one group's activations are
+// input (forward_normed: each group applies the layer's input norm itself, so the normed input is never kept whole),
+// and backward recomputes and back-propagates one group at a time, so one group's activations are
 // alive at once, in forward and in backward; the heads' output [B, S/P, H·D] and its gradient never exist whole
 // (o_proj's weight gradient is summed group by group). Every rank runs the same groups in the same order. Where a
 // flash kernel computes attention (on CPU; on a GPU in bf16/fp16: attention_pieces.hpp) and without a ring, the call
@@ -64,6 +66,8 @@ struct AttentionWeights {
   torch::Tensor q_norm, k_norm;              // [D] (Qwen3)
   Lora q_lora, k_lora, v_lora, o_lora;       // LoRA adapters (lora.hpp): a [r, hidden] / [r, H*D], b [rows, r]
   double lora_scale = 0;
+  torch::Tensor input_norm;                  // [hidden]: the decoder layer's input norm, where attention applies it
+                                             // (forward_normed)
 };
 
 // Attention in head groups: how many, and the precision each group's recomputation re-enters.
@@ -84,6 +88,10 @@ struct AttentionImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                         const AttentionWeights& w) const;
+  // The same on rms_norm(x, norm_weight) (the decoder layer's input norm, x [B, S/P, hidden] its input): in head groups
+  // each group normalises x itself, so the normed input is never kept whole.
+  torch::Tensor forward_normed(const torch::Tensor& x, const torch::Tensor& norm_weight, const RopeTables& rope,
+                               const AttentionPlan& plan, const AttentionWeights& w) const;
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};   // Qwen3 only
@@ -115,7 +123,7 @@ struct AttentionImpl : torch::nn::Module {
 
   std::int64_t heads_, kv_heads_, head_dim_;
   HeadGroups head_groups_;
-  double eps_;                // of the q/k norms
+  double eps_;                // of the q/k norms and the input norm (the model's rms_norm_eps)
   double lora_scale_;
   std::int64_t ulysses_degree_;    // U (P without a ring)
   comm::Communicator* ulysses_;    // non-null only when U > 1

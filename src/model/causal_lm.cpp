@@ -66,7 +66,7 @@ DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                         const DecoderLayerWeights& w) {
   const double eps = input_layernorm->eps;
-  const auto attended = self_attn->forward(rms_norm_for_matmul(x, w.input_norm, eps), rope, plan, w.attention);
+  const auto attended = self_attn->forward_normed(x, w.input_norm, rope, plan, w.attention);
   auto h = x + attended;                                                                    // [B, S/P, hidden]
   if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
     return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, options_.mlp_tile_tokens(),

@@ -49,14 +49,14 @@ bool fits(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
 
 MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
                                const Profile& p, const Machine& m, std::int64_t seq_len) {
-  // the least memory at every length: the head groups in turn where --prefetch auto lets them
+  // the least memory at every length (and where none fits): the head groups in turn where --prefetch auto lets them
   const auto least = [](MemoryFlags f) {
     f.heads_in_turn = f.prefetch == "auto" && f.attention_head_groups > 1;
     return f;
   };
   if (flags.attention_head_groups != kAutoHeadGroups) {
     if (flags.attention_head_groups == 1) return flags;
-    return seq_len <= 0 ? least(flags) : fitting(c, l, flags, p, m, seq_len).value_or(flags);
+    return seq_len <= 0 ? least(flags) : fitting(c, l, flags, p, m, seq_len).value_or(least(flags));
   }
   const std::vector<std::int64_t> valid = arch::valid_head_groups(c, l.ulysses());
   MemoryFlags f = flags;
@@ -70,7 +70,7 @@ MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, cons
     if (const auto fit = fitting(c, l, f, p, m, seq_len)) return *fit;
   }
   f.attention_head_groups = under.value_or(valid.back());
-  return f;
+  return least(f);   // nothing fits: the refusal says what the least memory needs
 }
 
 std::vector<int> valid_sp_degrees(const arch::ModelConfig& c, int world) {

@@ -113,8 +113,9 @@ struct Features {   // resolved
   // group in backward (and one group's alive at a time: memory_model.cpp's counts)
   bool saves_head_tensors() const { return attention_head_groups <= 1; }
   // ... and where a flash kernel takes attention (a CPU; a GPU in bf16 at a head size flash has) without a ring, the
-  // groups' attention log-sum-exp is kept beside their output (float, one per token and head: model/attention.hpp)
-  bool keeps_head_lse(bool cuda, std::int64_t head_dim, int ring) const {
+  // groups' output (the heads' output, whole) is kept with attention's log-sum-exp (float, one per token and head:
+  // model/attention.hpp)
+  bool keeps_head_output(bool cuda, std::int64_t head_dim, int ring) const {
     return attention_head_groups > 1 && ring == 1 && (!cuda || (bf16 && arch::flash_head_dim(head_dim)));
   }
   // ... and with --prefetch the next group's q, k, v (after the all-to-all) are issued ahead, alive beside a group's

@@ -13,7 +13,11 @@ namespace {
 // holds S tokens × H/P heads: the same element count as T tokens × H heads; KV heads replicated up to P). With G
 // head groups the heads' tensors are one group's: H/G query heads and max(Hkv/G, 1) KV heads.
 struct LayerCounts {
-  double attention = 0;   // per token: the norms, the heads' output o_proj reads and o_proj's: whole per layer
+  double attention = 0;   // per token: the norms' outputs and o_proj's, and (G = 1) the heads' output o_proj reads:
+                          // whole per layer, each with its gradient (G > 1: each group applies the input norm
+                          // itself, whose output is then not kept whole)
+  double kept = 0;        // per token, G > 1 where attention's output is kept: the heads' output, whole, its gradient
+                          // a group at a time (o_proj runs group by group)
   double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: one group
   double mlp_token = 0;   // per token: the MLP block's input and its norm
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
@@ -23,7 +27,8 @@ struct LayerCounts {
 
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
 // the query heads (model/document_attention.hpp).
-LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::int64_t groups) {
+// keeps: head groups keep attention's output (MemoryFeatures::keeps_head_output).
+LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::int64_t groups, bool keeps) {
   arch::ModelConfig group = c;   // one group's heads
   group.num_heads = c.num_heads / groups;
   group.num_kv_heads = std::max<std::int64_t>(c.num_kv_heads / groups, 1);
@@ -32,7 +37,9 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
   const double q = static_cast<double>(group.num_heads) * d, kv = static_cast<double>(group.num_kv_heads) * d;
   const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
   LayerCounts n;
-  n.attention = 3 * h + static_cast<double>(c.num_heads) * d;
+  const double heads_output = static_cast<double>(c.num_heads) * d;
+  n.attention = groups > 1 ? 2 * h : 3 * h + heads_output;
+  n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = 2 * h;
   n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
@@ -124,7 +131,8 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
-  const LayerCounts n = counts(c, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups);
+  const bool keeps = f.keeps_head_output(p.cuda, c.head_dim, l.ring);
+  const LayerCounts n = counts(c, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups, keeps);
   Breakdown b;
   b.weights = states.device.weights + replicated_copy_bytes(c, shards, f);
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
@@ -145,14 +153,15 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   // prefetch the next group's q, k, v beside them; LoRA: each adapted projection's [T, r] product beside the layer's
   const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
   const double layer_tokens = T * (n.attention + n.heads + ahead + n.mlp_token + lora_row(f));
-  b.working = bytes(act * 2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row));
+  b.working = bytes(act * (2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row) +
+                           p.work_factor * T * n.kept));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
     if (l.ring == 1) b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
   }
   if (l.ring > 1) b.working += ring_bytes(c, l, f, p, n, T, seq_len);
   // head groups' kept log-sum-exp, float [B, H/U, S] a layer: with the layer back-propagated, or every layer's
-  const double lse = f.keeps_head_lse(p.cuda, c.head_dim, l.ring) ? 4 * T * static_cast<double>(c.num_heads) : 0;
+  const double lse = keeps ? 4 * T * static_cast<double>(c.num_heads) : 0;
   if (f.activation_checkpointing) {
     b.working += bytes(lse);
     const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
@@ -161,7 +170,7 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   } else {
     const double saved_mlp = f.saves_mlp_rows() ? T * n.mlp_row : 0.0;
     const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
-    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.mlp_token + lora_row(f)) +
+    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.kept + n.mlp_token + lora_row(f)) +
                                p.saved_factor * saved_heads +
                                p.mlp_factor * saved_mlp) + L * lse);
   }
