@@ -69,7 +69,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
     const torch::Tensor y = forward_in_groups(x, rope, plan, w);   // [B, S/P, hidden], o_proj's bias not added
     return w.o_bias.defined() ? y + w.o_bias : y;
   }
-  const torch::Tensor heads = attend_heads(heads_for_attention(x, rope, w, ulysses_), x.size(1), plan);   // [B, S/P, H*D]
+  const torch::Tensor heads = attend_heads(heads_for_attention(x, rope, w, ulysses_), x.size(1), plan);   // [B,S/P,H*D]
   return project(heads, w.o, w.o_bias, w.o_lora, w.lora_scale);   // [B, S/P, hidden]
 }
 
@@ -129,24 +129,25 @@ torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const Rop
     return self->group_weights(handed_weights(mask, ws, scale), c.index);
   };
   // group c's o_proj product [B, S/P, hidden] (added over the groups) and, kept, its heads' output and log-sum-exp
-  const ChunkForward group = [self, rope, plan, keep, ahead, weights, scale](const Chunk& c, const torch::Tensor& xn,
+  const ChunkForward group = [self, rope, plan, keep, ahead, weights](const Chunk& c, const torch::Tensor& in,
                                                                       const std::vector<torch::Tensor>& ws) {
     const AttentionWeights g = weights(c, ws);
     const Heads h = ahead ? Heads{c.ahead.at(0), c.ahead.at(1), c.ahead.at(2)}
-                          : self->heads_for_attention(xn, rope, g, self->ulysses_);
-    const std::int64_t s = xn.size(1);
-    if (!keep) return torch::autograd::variable_list{project(self->attend_heads(h, s, plan), g.o, {}, g.o_lora, scale)};
+                          : self->heads_for_attention(in, rope, g, self->ulysses_);
+    const auto o_proj = [&g](const torch::Tensor& heads) { return project(heads, g.o, {}, g.o_lora, g.lora_scale); };
+    const std::int64_t s = in.size(1);
+    if (!keep) return torch::autograd::variable_list{o_proj(self->attend_heads(h, s, plan))};
     const auto heads = self->attend_heads_kept(h, s, plan, c.kept);   // [B, S/P, its heads·D], its lse
-    return torch::autograd::variable_list{project(heads[0], g.o, {}, g.o_lora, scale), heads[0], heads[1]};
+    return torch::autograd::variable_list{o_proj(heads[0]), heads[0], heads[1]};
   };
   Recompute recompute;
   recompute.precision = head_groups_.precision;
   recompute.chunking.columns = head_groups_.groups;
   recompute.keep_outputs = keep;
   if (ahead) {
-    recompute.ahead = [self, rope, weights](const Chunk& c, const torch::Tensor& xn,
+    recompute.ahead = [self, rope, weights](const Chunk& c, const torch::Tensor& in,
                                             const std::vector<torch::Tensor>& ws) {
-      const Heads h = self->heads_for_attention(xn, rope, weights(c, ws), self->ulysses_ahead_);
+      const Heads h = self->heads_for_attention(in, rope, weights(c, ws), self->ulysses_ahead_);
       return torch::autograd::variable_list{h.q, h.k, h.v};
     };
     recompute.ahead_stream = head_groups_.ahead->on(x.device());
@@ -164,7 +165,7 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
-  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B, S/P, hidden]
+  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B,S/P,hidden]
   auto q = project(xn, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
   auto k = project(xn, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   auto v = project(xn, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]

@@ -1,8 +1,8 @@
 // Ulysses self-attention of one decoder layer: grouped-query attention (H query heads sharing Hkv
 // key/value heads), RoPE, optional Qwen3 q/k norms, over a sequence split across an SP group.
 //
-//   x [B, S/P, hidden] (normed; forward_normed: the layer's input norm first) -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]
-//     (q/k RMSNorm over D for Qwen3, RoPE)
+//   x [B, S/P, hidden] (normed; forward_normed: the layer's input norm first)
+//     -> q [B, S/P, H, D], k, v [B, S/P, Hkv, D]  (q/k RMSNorm over D for Qwen3, RoPE)
 //   Hkv < U: replicate k, v heads to U (U % Hkv == 0)
 //   all-to-all in the Ulysses group: [B, S/P, h, D] -> [B, S/R, h/U, D]   (only when U > 1)
 //   attention for H/U heads: over the whole sequence (R = 1), causal within each document; or, with a ring

@@ -168,43 +168,53 @@ void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<
   }
 }
 
-// The chunks' outputs joined output by output as each chunk's come, so a sum holds one tensor, not every chunk's
-// (head groups: [B, S/P, hidden] each): one chunk's as they are; added (summed(): in fp32 at least, so bf16 partial
-// products are not rounded at each sum, then back in their dtype); or concatenated, rows along dim 0, columns along
-// the last dim.
+// The chunks' outputs joined output by output as each chunk's come, so that no output holds every chunk's parts beside
+// the joined tensor (head groups: the products [B, S/P, hidden] and the heads' outputs): one chunk's as they are; added
+// (summed(): in fp32 at least, so bf16 partial products are not rounded at each sum, then back in their dtype); columns
+// written into their place in the joined output; rows concatenated at the end.
 class Joined {
  public:
   explicit Joined(const Chunking& how) : how_(how) {}
 
   void add(torch::autograd::variable_list outputs) {
-    if (parts_.empty()) {
-      for (torch::Tensor& y : outputs) {
-        dtypes_.push_back(y.scalar_type());
-        parts_.push_back({std::move(y)});
-      }
-      return;
-    }
+    const bool first = joined_.empty();
     for (std::size_t i = 0; i < outputs.size(); ++i) {
-      std::vector<torch::Tensor>& p = parts_[i];
-      if (!summed(how_, i)) p.push_back(std::move(outputs[i]));
-      else p[0] = p[0].to(c10::promoteTypes(dtypes_[i], torch::kFloat)) + outputs[i];
+      torch::Tensor& y = outputs[i];
+      if (first) {
+        dtypes_.push_back(y.scalar_type());
+        joined_.push_back({columns(i) ? spread(y) : y});
+        continue;
+      }
+      std::vector<torch::Tensor>& j = joined_[i];
+      if (summed(how_, i)) j[0] = j[0].to(c10::promoteTypes(dtypes_[i], torch::kFloat)) + y;
+      else if (columns(i)) j[0].narrow(-1, chunks_ * y.size(-1), y.size(-1)).copy_(y);
+      else j.push_back(std::move(y));
     }
+    ++chunks_;
   }
 
   torch::autograd::variable_list finish() {
     torch::autograd::variable_list out;
-    for (std::size_t i = 0; i < parts_.size(); ++i) {
-      std::vector<torch::Tensor>& p = parts_[i];
-      if (p.size() == 1) out.push_back(p[0].to(dtypes_[i]));   // one chunk, or a sum
-      else out.push_back(at::cat(p, how_.columns > 0 ? -1 : 0));
-    }
+    for (std::size_t i = 0; i < joined_.size(); ++i)
+      out.push_back(joined_[i].size() == 1 ? joined_[i][0].to(dtypes_[i]) : at::cat(joined_[i], 0));   // rows: cat
     return out;
   }
 
  private:
+  bool columns(std::size_t i) const { return how_.columns > 1 && !summed(how_, i); }
+  // the first chunk's columns y [..., w] in the joined output [..., w·columns], the others' still to come
+  torch::Tensor spread(const torch::Tensor& y) const {
+    std::vector<std::int64_t> sizes = y.sizes().vec();
+    sizes.back() *= how_.columns;
+    torch::Tensor all = torch::empty(sizes, y.options());
+    all.narrow(-1, 0, y.size(-1)).copy_(y);
+    return all;
+  }
+
   const Chunking& how_;
-  std::vector<c10::ScalarType> dtypes_;            // per output: the chunks' dtype
-  std::vector<std::vector<torch::Tensor>> parts_;  // per output: its running sum, or its parts to concatenate
+  std::int64_t chunks_ = 0;                         // chunks added so far
+  std::vector<c10::ScalarType> dtypes_;             // per output: the chunks' dtype
+  std::vector<std::vector<torch::Tensor>> joined_;  // per output: its sum, its columns' tensor, or its rows' parts
 };
 
 // One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'

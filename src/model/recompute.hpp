@@ -29,7 +29,8 @@
 //   neither     f uses its module's own parameters, whose gradients accumulate into their .grad (checkpointing).
 // The users: each decoder layer's unit (one chunk; activation checkpointing, and the only way a sharded unit runs),
 // the embeddings' and the head's units (sharded), TiledMLP (chunks of rows), the tiled loss (chunks of rows, summed),
-// attention's head groups (chunks of columns: each group's o_proj product added, its heads' output kept: attention.hpp).
+// attention's head groups (chunks of columns: each group's o_proj product added, its heads' output kept:
+// attention.hpp).
 //
 // Exact: the recomputation repeats the same deterministic operations, so every chunk's gradients equal the plain
 // path's bit for bit; what is summed over chunks (weight gradients, a summed output) is summed in another order

@@ -249,8 +249,9 @@ TEST(Recompute, ChunksOfRowsEqualOneChunkAndBackPropagateOneAtATime) {
 // last dim; dx summed over the chunks. With keep_outputs each chunk's backward is handed its share of what the forward
 // returned (c.kept: t's columns and that second output, not the sum) and may use it instead of computing it again:
 // here the chunk's forward value of tanh, which a backward built on it must use to get the right gradient. Values and
-// gradients equal one chunk (fp64, 1e-12 of the largest element: products of sums cancel in a few), and the kept shares equal the forward's outputs. The recomputed product is
-// freed before its backward runs (its value is not needed there): expired when the chunk's gradient reaches z.
+// gradients equal one chunk (fp64, 1e-12 of the largest element: products of sums cancel in a few), and the kept
+// shares equal the forward's outputs. The recomputed product is freed before its backward runs (its value is not
+// needed there): expired when the chunk's gradient reaches z.
 TEST(Recompute, ChunksOfColumnsHandTheirKeptOutputsToBackward) {
   torch::manual_seed(4);
   const torch::Tensor x0 = torch::randn({2, 7, 6}, torch::kFloat64), w0 = torch::randn({6, 8}, torch::kFloat64);
@@ -265,7 +266,10 @@ TEST(Recompute, ChunksOfColumnsHandTheirKeptOutputsToBackward) {
     const ChunkForward f = [&](const Chunk& c, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
       const torch::Tensor z = at::matmul(x, w[0].narrow(1, c.index * n, n));   // [2, 7, n]
       const torch::Tensor v = w[1].narrow(0, c.index * n, n);                   // [n, 5]
-      if (c.kept.empty()) return torch::autograd::variable_list{at::matmul(at::tanh(z), v), at::tanh(z), z.sum(-1, true)};
+      if (c.kept.empty()) {
+        const torch::Tensor t = at::tanh(z);
+        return torch::autograd::variable_list{at::matmul(t, v), t, z.sum(-1, true)};
+      }
       kept_seen.push_back(c.kept[0]);
       // the kept value t with tanh's gradient at z, 1 − t², taken from it: no tanh computed again
       const torch::Tensor t = c.kept[0], slope = 1 - t * t;
@@ -332,7 +336,8 @@ TEST(Recompute, FirstStagesIssuedAheadReachTheirChunk) {
   EXPECT_EQ(calls, pipelined) << "forward";
   const torch::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
   const torch::Tensor vr = v0.clone().requires_grad_(true);
-  const torch::Tensor want = at::matmul(at::tanh(at::matmul(xr, wr.narrow(1, 0, chunks * n))), vr.narrow(0, 0, chunks * n));
+  const torch::Tensor want =
+      at::matmul(at::tanh(at::matmul(xr, wr.narrow(1, 0, chunks * n))), vr.narrow(0, 0, chunks * n));
   EXPECT_TRUE(at::allclose(y, want, 1e-12, 0));
   calls.clear();
   (y * dy).sum().backward();
