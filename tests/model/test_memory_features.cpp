@@ -425,7 +425,8 @@ double whole_gradient_diff(const LossAndGrads& got, const LossAndGrads& want) {
 // documents, GQA (each group's KV heads replicated to P where fewer), Qwen3's q/k norms, q/k/v and o_proj biases, a
 // sliding window, every memory feature on, and each group's first stage issued ahead (heads_ahead): the loss and the
 // whole gradient ≤ 1e-6 relative, each parameter's ≤ 5e-6. The same operations per head; what differs is the order
-// of sums over the groups — the layer input's gradient (each group's q/k/v projections), the shared q/k norms' —
+// of sums over the groups — o_proj's output over its columns, the layer input's gradient (each group's input norm and
+// q/k/v projections), the shared norms' —
 // whose last-bit differences grow most in the smallest gradients (norm weights, biases: sums over every token):
 // observed ≤ 6e-7 each on the CI's CPU, up to 1.9e-6 on an AVX2 EPYC, the whole gradient ≤ 8e-7. A mistake in a group's heads, rows or weights shows at 1e-3 or more.
 TEST(HeadGroups, EqualAllHeadsAtOnceAtEverySpDegree) {
