@@ -270,13 +270,8 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
           outputs.add(run_chunk(*call, c, xc, weights));
         });
     torch::autograd::variable_list y = outputs.finish();
-    std::vector<std::int64_t> kept_outputs;   // keep_outputs: which outputs are saved (saved as outputs: no cycle)
-    for (std::size_t i = 0; o.keep_outputs && i < y.size(); ++i)
-      if (!summed(o.chunking, i)) {
-        saved.push_back(y[i]);
-        kept_outputs.push_back(static_cast<std::int64_t>(i));
-      }
-    ctx->saved_data["kept_outputs"] = kept_outputs;
+    for (std::size_t i = 0; o.keep_outputs && i < y.size(); ++i)   // saved as outputs: no reference cycle
+      if (!summed(o.chunking, i)) saved.push_back(y[i]);
     ctx->save_for_backward(saved);
     return y;
   }
@@ -293,7 +288,8 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     std::vector<torch::Tensor> leaves(saved.begin() + 1, handed_in_end);
     std::map<std::size_t, torch::Tensor> kept;   // keep_outputs: the joined outputs that are not sums, by index
     auto kept_at = handed_in_end;
-    for (std::int64_t i : ctx->saved_data["kept_outputs"].toIntVector()) kept[static_cast<std::size_t>(i)] = *kept_at++;
+    for (std::size_t i = 0; o.keep_outputs && i < grad_out.size(); ++i)   // one gradient slot per output
+      if (!summed(o.chunking, i)) kept[i] = *kept_at++;
     const std::vector<torch::Tensor> units = gathered(o.gathered, o.gathered && !o.gathered->weights_in_backward);
     leaves.insert(leaves.end(), units.begin(), units.end());
     if (o.gathered) o.gathered->states->prefetch(o.gathered->prefetch_backward);
