@@ -249,6 +249,9 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
                                                 const torch::Tensor& /*anchor*/, at::TensorList handed_in,
                                                 const c10::intrusive_ptr<Call>& call) {
     const Recompute& o = call->options;
+    // an output nothing downstream read (head groups: the kept heads' output, [B, S/P, H·D]) gets no gradient, not a
+    // whole tensor of zeros: backward skips undefined ones
+    ctx->set_materialize_grads(false);
     std::vector<torch::Tensor> saved{kept_input(x, o.offload)};
     saved.insert(saved.end(), handed_in.begin(), handed_in.end());
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
