@@ -170,7 +170,8 @@ void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<
 
 // The chunks' outputs joined output by output as each chunk's come, so that no output holds every chunk's parts beside
 // the joined tensor (head groups: the products [B, S/P, hidden] and the heads' outputs): one chunk's as they are; added
-// (summed(): in fp32 at least, so bf16 partial products are not rounded at each sum, then back in their dtype); columns
+// (summed(): in place into a sum of its own, fp32 at least, so bf16 partial products are not rounded at each sum, then
+// back in their dtype); columns
 // written into their place in the joined output; rows concatenated at the end.
 class Joined {
  public:
@@ -182,11 +183,11 @@ class Joined {
       torch::Tensor& y = outputs[i];
       if (first) {
         dtypes_.push_back(y.scalar_type());
-        joined_.push_back({columns(i) ? spread(y) : y});
+        joined_.push_back({columns(i) ? spread(y) : summed(how_, i) && chunked() ? sum_of(y) : y});
         continue;
       }
       std::vector<torch::Tensor>& j = joined_[i];
-      if (summed(how_, i)) j[0] = j[0].to(c10::promoteTypes(dtypes_[i], torch::kFloat)) + y;
+      if (summed(how_, i)) j[0].add_(y);   // in place: the sum and one chunk's output alive, no third tensor
       else if (columns(i)) j[0].narrow(-1, chunks_ * y.size(-1), y.size(-1)).copy_(y);
       else j.push_back(std::move(y));
     }
@@ -202,6 +203,11 @@ class Joined {
 
  private:
   bool columns(std::size_t i) const { return how_.columns > 1 && !summed(how_, i); }
+  bool chunked() const { return how_.columns > 1 || how_.rows > 0; }
+  // the first chunk's summed output as the sum's own tensor, fp32 at least (a copy: f's output is never written)
+  static torch::Tensor sum_of(const torch::Tensor& y) {
+    return y.to(c10::promoteTypes(y.scalar_type(), torch::kFloat), /*non_blocking=*/false, /*copy=*/true);
+  }
   // the first chunk's columns y [..., w] in the joined output [..., w·columns], the others' still to come
   torch::Tensor spread(const torch::Tensor& y) const {
     std::vector<std::int64_t> sizes = y.sizes().vec();

@@ -62,14 +62,12 @@ MemoryFlags settle_head_groups(const arch::ModelConfig& c, const Layout& l, cons
   MemoryFlags f = flags;
   f.attention_head_groups = valid.empty() ? 1 : valid.back();   // none: the heads do not split (refused elsewhere)
   if (valid.empty() || seq_len <= 0) return least(f);
-  std::optional<std::int64_t> under;   // the least G under the tensor limit
   for (const std::int64_t g : valid) {
     f.attention_head_groups = g;
     if (p.limits_tensors && past_tensor_limit(c, l, resolve(f, c, l.world(), l.ulysses()), seq_len)) continue;
-    if (!under) under = g;
     if (const auto fit = fitting(c, l, f, p, m, seq_len)) return *fit;
   }
-  f.attention_head_groups = under.value_or(valid.back());
+  f.attention_head_groups = valid.back();   // the most groups: the least memory and the smallest tensors
   return least(f);   // nothing fits: the refusal says what the least memory needs
 }
 
