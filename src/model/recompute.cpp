@@ -171,8 +171,7 @@ void scatter_gradients(const std::optional<GatheredUnits>& g, const std::vector<
 // The chunks' outputs joined output by output as each chunk's come, so that no output holds every chunk's parts beside
 // the joined tensor (head groups: the products [B, S/P, hidden] and the heads' outputs): one chunk's as they are; added
 // (summed(): in place into a sum of its own, fp32 at least, so bf16 partial products are not rounded at each sum, then
-// back in their dtype); columns
-// written into their place in the joined output; rows concatenated at the end.
+// back in their dtype); columns written into their place in the joined output; rows concatenated at the end.
 class Joined {
  public:
   explicit Joined(const Chunking& how) : how_(how) {}
@@ -223,23 +222,48 @@ class Joined {
   std::vector<std::vector<torch::Tensor>> joined_;  // per output: its sum, its columns' tensor, or its rows' parts
 };
 
+// Hands its output the gradient it holds, once, and holds it no longer: the root of a one-chunk recomputation's
+// backward (the engine's own root gradients stay held by its caller until the whole backward returns; this one is
+// freed as soon as the nodes after it have read it: a layer's output gradient, [B, S/P, hidden], once the MLP's
+// backward ran). Its own gradient is ignored: the engine hands it an expanded zero.
+struct HandedGradient : torch::autograd::Function<HandedGradient> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y, torch::Tensor dy) {
+    ctx->saved_data["dy"] = std::move(dy);
+    return y.view_as(y);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& /*zero*/) {
+    torch::Tensor dy = ctx->saved_data["dy"].toTensor();
+    ctx->saved_data.erase("dy");
+    return {dy, torch::Tensor()};
+  }
+};
+
 // One chunk's recomputation and back-propagation: dx_c (undefined unless x is floating) in x_c's .grad, the weights'
 // gradients summed into the leaves' .grad (and, with neither handed-in nor gathered weights, the module's own).
-// xc: the chunk's rows of x as a leaf (floating x) of its own. kept: the kept outputs, by output index.
+// xc: the chunk's rows of x as a leaf (floating x) of its own. dy: the outputs' gradients — the only chunk's are its
+// own (`only`): taken from dy and handed over (HandedGradient), so that nothing here holds them through the backward.
+// kept: the kept outputs, by output index.
 torch::Tensor back_propagate_chunk(const Call& call, Chunk c, const torch::Tensor& xc,
-                                   const std::vector<torch::Tensor>& leaves, const torch::autograd::variable_list& dy,
-                                   const std::map<std::size_t, torch::Tensor>& kept) {
+                                   const std::vector<torch::Tensor>& leaves, torch::autograd::variable_list& dy,
+                                   bool only, const std::map<std::size_t, torch::Tensor>& kept) {
   const Chunking& how = call.options.chunking;
   for (const auto& [i, y] : kept) c.kept.push_back(share_of(y, i, c, how).detach());   // data: the node is y's grad_fn
   const torch::AutoGradMode grad_mode(true);
   torch::autograd::variable_list outputs = run_chunk(call, c, xc, leaves);   // its backward outside autocast
   torch::autograd::edge_list roots;
   torch::autograd::variable_list dys;
-  for (std::size_t i = 0; i < outputs.size(); ++i)
-    if (dy[i].defined() && outputs[i].requires_grad()) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!dy[i].defined() || !outputs[i].requires_grad()) continue;
+    if (!only) {
       roots.push_back(torch::autograd::impl::gradient_edge(outputs[i]));
       dys.push_back(share_of(dy[i], i, c, how));
+      continue;
     }
+    const torch::Tensor handed = HandedGradient::apply(outputs[i], std::move(dy[i]));
+    roots.push_back(torch::autograd::impl::gradient_edge(handed));
+    dys.push_back(torch::zeros({}, handed.options()).expand(handed.sizes()));   // no bytes: ignored
+  }
   // The outputs' values are not needed by their backward: freed before it runs (a layer's output, a head group's
   // o_proj product: [B, S/P, hidden] each), where torch::autograd::backward(outputs, …) would hold them throughout.
   outputs.clear();
@@ -286,7 +310,7 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
+                                                 torch::autograd::variable_list& grad_out) {   // taken: see below
     const auto call = c10::static_intrusive_pointer_cast<Call>(ctx->saved_data["call"].toCapsule());
     const Recompute& o = call->options;
     const std::vector<torch::Tensor> saved = ctx->get_saved_variables();
@@ -319,7 +343,10 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
       return first_stage(*call, chunks[i], xi, leaves);
     };
     pipelined(chunks, leaf, issue, [&](std::size_t i, Chunk c, const torch::Tensor& xc) {
-      const torch::Tensor dxc = back_propagate_chunk(*call, std::move(c), xc, leaves, grad_out, kept);
+      // one chunk: its gradients are moved out of grad_out — the engine's own list, given by reference — so they are
+      // freed once read; several chunks share them
+      const bool only = chunks.size() == 1;
+      const torch::Tensor dxc = back_propagate_chunk(*call, std::move(c), xc, leaves, grad_out, only, kept);
       if (!rows) dx = dx.defined() && dxc.defined() ? dx.add_(dxc) : dxc;
       else if (dxc.defined()) dx.narrow(0, chunks[i].first, chunks[i].rows).copy_(dxc);
     });

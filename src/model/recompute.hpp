@@ -11,9 +11,10 @@
 //                        detached (a leaf when floating), y_c' = f(c, x_c', w') with grad under the same autocast
 //                        (keep_outputs: c.kept = its share of y, which f may use instead of computing it again),
 //                        backward(y_c', dy_c) → dx_c (its rows of dx; chunks of columns: summed), y_c' freed before
-//                        that backward runs (its value is not needed there), dw summed over
-//                        the chunks in the leaves' .grad; [the gathered weights' gradients reduce-scattered into the
-//                        shards]
+//                        that backward runs (its value is not needed there) and, one chunk, dy once its first nodes
+//                        have read it (a layer's output gradient is not held through the layer's backward), dw summed
+//                        over the chunks in the leaves' .grad; [the gathered weights' gradients reduce-scattered into
+//                        the shards]
 // Two stages (Recompute::ahead, with its side stream): a chunk's first stage — attention's projections and
 // all-to-all — is issued for chunk c + 1 on the side stream before f runs chunk c, so the two overlap on a GPU; f
 // gets its results in Chunk::ahead. In backward the same with grad (the first stage and f share the chunk's x_c'):

@@ -14,15 +14,16 @@ namespace {
 // head groups the heads' tensors are one group's: H/G query heads and max(Hkv/G, 1) KV heads.
 struct LayerCounts {
   double attention = 0;   // per token: the norms' outputs and o_proj's, and (G = 1) the heads' output o_proj reads:
-                          // whole per layer, each with its gradient. G > 1: 2·hidden, counted twice — what a group's
-                          // backward, the layer's peak, has whole beside its heads: the layer output's gradient, the
-                          // gradient of attention's output (each group's), the groups' input gradient as it sums, and
-                          // the group's normed input (tests/model/test_working_set.cpp counts them)
+                          // whole per layer, each with its gradient. G > 1: 1.5·hidden, counted twice — the three
+                          // [T, hidden] a group's backward, the layer's peak, has whole beside its heads: the gradient
+                          // of attention's output (each group's), the groups' input gradient as it sums and the
+                          // group's normed input (the layer output's gradient is freed once the MLP's backward read
+                          // it: recompute.hpp; tests/model/test_working_set.cpp counts the live tensors)
   double kept = 0;        // per token, G > 1 where attention's output is kept: the heads' output, whole, its gradient
                           // a group at a time (o_proj runs group by group)
   double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: one group
   double mlp_token = 0;   // per token: the MLP block's input and its norm. G > 1: none beyond attention's — the MLP's
-                          // backward holds fewer whole tensors than a group's (the output's gradient, the MLP's input
+                          // backward holds as many whole tensors as a group's (the output's gradient, the MLP's input
                           // and its gradient), and its rows are counted apart
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
@@ -42,7 +43,7 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
   const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
   LayerCounts n;
   const double heads_output = static_cast<double>(c.num_heads) * d;
-  n.attention = groups > 1 ? 2 * h : 3 * h + heads_output;
+  n.attention = groups > 1 ? 1.5 * h : 3 * h + heads_output;
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;

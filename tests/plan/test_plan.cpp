@@ -224,11 +224,12 @@ TEST(MemoryModel, HeadGroupsDivideTheHeadsPartOfTheWorkingSet) {
   // beside them, the next group's q, k, v after the all-to-all, and the groups' attention log-sum-exp (float, a
   // token's 32 heads) kept for their backward; the heads' output o_proj reads (4096) is whole with its gradient at
   // G = 1, kept without one in groups (o_proj runs group by group); the input norm's output (hidden, 4096) whole with
-  // its gradient at G = 1, not at all in groups (each group normalises the layer's input itself); the MLP block's
-  // input and its norm (2 × 4096) whole with their gradients at G = 1, in groups within what a group's backward holds
+  // its gradient at G = 1, in groups one of the three whole [T, hidden] a group's backward holds (1.5 × 4096 with
+  // gradients, against the norms' and o_proj's outputs' 2 × 4096); the MLP block's input and its norm (2 × 4096) whole
+  // with their gradients at G = 1, in groups within what a group's backward holds
   const std::int64_t ahead = 1024 + 2 * 1024;
   EXPECT_EQ(one.working - four.working,
-            static_cast<std::int64_t>(2 * 2 * p.work_factor * T * (all - group - ahead + 4096 + 2 * 4096) +
+            static_cast<std::int64_t>(2 * 2 * p.work_factor * T * (all - group - ahead + 4096 + 2048 + 2 * 4096) +
                                       2 * p.work_factor * T * 4096) - 4 * T * 32);
   flags.prefetch = "off";
   const Breakdown in_turn = predict(kLlama8B, l, resolve(flags, kLlama8B, 8, 8), p, S);
@@ -297,10 +298,10 @@ TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
   autos.attention_head_groups = kAutoHeadGroups;
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, endless, 6 << 20).attention_head_groups, 2);   // the limit
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 1 << 20).attention_head_groups, 1);      // fits whole
-  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 17 << 18).attention_head_groups, 2);      // memory
-  // --prefetch auto issues the next group ahead where it fits: at 3M 2 groups do with it, at 4.25M only in turn
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 9 << 19).attention_head_groups, 2);      // memory
+  // --prefetch auto issues the next group ahead where it fits: at 3M 2 groups do with it, at 4.5M only in turn
   EXPECT_FALSE(settle_head_groups(kLlama8B, l, autos, p, h100, 3 << 20).heads_in_turn);
-  EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 17 << 18).heads_in_turn);
+  EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 9 << 19).heads_in_turn);
   EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 0).heads_in_turn);   // the longest: the least memory
   // none fits (8M): the least memory too — the most groups, in turn —, so that the refusal says what the least needs
   EXPECT_TRUE(settle_head_groups(kLlama8B, l, autos, p, h100, 8 << 20).heads_in_turn);
@@ -309,9 +310,9 @@ TEST(TensorLimit, LongestStopsAtTheLimitAndAutoTakesTheLeastGroupsThatFit) {
   four.attention_head_groups = 4;
   EXPECT_TRUE(settle_head_groups(kLlama8B, l, four, p, h100, 8 << 20).heads_in_turn);
   MemoryFlags ahead = autos;
-  ahead.prefetch = "on";   // asked for: kept, and G = 4 is the least that fits with it at 4.25M
-  EXPECT_FALSE(settle_head_groups(kLlama8B, l, ahead, p, h100, 17 << 18).heads_in_turn);
-  EXPECT_EQ(settle_head_groups(kLlama8B, l, ahead, p, h100, 17 << 18).attention_head_groups, 4);
+  ahead.prefetch = "on";   // asked for: kept, and G = 4 is the least that fits with it at 4.5M
+  EXPECT_FALSE(settle_head_groups(kLlama8B, l, ahead, p, h100, 9 << 19).heads_in_turn);
+  EXPECT_EQ(settle_head_groups(kLlama8B, l, ahead, p, h100, 9 << 19).attention_head_groups, 4);
   EXPECT_EQ(settle_head_groups(kLlama8B, l, autos, p, h100, 0).attention_head_groups, 4);   // valid at SP 8: 1, 2, 4
   EXPECT_EQ(settle_head_groups(kLlama8B, l, flags, p, h100, 3 << 20).attention_head_groups, 1);   // given: kept
   EXPECT_EQ(suggest_fix(kLlama8B, l, flags, p, h100, 3 << 20), "add --attention-head-groups auto");

@@ -139,7 +139,7 @@ class PlanCli(TempDirCase):
     def test_a_tensor_past_2_31_elements_is_refused_and_auto_head_groups_keep_under(self):
         """8B at 6M tokens on 8 GPUs: q of all a rank's heads after the all-to-all is 6M × 4 × 128 = 3.2e9 elements;
         one line naming it and the flag, exit 2, where the memory would fit (GPUs of 1 TiB; where it does not, the
-        memory's line comes first). With --attention-head-groups auto the plan takes G = 2 at 4.25M on 80 GiB H100s
+        memory's line comes first). With --attention-head-groups auto the plan takes G = 2 at 4.5M on 80 GiB H100s
         (where G = 1's tensors are under the limit but its memory is not), its groups in turn (the next one issued ahead
         does not fit there; at 3M it does), and G = 1 at 1M; the model's bytes, no headroom."""
         base = [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8, *SBATCH_FLAGS, "--headroom", 0]
@@ -149,7 +149,7 @@ class PlanCli(TempDirCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         one_error_line(self, p.stderr, ["q of one head group after the all-to-all", "3221225472 elements",
                                         "2^31 - 1", "--attention-head-groups"], self.root / "nothing")
-        for length, ahead in (("4352K", False), ("3M", True)):
+        for length, ahead in (("4608K", False), ("3M", True)):
             cmd = base + ["--attention-head-groups", "auto", "--seq-len", length, "--json"]
             p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
