@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,7 +25,8 @@ namespace ulysses::model {
 namespace {
 
 // Counts the bytes of live CPU allocations and their high-water mark; allocates through the allocator it replaces,
-// which it puts back when destroyed.
+// which it puts back when destroyed. An allocation it made and something keeps past it (a cache of LibTorch's) is
+// still freed through its count, which lives as long as the last of them.
 class CountingAllocator final : public c10::Allocator {
  public:
   CountingAllocator() : base_(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
@@ -34,32 +37,35 @@ class CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
-    auto* held = new Held{std::move(inner), static_cast<std::int64_t>(n), this};
-    const std::int64_t now = live_ += held->bytes;
-    std::int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
+    auto* held = new Held{std::move(inner), static_cast<std::int64_t>(n), count_};
+    const std::int64_t now = count_->live += held->bytes;
+    std::int64_t peak = count_->peak.load();
+    while (now > peak && !count_->peak.compare_exchange_weak(peak, now)) {}
     return {data, held, &Held::release, c10::Device(c10::kCPU)};
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 
-  std::int64_t live() const { return live_; }
-  std::int64_t peak() const { return peak_; }
-  void restart_peak() { peak_ = live_.load(); }
+  std::int64_t live() const { return count_->live; }
+  std::int64_t peak() const { return count_->peak; }
+  void restart_peak() { count_->peak = count_->live.load(); }
 
  private:
   static constexpr std::uint8_t kPriority = 100;   // above LibTorch's default allocator's
+  struct Count {
+    std::atomic<std::int64_t> live{0}, peak{0};
+  };
   struct Held {   // the allocation it made, freed with this
     c10::DataPtr inner;
     std::int64_t bytes;
-    CountingAllocator* owner;
+    std::shared_ptr<Count> count;
     static void release(void* p) {
       auto* h = static_cast<Held*>(p);
-      h->owner->live_ -= h->bytes;
+      h->count->live -= h->bytes;
       delete h;
     }
   };
   c10::Allocator* base_;
-  std::atomic<std::int64_t> live_{0}, peak_{0};
+  std::shared_ptr<Count> count_ = std::make_shared<Count>();
 };
 
 // The norm as composed ops: what rms_norm computed before it was one node (and what transformers computes).
