@@ -23,7 +23,7 @@ Sides (each in its own process):
          amp-bf16 (autocast over fp32: the residual stream and the kept inputs fp32)
   bf16   the same, --precision bf16 (the model in bf16)
 B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
-(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 1.2: the planner counts 1.87 for this model — ulysses-plan --profile cpu's
+(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 1.2: the planner counts 2.00 for this model — ulysses-plan --profile cpu's
 slopes at 4K-8K —, its heads' tensors counted for a GPU's attention kernels; a group's backward keeps five whole
 [T, hidden] tensors beside one group's heads (docs/planning.md), and on a CPU, whose attention backward holds less,
 that is as much as all heads at once: tests/model/test_working_set.cpp counts the live bytes),
