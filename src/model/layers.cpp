@@ -17,7 +17,7 @@ namespace {
 // intermediates are a 64th of the input's (a layer input of 655K tokens × 4096: 42M elements a chunk) while a long
 // input costs no more than 64 chunks' kernel launches.
 std::int64_t norm_chunk_rows(std::int64_t rows, std::int64_t dim) {
-  return std::max({(rows + 63) / 64, ((std::int64_t{1} << 16) + dim - 1) / dim, std::int64_t{1}});
+  return std::max((rows + 63) / 64, ((std::int64_t{1} << 16) + dim - 1) / dim);   // the second is at least 1
 }
 
 // 1 / sqrt(mean(x^2) + eps) of rows x32 [n, dim] fp32 -> [n, 1]
