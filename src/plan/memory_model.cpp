@@ -15,10 +15,15 @@ namespace {
 struct LayerCounts {
   double attention = 0;   // per token: the norms' outputs and o_proj's, and (G = 1) the heads' output o_proj reads:
                           // whole per layer, each with its gradient. G > 1: 1.5·hidden, counted twice — the three
-                          // [T, hidden] a group's backward, the layer's peak, has whole beside its heads: the gradient
-                          // of attention's output (each group's), the groups' input gradient as it sums and the
-                          // group's normed input (the layer output's gradient is freed once the MLP's backward read
-                          // it: recompute.hpp; tests/model/test_working_set.cpp counts the live tensors)
+                          // [T, hidden] a group's backward, the layer's peak, has whole beside its heads while its
+                          // attention back-propagates: the gradient of attention's output (each group's), the groups'
+                          // input gradient as it sums and the group's normed input (the layer output's gradient is
+                          // freed once the MLP's backward read it: recompute.hpp; tests/model/test_working_set.cpp
+                          // counts the live tensors)
+  double projections = 0; // per token, G > 1: 3·hidden, counted twice — the six whole [T, hidden] beside no head of
+                          // the group once its heads' backward ran: the three above, the q/k/v projections' input
+                          // gradients (the sum so far and the one arriving) and the norm's. Where a group holds few
+                          // heads this binds, not attention + heads
   double kept = 0;        // per token, G > 1 where attention's output is kept: the heads' output, whole, its gradient
                           // a group at a time (o_proj runs group by group)
   double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: one group
@@ -44,6 +49,7 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
   LayerCounts n;
   const double heads_output = static_cast<double>(c.num_heads) * d;
   n.attention = groups > 1 ? 1.5 * h : 3 * h + heads_output;
+  n.projections = groups > 1 ? 3 * h : 0;
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;
@@ -154,10 +160,11 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   }
   const auto rows = static_cast<std::int64_t>(T);   // the same tokens as a count
   const auto mlp_rows = static_cast<double>(f.mlp_rows(rows));
-  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward, and with
-  // prefetch the next group's q, k, v beside them; LoRA: each adapted projection's [T, r] product beside the layer's
+  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward — the larger
+  // of a group's attention backward and its projections' —, and with prefetch the next group's q, k, v beside them;
+  // LoRA: each adapted projection's [T, r] product beside the layer's
   const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
-  const double layer_tokens = T * (n.attention + n.heads + ahead + n.mlp_token + lora_row(f));
+  const double layer_tokens = T * (std::max(n.attention + n.heads, n.projections) + ahead + n.mlp_token + lora_row(f));
   b.working = bytes(act * (2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row) +
                            p.work_factor * T * n.kept));
   if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
