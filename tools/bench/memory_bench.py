@@ -23,11 +23,14 @@ Sides (each in its own process):
          amp-bf16 (autocast over fp32: the residual stream and the kept inputs fp32)
   bf16   the same, --precision bf16 (the model in bf16)
 B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
-(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 1.2: the planner counts 2.00 for this model — ulysses-plan --profile cpu's
-slopes at 4K-8K —, its heads' tensors counted for a GPU's attention kernels; a group's backward keeps five whole
-[T, hidden] tensors beside one group's heads (docs/planning.md), and on a CPU, whose attention backward holds less,
-that is as much as all heads at once: tests/model/test_working_set.cpp counts the live bytes),
-b_amp/b_bf16 (target >= 1.8), the step time of C over off at the longest S (target <= 1.4), and of G4 over C at the
+(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 0.95, derived from this run's tensor counts: at
+these lengths a step's peak is the loss chunk's backward — 512 rows of 32000 logits, ~170 MB by the cpu profile, beside
+the tensors that grow with S — and what it holds per token does not depend on G: the counts give 1.00. Past the lengths where a layer's
+backward peaks instead, the CPU's attention still holds about as much at G = 1 as a group's whole tensors at G = 4:
+tests/model/test_working_set.cpp counts 9.4 and 9.3 whole [T, hidden] per token. The attention part's fall with G is
+a GPU's, whose attention backward holds more — FlashAttention-2's fp32 dq, K/V gradients expanded to the query heads:
+--gpu's RATIO longest sequence C+G4/C+ measures it. ulysses-plan --profile cpu's slopes give 2.00, the phases summed
+as a bound and G = 1's heads counted for a GPU's kernels), b_amp/b_bf16 (target >= 1.8), the step time of C over off at the longest S (target <= 1.4), and of G4 over C at the
 longest S both ran (target <= 1.1: attention's forward runs once per pass in groups too). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
 offload line) are checked against 4·hidden and 2·hidden.
 Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
@@ -246,7 +249,7 @@ def main():
             print(f"{side:>4} {fa:9.1f} {fb:14.1f} {se:15.2f} {100 * worst:18.1f}% {star:10.0f}")
         print()
         for num, den, target in (("A", "C", ">= 5"), ("B", "C", ">= 1.2"), ("C", "D", ">= 3.5"),
-                                 ("C", "G4", ">= 1.2"), ("amp", "bf16", ">= 1.8")):
+                                 ("C", "G4", ">= 0.95"), ("amp", "bf16", ">= 1.8")):
             if num in fits and den in fits and min(fits[num][1], fits[den][1]) <= 0:
                 flat = num if fits[num][1] <= 0 else den
                 print(f"RATIO bytes per token {num}/{den}: not measurable ({flat}'s peak does not grow over these lengths)")
