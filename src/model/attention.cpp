@@ -1,6 +1,7 @@
 #include "model/attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -160,15 +161,32 @@ bool AttentionImpl::keeps_attention_output(const torch::Tensor& x) const {
   return !ring_ && flash_pieces(x.device(), compute == torch::kFloat ? x.scalar_type() : compute, head_dim_);
 }
 
+namespace {
+
+// xn [B, S/P, hidden] -> its q, k, v projections without adapters ([B, S/P, h·D], [B, S/P, hkv·D] twice), as one
+// product with q/k/v_proj's rows stacked (and their biases, which are all there or none): in backward one input
+// gradient [B, S/P, hidden], where three products' would be summed beside one another — the largest tensors of a head
+// group's backward once its heads' ran. q and k are views of the product, which RoPE reads and lets go of; v, which
+// attention keeps, is a copy, so that it does not keep the product's q and k alive with it.
+std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& xn, const AttentionWeights& w) {
+  const torch::Tensor bias = w.q_bias.defined() ? at::cat({w.q_bias, w.k_bias, w.v_bias}) : torch::Tensor();
+  const torch::Tensor qkv = at::linear(xn, at::cat({w.q, w.k, w.v}), bias);   // [B, S/P, (h + 2·hkv)·D]
+  const auto parts = at::split_with_sizes(qkv, {w.q.size(0), w.k.size(0), w.v.size(0)}, -1);
+  return {parts[0], parts[1], parts[2].clone(at::MemoryFormat::Contiguous)};
+}
+
+}  // namespace
+
 AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, const RopeTables& rope,
                                                         const AttentionWeights& w, comm::Communicator* a2a) const {
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
   const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B,S/P,hidden]
-  auto q = project(xn, w.q, w.q_bias, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
-  auto k = project(xn, w.k, w.k_bias, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
-  auto v = project(xn, w.v, w.v_bias, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
+  const auto [q_rows, k_rows, v_rows] = project_qkv(xn, w);
+  auto q = with_adapter(q_rows, xn, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
+  auto k = with_adapter(k_rows, xn, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
+  auto v = with_adapter(v_rows, xn, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   if (w.q_norm.defined()) {
     q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
     k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]

@@ -20,7 +20,10 @@ bool LoraOptions::targets_module(const std::string& projection) const {
 
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const Lora& lora,
                       double scale) {
-  torch::Tensor y = at::linear(x, w, bias);   // [..., out]
+  return with_adapter(at::linear(x, w, bias), x, lora, scale);   // [..., out]
+}
+
+torch::Tensor with_adapter(const torch::Tensor& y, const torch::Tensor& x, const Lora& lora, double scale) {
   if (!lora.a.defined()) return y;
   // PEFT: result + lora_B(lora_A(x)) * scaling, x cast to the adapter's dtype (bf16 copies under --precision bf16)
   return y + at::linear(at::linear(x.to(lora.a.scalar_type()), lora.a), lora.b) * scale;   // [..., r] -> [..., out]

@@ -37,6 +37,8 @@ struct Lora {
 // x [..., in] -> [..., out]: x·wᵀ + bias, plus scale · (x·aᵀ)·bᵀ when the adapter is there.
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const Lora& lora,
                       double scale);
+// y (x's projection, [..., out]) plus the adapter's scale · (x·aᵀ)·bᵀ; y itself where the projection has none.
+torch::Tensor with_adapter(const torch::Tensor& y, const torch::Tensor& x, const Lora& lora, double scale);
 
 // The adapter factors' module type: one weight, registered as lora_A / lora_B under the projection it adapts.
 struct LoraFactorImpl : torch::nn::Module {

@@ -20,10 +20,10 @@ struct LayerCounts {
                           // input gradient as it sums and the group's normed input (the layer output's gradient is
                           // freed once the MLP's backward read it: recompute.hpp; tests/model/test_working_set.cpp
                           // counts the live tensors)
-  double projections = 0; // per token, G > 1: 3·hidden, counted twice — the six whole [T, hidden] beside no head of
-                          // the group once its heads' backward ran: the three above, the q/k/v projections' input
-                          // gradients (the sum so far and the one arriving) and the norm's. Where a group holds few
-                          // heads this binds, not attention + heads
+  double projections = 0; // per token, G > 1: 2.5·hidden, counted twice — the five whole [T, hidden] beside no head
+                          // of the group once its heads' backward ran: the three above, the q/k/v projection's input
+                          // gradient (one product: attention.cpp) and the norm's. Where a group holds few heads this
+                          // binds, not attention + heads
   double kept = 0;        // per token, G > 1 where attention's output is kept: the heads' output, whole, its gradient
                           // a group at a time (o_proj runs group by group)
   double heads = 0;       // per token: q/k/v before and after RoPE and the all-to-all, attention's output: one group
@@ -49,7 +49,7 @@ LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::in
   LayerCounts n;
   const double heads_output = static_cast<double>(c.num_heads) * d;
   n.attention = groups > 1 ? 1.5 * h : 3 * h + heads_output;
-  n.projections = groups > 1 ? 3 * h : 0;
+  n.projections = groups > 1 ? 2.5 * h : 0;
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;
