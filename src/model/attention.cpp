@@ -163,12 +163,17 @@ bool AttentionImpl::keeps_attention_output(const torch::Tensor& x) const {
 
 namespace {
 
-// xn [B, S/P, hidden] -> its q, k, v projections without adapters ([B, S/P, h·D], [B, S/P, hkv·D] twice), as one
-// product with q/k/v_proj's rows stacked (and their biases, which are all there or none): in backward one input
-// gradient [B, S/P, hidden], where three products' would be summed beside one another — the largest tensors of a head
-// group's backward once its heads' ran. q and k are views of the product, which RoPE reads and lets go of; v, which
-// attention keeps, is a copy, so that it does not keep the product's q and k alive with it.
-std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& xn, const AttentionWeights& w) {
+// xn [B, S/P, hidden] -> its q, k, v projections without adapters ([B, S/P, h·D], [B, S/P, hkv·D] twice). In head
+// groups (one_product), one product with the group's q/k/v_proj rows stacked (and their biases, which are all there or
+// none): in backward one input gradient [B, S/P, hidden], where three products' would be summed beside one another —
+// the largest tensors of a head group's backward once its heads' ran. q and k are views of the product, which RoPE
+// reads and lets go of; v, which attention keeps, is a copy, so that it does not keep the product's q and k alive. The
+// stacked rows, which the product's backward keeps, are then one group's, recomputed in its backward: transient. All
+// heads at once, three products: each backward keeps its weight itself, not a copy (kept through the whole forward
+// in the plain path).
+std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& xn, const AttentionWeights& w, bool one_product) {
+  if (!one_product)
+    return {at::linear(xn, w.q, w.q_bias), at::linear(xn, w.k, w.k_bias), at::linear(xn, w.v, w.v_bias)};
   const torch::Tensor bias = w.q_bias.defined() ? at::cat({w.q_bias, w.k_bias, w.v_bias}) : torch::Tensor();
   const torch::Tensor qkv = at::linear(xn, at::cat({w.q, w.k, w.v}), bias);   // [B, S/P, (h + 2·hkv)·D]
   const auto parts = at::split_with_sizes(qkv, {w.q.size(0), w.k.size(0), w.v.size(0)}, -1);
@@ -183,7 +188,7 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
   const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B,S/P,hidden]
-  const auto [q_rows, k_rows, v_rows] = project_qkv(xn, w);
+  const auto [q_rows, k_rows, v_rows] = project_qkv(xn, w, head_groups_.groups > 1);
   auto q = with_adapter(q_rows, xn, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
   auto k = with_adapter(k_rows, xn, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   auto v = with_adapter(v_rows, xn, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]

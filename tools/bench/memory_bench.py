@@ -22,17 +22,18 @@ Sides (each in its own process):
   amp    ours, SP=1, every feature of C and every layer input offloaded (--offload-checkpoints -1), --precision
          amp-bf16 (autocast over fp32: the residual stream and the kept inputs fp32)
   bf16   the same, --precision bf16 (the model in bf16)
-B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C
-(target >= 1.2), b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 0.95, derived from this run's tensor counts: at
-these lengths a step's peak is the loss chunk's backward — 512 rows of 32000 logits, ~170 MB by the cpu profile, beside
-the tensors that grow with S — and what it holds per token does not depend on G: the counts give 1.00. Past the lengths where a layer's
-backward peaks instead, the CPU's attention still holds about as much at G = 1 as a group's whole tensors at G = 4:
-tests/model/test_working_set.cpp counts 9.4 and 9.3 whole [T, hidden] per token. The attention part's fall with G is
-a GPU's, whose attention backward holds more — FlashAttention-2's fp32 dq, K/V gradients expanded to the query heads:
---gpu's RATIO longest sequence C+G4/C+ measures it. ulysses-plan --profile cpu's slopes give 2.00, the phases summed
-as a bound and G = 1's heads counted for a GPU's kernels), b_amp/b_bf16 (target >= 1.8), the step time of C over off at the longest S (target <= 1.4), and of G4 over C at the
-longest S both ran (target <= 1.1: attention's forward runs once per pass in groups too). For amp and bf16 the host bytes offloaded per token per layer (the trainer's checkpoint
-offload line) are checked against 4·hidden and 2·hidden.
+B and C use the same loss chunk (--loss-chunk tokens). RATIO lines: b_A/b_C (target >= 5), b_B/b_C (target >= 1.2),
+b_C/b_D (target >= 3.5), b_C/b_G4 (target >= 0.95, derived from this run's tensor counts: at these lengths a step's
+peak is the loss chunk's backward — 512 rows of 32000 logits, ~170 MB by the cpu profile, beside the tensors that
+grow with S — and what it holds per token does not depend on G: the counts give 1.00. Past the lengths where a
+layer's backward peaks instead, the CPU's attention still holds about as much at G = 1 as a group's whole tensors at
+G = 4: tests/model/test_working_set.cpp counts 9.4 and 9.3 whole [T, hidden] per token. The attention part's fall
+with G is a GPU's, whose attention backward holds more — FlashAttention-2's fp32 dq, K/V gradients expanded to the
+query heads: --gpu's RATIO longest sequence C+G4/C+ measures it. ulysses-plan --profile cpu's slopes give 2.00, the
+phases summed as a bound and G = 1's heads counted for a GPU's kernels), b_amp/b_bf16 (target >= 1.8), the step time
+of C over off at the longest S (target <= 1.4), and of G4 over C at the longest S both ran (target <= 1.1:
+attention's forward runs once per pass in groups too). For amp and bf16 the host bytes offloaded per token per layer
+(the trainer's checkpoint offload line) are checked against 4·hidden and 2·hidden.
 Then S* = (cap - a)/b per side for a --cap-gib cap; with --confirm-cap, each single-process side whose
 S* <= 32K runs at 0.9·S* and 1.15·S* under a real cgroup-v1 memory cap (root; said so when unavailable).
 
