@@ -1,6 +1,6 @@
 """ulysses-pack's SentencePiece path (tokenizer.model) against the `sentencepiece` package, and its Tekken path
 (tekken.json) against mistral-common's Tekkenizer, on text_corpus.py's
-corpus (more than 10 MB of prose, code, CJK, emoji, combining marks, digit and whitespace runs, special-token
+corpus (~3 MB of prose, code, CJK, emoji, combining marks, digit and whitespace runs, special-token
 strings), for: a unigram model with byte fallback (Llama 2's kind) and a BPE model, both trained here by
 sentencepiece's own trainer (spm_train's code), and the Mistral v1 and v3 tokenizer.model files shipped inside the
 mistral-common package. For each, `ulysses-pack tokenize` gives, for every document, [BOS] + encode(text) + [EOS]

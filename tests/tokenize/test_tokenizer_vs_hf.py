@@ -1,5 +1,5 @@
 """ulysses-pack's tokenizer against the `tokenizers` package (the Rust library transformers' fast tokenizers are),
-on the corpus of text_corpus.py (more than 10 MB of prose, code, CJK, emoji, combining marks, digit and whitespace
+on the corpus of text_corpus.py (~3 MB of prose, code, CJK, emoji, combining marks, digit and whitespace
 runs, special-token strings) with its three byte-level BPE files trained by `tokenizers` itself (Llama 3-style with
 ignore_merges and a BOS template, Qwen2-style with NFC, GPT-2-style). For each: `ulysses-pack tokenize` (4 threads,
 and 1 thread) gives, for every document, the ids of `Tokenizer.encode(text).ids` followed by the EOS; packing the
@@ -44,7 +44,7 @@ class VsTokenizers(CorpusCase):
     def check_kind(self, kind):
         tok, eos = train(kind, self.texts, self.root / kind)
         want = self.reference(tok, eos)
-        self.assertGreater(sum(map(len, want)), 1_000_000)
+        self.assertGreater(sum(map(len, want)), 500_000)   # the ~3 MB sample: ~0.9M ids
         for threads in (4, 1):
             out = self.root / f"{kind}-{threads}.jsonl"
             run("tokenize", self.text_file, "-o", out, "--tokenizer", self.root / kind, "--threads", threads)
@@ -111,7 +111,7 @@ class VsTokenizers(CorpusCase):
         hf = PreTrainedTokenizerFast(tokenizer_file=str(self.root / "chat/tokenizer.json"), bos_token="<|begin_of_text|>",
                                      eos_token="<|end_of_text|>", chat_template=template)
         chats = [[{"role": "system", "content": "You are terse."}, {"role": "user", "content": self.texts[i]},
-                  {"role": "assistant", "content": self.texts[i + 1]}] for i in range(0, 2000, 2)]
+                  {"role": "assistant", "content": self.texts[i + 1]}] for i in range(0, min(2000, len(self.texts) - 1), 2)]
         rendered = self.root / "chats.jsonl"
         rendered.write_text("".join(json.dumps({"text": hf.apply_chat_template(c, tokenize=False)}) + "\n"
                                     for c in chats), encoding="utf-8")

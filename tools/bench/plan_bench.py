@@ -6,7 +6,9 @@ lengths), then memory_bench's model (Llama-3.1-8B's ratios scaled down) trains 2
 {plain, all features: checkpointing + TiledMLP + tiled logits (both replicated), sharded with the optimizer and
 parameters offloaded, attention in 2 head groups, TiledMLP and tiled logits, all prefetched as on a GPU, LoRA
 (rank 16, all-linear) with checkpointing, TiledMLP and tiled logits (SP 1 only, its worst point), a ring of 2 with
-checkpointing, TiledMLP and tiled logits (SP 2 only)} × {SP 1, SP 2}; each run's peak RSS
+checkpointing, TiledMLP and tiled logits (SP 2 only)} × {SP 1, SP 2}, and the plain set also at every S of
+--plain-lengths (where whole activations bind: the test plan_prediction runs every set at 2K and the plain one at
+8K too, as at 8K the other sets' peaks are within 6% of their 2K ones); each run's peak RSS
 per rank (the largest rank's, from its metrics) is compared with ulysses-plan --json's prediction for the same flags. Runs use
 memory_bench's glibc settings (docs/planning.md: CPU peaks and glibc). Prints every point and
 
@@ -33,7 +35,11 @@ what it leaves out is said. Prints
 the search capped at 2048 tokens) so CI keeps it working; it exits 1 when the losses with prefetch on and off differ
 (they must agree on the CPU; on a GPU the difference is printed).
 
-usage: tools/bench/plan_bench.py [--build build] [--lengths 2048,8192,32768] [--calibrate 1024,4096]
+The calibrated profile is kept in --build (plan_bench-profile-KEY.json, KEY the XXH3 of the trainer's binary, the
+model, the lengths and the threads), so a second run on the same build skips the calibration; --recalibrate forces it.
+
+usage: tools/bench/plan_bench.py [--build build] [--lengths 2048,8192,32768] [--plain-lengths S,...]
+                                 [--calibrate 1024,4096] [--recalibrate]
                                  [--check TOL]   (exit 1 when a point is off by more than TOL: tests use 0.15)
        tools/bench/plan_bench.py --gpu [--build build] [--gpu-lengths 16384,32768,65536] [--save-profile F]
                                  [--time-limit S]
@@ -48,6 +54,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import xxhash
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -87,6 +95,24 @@ def measured(a, work, data, sp, name, features):
     return max(m["peak_rss_mib"] for m in metrics) * 2**20
 
 
+def calibrated_profile(a, work):
+    """The profile of --calibrate-memory on this build: from the build's cache when its key matches (the trainer's
+    binary, the model, the lengths, the threads), else calibrated now and cached."""
+    core = pathlib.Path(a.build) / "src/train/ulysses-train-core"
+    key = xxhash.xxh3_64_hexdigest(core.read_bytes() + json.dumps([CONFIG, a.calibrate, a.threads]).encode())
+    cache = pathlib.Path(a.build) / f"plan_bench-profile-{key}.json"
+    if cache.exists() and not a.recalibrate:
+        print(f"profile: {cache} (calibrated before by this build; --recalibrate to measure again)")
+        return cache
+    profile = work / "profile.json"
+    t0 = time.monotonic()
+    run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
+         work / "config.json", "--calibrate-lengths", a.calibrate, "--threads", a.threads])
+    print(f"profile: calibrated in {time.monotonic() - t0:.0f} s, kept as {cache}")
+    shutil.copy(profile, cache)
+    return profile
+
+
 def predicted(a, work, profile, S, sp, features):
     p = run([f"{a.build}/src/plan/ulysses-plan", "--model", work / "config.json", "--device", "cpu",
              "--gpus-per-node", sp, "--sp", sp, "--seq-len", S, "--profile", profile, *features, "--json"])
@@ -97,6 +123,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--lengths", default="2048,8192,32768")
+    ap.add_argument("--plain-lengths", default="", help="more lengths for the plain set alone")
+    ap.add_argument("--recalibrate", action="store_true", help="calibrate even when the build holds this profile")
     ap.add_argument("--calibrate", help="calibration lengths (default 1024,4096; --gpu: 2048,8192)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", type=float, default=0, help="exit 1 when |ratio - 1| > this at any point")
@@ -116,25 +144,26 @@ def main():
     lengths = [int(x) for x in a.lengths.split(",")]
     print(f"model: memory_bench's ({CONFIG['hidden_size']} hidden, {CONFIG['num_hidden_layers']} layers, vocab "
           f"{CONFIG['vocab_size']}); CPU fp32, {a.threads} threads; malloc {MALLOC}")
+    plain_only = [int(x) for x in a.plain_lengths.split(",") if x]
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         (work / "config.json").write_text(json.dumps(CONFIG))
-        profile = work / "profile.json"
-        run([f"{a.build}/src/train/ulysses-train", "--calibrate-memory", profile, "--model-config",
-             work / "config.json", "--calibrate-lengths", a.calibrate, "--threads", a.threads])
+        profile = calibrated_profile(a, work)
         p = json.loads(profile.read_text())
         print(f"calibrated at {a.calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, mlp {p['mlp_factor']:.3f}, "
               f"loss {p['loss_factor']:.3f}, fixed {p['host_fixed'] / 2**20:.0f} MiB")
         ratios = []
-        for S in lengths:
-            data = pack(a, work, S)
-            for name, features, degrees in FEATURE_SETS:
-                for sp in degrees:
-                    m = measured(a, work, data, sp, name, features)
-                    r = predicted(a, work, profile, S, sp, features) / m
-                    ratios.append(r)
-                    print(f"  S={S:6d} {name:>10} SP {sp}: measured {m / 2**20:8.1f} MiB, predicted/measured {r:.3f}",
-                          flush=True)
+        points = [(S, fs) for S in lengths for fs in FEATURE_SETS] + [(S, FEATURE_SETS[0]) for S in plain_only]
+        data = {}
+        for S, (name, features, degrees) in points:
+            data[S] = data.get(S) or pack(a, work, S)
+            for sp in degrees:
+                t0 = time.monotonic()
+                m = measured(a, work, data[S], sp, name, features)
+                r = predicted(a, work, profile, S, sp, features) / m
+                ratios.append(r)
+                print(f"  S={S:6d} {name:>10} SP {sp}: measured {m / 2**20:8.1f} MiB, predicted/measured {r:.3f}  "
+                      f"({time.monotonic() - t0:.0f} s)", flush=True)
     print(f"RATIO predicted/measured peak, median over the grid = {statistics.median(ratios):.3f}  (target 0.9-1.1)")
     worst = max(ratios, key=lambda r: abs(r - 1))
     print(f"RATIO predicted/measured peak, worst point = {worst:.3f}  (target 0.85-1.15)")
