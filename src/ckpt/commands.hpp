@@ -13,6 +13,7 @@ namespace ulysses::ckpt {
 struct MergeOptions {
   std::filesystem::path input, output;
   bool overwrite = false, dry_run = false;
+  bool allow_nonfinite = false;   // write NaN/inf tensors (refused by default: a diverged run's checkpoint)
 };
 int run_merge(const MergeOptions& o);
 
@@ -25,6 +26,7 @@ struct ExportOptions {
   bool merge_lora = false;
   std::filesystem::path base;
   bool overwrite = false, dry_run = false;
+  bool allow_nonfinite = false;   // as merge's
 };
 int run_export_hf(const ExportOptions& o);
 
@@ -35,6 +37,7 @@ struct ExportPeftOptions {
   std::string base;
   std::string dtype = "fp32";   // the adapters' masters are fp32; bf16 | fp16 halve a small file
   bool overwrite = false, dry_run = false;
+  bool allow_nonfinite = false;   // as merge's
 };
 int run_export_peft(const ExportPeftOptions& o);
 

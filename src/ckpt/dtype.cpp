@@ -32,6 +32,24 @@ float f16_to_f32(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
+std::uint64_t nonfinite_count(const void* src, st::DType d, std::size_t n) {
+  const auto count = [&]<typename Bits>(Bits exponent) {
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      Bits b;
+      std::memcpy(&b, static_cast<const char*>(src) + i * sizeof(Bits), sizeof(Bits));
+      bad += (b & exponent) == exponent;
+    }
+    return bad;
+  };
+  switch (d) {
+    case st::DType::kF32: return count(std::uint32_t{0x7f800000u});
+    case st::DType::kBF16: return count(std::uint16_t{0x7f80u});
+    case st::DType::kF16: return count(std::uint16_t{0x7c00u});
+    default: return 0;   // not a model float: no NaN to have
+  }
+}
+
 bool is_model_float(st::DType d) { return d == st::DType::kF32 || d == st::DType::kBF16 || d == st::DType::kF16; }
 
 void convert(const void* src, st::DType from, void* dst, st::DType to, std::size_t n) {

@@ -33,6 +33,9 @@ bool is_model_float(st::DType d);
 // n elements of `from` at src → n elements of `to` at dst (both model floats; from == to copies).
 void convert(const void* src, st::DType from, void* dst, st::DType to, std::size_t n);
 
+// How many of the n model floats at src are NaN or ±inf (exponent bits all ones).
+std::uint64_t nonfinite_count(const void* src, st::DType d, std::size_t n);
+
 // "bf16" | "fp16" | "fp32" → the dtype, and the torch_dtype name transformers writes for it.
 st::DType dtype_from_flag(const std::string& flag);
 const char* torch_dtype_name(st::DType d);   // "bfloat16", "float16", "float32"

@@ -139,7 +139,7 @@ int run_export_hf(const ExportOptions& o) {
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_name(i, shards.size());
-    sums.push_back(write_tensors(out.tmp() / name, from, shards[i], {{"format", "pt"}}, &progress));
+    sums.push_back(write_tensors(out.tmp() / name, from, shards[i], {{"format", "pt"}}, &progress, o.allow_nonfinite));
     for (const OutTensor& t : shards[i]) weight_map[t.name] = name;
   }
   progress.finish();

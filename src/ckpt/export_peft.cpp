@@ -49,7 +49,7 @@ int run_export_peft(const ExportPeftOptions& o) {
   });
   Progress progress("export-peft", tensors.size(), "tensors", "bytes");
   const fs::path file = out.tmp() / "adapter_model.safetensors";
-  const auto sums = write_tensors(file, c.model, tensors, {{"format", "pt"}}, &progress);
+  const auto sums = write_tensors(file, c.model, tensors, {{"format", "pt"}}, &progress, o.allow_nonfinite);
   progress.finish();
   write_text(out.tmp() / "adapter_config.json", peft_adapter_config(*c.lora, base).dump(2) + "\n");
   verify_tensors(file, tensors, sums);

@@ -37,8 +37,10 @@ int run_import_hf(const ImportOptions& o) {
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, bytes);
   Progress progress("import", model.size() + optimizer.size(), "tensors", "bytes");
-  const auto model_sums = write_tensors(out.tmp() / checkpoint::kModel, hf, model, {{"format", "pt"}}, &progress);
-  const auto opt_sums = write_tensors(out.tmp() / checkpoint::kOptimizer, hf, optimizer, {{"steps", "0"}}, &progress);
+  const auto model_sums = write_tensors(out.tmp() / checkpoint::kModel, hf, model, {{"format", "pt"}}, &progress,
+                                         /*allow_nonfinite=*/true);
+  const auto opt_sums = write_tensors(out.tmp() / checkpoint::kOptimizer, hf, optimizer, {{"steps", "0"}}, &progress,
+                                       /*allow_nonfinite=*/true);
   progress.finish();
   const nlohmann::json state = {{"step", 0}, {"cursor", 0}, {"tokens_seen", 0},
                                 {"options", {{"imported_from", fs::absolute(o.input).string()}}}};

@@ -34,6 +34,11 @@ void output_flags(CLI::App* cmd, std::filesystem::path& output, bool& overwrite,
   cmd->add_flag("--dry-run", dry_run, "Check the input and print the plan; write nothing");
 }
 
+void nonfinite_flag(CLI::App* cmd, bool& allow) {
+  cmd->add_flag("--allow-nonfinite", allow, "Write tensors that hold NaN or infinite values (refused by default: the "
+                                            "checkpoint of a diverged run, or values the dtype cannot hold)");
+}
+
 void set_up_merge(CLI::App& app, CliState& st) {
   auto* cmd = app.add_subcommand("merge", "Check a checkpoint and write it consolidated (any SP x DP layout in)");
   cmd->footer(R"(
@@ -46,6 +51,7 @@ Examples:
   cmd->add_option("checkpoint", st.merge.input, "A step-NNNNNNN directory, a run's checkpoints/ or the run directory")
       ->required();
   output_flags(cmd, st.merge.output, st.merge.overwrite, st.merge.dry_run);
+  nonfinite_flag(cmd, st.merge.allow_nonfinite);
 }
 
 void set_up_export(CLI::App& app, CliState& st) {
@@ -71,6 +77,7 @@ Examples:
                                               "merge_and_unload)");
   cmd->add_option("--base", o.base, "With --merge-lora: the base's Hugging Face directory (default: the run's "
                                     "--init-from)");
+  nonfinite_flag(cmd, o.allow_nonfinite);
 }
 
 void set_up_export_peft(CLI::App& app, CliState& st) {
@@ -91,6 +98,7 @@ Examples:
   cmd->add_option("--dtype", o.dtype, "Dtype of the written adapters")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))->capture_default_str();
   cmd->add_option("--base", o.base, "base_model_name_or_path to record (default: the run's --init-from)");
+  nonfinite_flag(cmd, o.allow_nonfinite);
 }
 
 void set_up_import(CLI::App& app, CliState& st) {

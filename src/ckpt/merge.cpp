@@ -36,9 +36,10 @@ int run_merge(const MergeOptions& o) {
   OutputDir out(o.output, o.overwrite);
   require_free_space(o.output, bytes);
   Progress progress("merge", model.size() + optimizer.size(), "tensors", "bytes");
-  const auto model_sums = write_tensors(out.tmp() / checkpoint::kModel, c.model, model, c.model.metadata(), &progress);
+  const auto model_sums = write_tensors(out.tmp() / checkpoint::kModel, c.model, model, c.model.metadata(), &progress,
+                                         o.allow_nonfinite);
   const auto opt_sums =
-      write_tensors(out.tmp() / checkpoint::kOptimizer, c.optimizer, optimizer, c.optimizer.metadata(), &progress);
+      write_tensors(out.tmp() / checkpoint::kOptimizer, c.optimizer, optimizer, c.optimizer.metadata(), &progress, o.allow_nonfinite);
   progress.finish();
   copy_file_checked(c.dir / checkpoint::kTrainerState, out.tmp() / checkpoint::kTrainerState);
   copy_file_checked(c.dir / checkpoint::kConfig, out.tmp() / checkpoint::kConfig);

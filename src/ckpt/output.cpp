@@ -27,8 +27,23 @@ std::uint64_t OutTensor::nbytes() const {
   return n;
 }
 
+namespace {
+
+// BadInput when tensor t, as written, held `bad` NaN or infinite values (and they are not allowed).
+void check_finite(const Weights& from, const OutTensor& t, std::uint64_t bad, std::uint64_t numel, bool allow) {
+  if (bad == 0 || allow) return;
+  throw BadInput(fmt::format("{}: tensor '{}' written as {} holds {} NaN or infinite value(s) of {}",
+                             t.source.empty() ? from.path().string() : from.file_of(t.source).string(), t.name,
+                             st::dtype_name(t.dtype), bad, numel),
+                 "the run diverged before this checkpoint (or the values overflow the dtype): use an earlier step-* "
+                 "directory, or pass --allow-nonfinite to write it anyway");
+}
+
+}  // namespace
+
 std::vector<std::string> write_tensors(const fs::path& path, const Weights& from, const std::vector<OutTensor>& tensors,
-                                       const std::map<std::string, std::string>& metadata, Progress* progress) {
+                                       const std::map<std::string, std::string>& metadata, Progress* progress,
+                                       bool allow_nonfinite) {
   std::vector<st::Writer::Decl> decls;
   for (const OutTensor& t : tensors) decls.push_back({t.name, t.dtype, t.shape});
   st::Writer writer(path, decls, metadata);
@@ -40,6 +55,7 @@ std::vector<std::string> write_tensors(const fs::path& path, const Weights& from
     const std::uint64_t numel = t.nbytes() / out_size;
     const std::uint64_t chunk = kChunkBytes / 4;   // elements per piece
     Xxh3Stream hash;
+    std::uint64_t bad = 0;   // NaN or ±inf among the written values
     if (t.source.empty()) {   // zeros (a fresh optimizer state)
       out.assign(std::min(numel, chunk) * out_size, 0);
       for (std::uint64_t first = 0; first < numel; first += chunk) {
@@ -55,6 +71,7 @@ std::vector<std::string> write_tensors(const fs::path& path, const Weights& from
         from.read_f32(t.source, first, n, f32.data(), raw);
         t.delta->add_to(first, n, f32.data());
         convert(f32.data(), st::DType::kF32, out.data(), t.dtype, n);
+        bad += nonfinite_count(out.data(), t.dtype, n);
         hash.update(out.data(), n * out_size);
         writer.write_part(out.data(), n * out_size);
       }
@@ -77,10 +94,12 @@ std::vector<std::string> write_tensors(const fs::path& path, const Weights& from
           convert(raw.data(), in.dtype, out.data(), t.dtype, n);
           bytes = out.data();
         }
+        bad += nonfinite_count(bytes, t.dtype, n);
         hash.update(bytes, n * out_size);
         writer.write_part(bytes, n * out_size);
       }
     }
+    check_finite(from, t, bad, numel, allow_nonfinite);
     hashes.push_back(hash.hex());
     if (progress) progress->add(1, t.nbytes());
   }

@@ -32,10 +32,12 @@ struct OutTensor {
 
 // Streams `tensors` into a new safetensors file at `path`, converting each from its source dtype to
 // OutTensor::dtype (adding its LoRA update first) in kChunkBytes pieces. Returns the xxh3 of each tensor's
-// written bytes, in order.
+// written bytes, in order. A tensor holding NaN or ±inf as written (a diverged run, or an fp16 overflow) is a
+// BadInput naming it unless allow_nonfinite (--allow-nonfinite).
 std::vector<std::string> write_tensors(const std::filesystem::path& path, const Weights& from,
                                        const std::vector<OutTensor>& tensors,
-                                       const std::map<std::string, std::string>& metadata, Progress* progress);
+                                       const std::map<std::string, std::string>& metadata, Progress* progress,
+                                       bool allow_nonfinite);
 
 // Re-opens `path` and checks it holds exactly `tensors` (names, dtypes, shapes, in order, the file size
 // the header implies) with the given per-tensor checksums. std::runtime_error on any difference.

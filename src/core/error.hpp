@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitFailure = 1,       // internal error, I/O failure, a peer rank failed
   kExitBadInput = 2,      // the user's input or flags are wrong; the message says which and why
   kExitPreempted = 3,     // a signal asked us to save and stop; the checkpoint is complete (resume it)
+  kExitNonFinite = 4,     // training met a non-finite loss or gradient norm: stopped, nothing saved on it
 };
 
 class BadInput : public std::runtime_error {

@@ -126,6 +126,45 @@ std::optional<fs::path> find_checkpoint(const fs::path& path) {
 
 void set_latest(const fs::path& dir, const std::string& name) { write_text_atomically(dir / kLatest, name + "\n"); }
 
+std::vector<fs::path> complete_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().starts_with("step-") && fs::exists(e.path() / kManifest, ec))
+      out.push_back(e.path());
+  std::sort(out.rbegin(), out.rend());   // step-NNNNNNN: the names sort as the steps do
+  return out;
+}
+
+std::vector<fs::path> save_temporaries(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if ((name.starts_with(".step-") && name.find(".tmp-") != std::string::npos) ||
+        name.starts_with(std::string(kLatest) + ".tmp-"))
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void verify_file(const fs::path& dir, const FileEntry& f) {
+  const fs::path path = dir / f.file;
+  std::error_code ec;
+  const auto bytes = fs::file_size(path, ec);
+  if (ec)
+    throw BadInput(fmt::format("{}: {} (the manifest lists it with {} bytes)", path.string(), ec.message(), f.bytes),
+                   kDamagedHint);
+  if (static_cast<std::int64_t>(bytes) != f.bytes)
+    throw BadInput(fmt::format("{}: {} bytes, the manifest says {} (the file is truncated or was replaced)",
+                               path.string(), bytes, f.bytes),
+                   kDamagedHint);
+  if (const std::string h = xxh3_file_hex(path); h != f.xxh3)
+    throw BadInput(fmt::format("{}: xxh3 {}, the manifest says {} (the file is corrupt)", path.string(), h, f.xxh3),
+                   kDamagedHint);
+}
+
 void prune(const fs::path& dir, int keep_last) {
   if (keep_last <= 0) return;
   std::vector<fs::path> steps;

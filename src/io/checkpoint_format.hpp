@@ -77,6 +77,14 @@ void set_latest(const std::filesystem::path& checkpoints_dir, const std::string&
 // checkpoint directory; nullopt when `path` is none of these (e.g. a Hugging Face directory). BadInput when a
 // `latest` names nothing complete.
 std::optional<std::filesystem::path> find_checkpoint(const std::filesystem::path& path);
+// The step-* directories under checkpoints_dir that hold a manifest, newest first (whether or not `latest` names
+// them: a run whose `latest` was lost still holds them).
+std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& checkpoints_dir);
+// What killed saves leave under checkpoints_dir: ".step-*.tmp-*" directories (and their .lock files) and
+// "latest.tmp-*" files. Only for a caller that holds the run's lock (no save of another run is under way).
+std::vector<std::filesystem::path> save_temporaries(const std::filesystem::path& checkpoints_dir);
+// BadInput naming the file when dir/f is missing or its size or XXH3 differs from the manifest's entry.
+void verify_file(const std::filesystem::path& dir, const FileEntry& f);
 // Removes the oldest step-* directories so that at most keep_last remain (keep_last <= 0: keep all).
 void prune(const std::filesystem::path& checkpoints_dir, int keep_last);
 

@@ -35,7 +35,8 @@ Examples:
   # past the head limit: SP 32 over 4 nodes as Ulysses 8 inside each node × a ring of 4 across them
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 32 --sp-ring 4
 
-Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it).)";
+Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it), 4 stopped on a
+non-finite loss or gradient norm (nothing saved on it: the last checkpoint is the last good state).)";
 
 // What to train on, where it writes, the layout and the length of the run.
 void add_run_flags(CLI::App& app, TrainOptions& o) {
@@ -94,6 +95,13 @@ void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
                  "directory; the model comes from the checkpoint");
   app.add_flag("--allow-changes", o.allow_changes,
                "Resume although the dataset, the seed or the sequences per step differ from the checkpoint's run");
+  app.add_option("--on-nonfinite", o.on_nonfinite,
+                 "A step whose loss or gradient norm is NaN or infinite: stop (exit 4, nothing saved on it; the last "
+                 "checkpoint is the last good state) or skip (no update: the data and the schedule move on)")
+      ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
+  app.add_option("--max-skipped-steps", o.max_skipped_steps,
+                 "--on-nonfinite skip: stop (exit 4) after this many non-finite steps in a row")
+      ->check(CLI::PositiveNumber)->capture_default_str();
 }
 
 // The device, the memory features (plan/memory_flags.hpp) and the memory profile.

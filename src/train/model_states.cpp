@@ -87,9 +87,13 @@ double ModelStates::clip(double max_norm) {
 
 void ModelStates::step(double lr) {
   optimizer_->step(lr);
-  for (auto& [name, t] : trained_) t.mutable_grad() = torch::Tensor();
+  drop_gradients();
   for (std::size_t i = 0; i < copies_.size(); ++i) refresh_copy(i);
   if (sharded()) model_->sharded_states()->refresh();
+}
+
+void ModelStates::drop_gradients() {
+  for (auto& [name, t] : trained_) t.mutable_grad() = torch::Tensor();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ModelStates::whole_gradients() {

@@ -12,6 +12,7 @@
 //   finish_gradients  after the step's last backward: the loss contract of grad_sync.hpp (gradient of
 //                     Σ token losses / global count, identical on every rank that holds it)
 //   clip, step        global-norm clipping (from the shards when sharded) and AdamW on what this rank holds
+//   drop_gradients    instead of step (a skipped step): the weights and AdamW's state untouched
 //   whole tensors     checkpoints see Hugging Face-named whole tensors in both modes: for_each_whole gathers
 //                     them per unit when sharded (collective: every rank calls it); held says which elements
 //                     of one this rank keeps, load_held takes just those (a rank reads only its part)
@@ -46,6 +47,7 @@ class ModelStates {
   void finish_gradients(double global_count);
   double clip(double max_norm);   // torch's clip_grad_norm_ over the whole model; returns the norm before
   void step(double lr);           // AdamW, then the gradients are dropped
+  void drop_gradients();          // nothing updated (step does this after AdamW; a non-finite step: finite_guard.hpp)
   // Every parameter's gradient, whole, in checkpoint order (collective when sharded; for tests and tools).
   std::vector<std::pair<std::string, torch::Tensor>> whole_gradients();
 

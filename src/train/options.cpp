@@ -22,6 +22,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"clip", o.clip},                  {"seed", o.seed},
           {"save_every", o.save_every},      {"keep_last", o.keep_last},
           {"eval_every", o.eval_every},      {"eval_sequences", o.eval_sequences},
+          {"on_nonfinite", o.on_nonfinite},  {"max_skipped_steps", o.max_skipped_steps},
           {"device", o.device},              {"precision", o.memory.precision},
           {"reduce_dtype", o.memory.reduce_dtype}, {"fp32_residual", o.memory.fp32_residual},
           {"attention_head_groups", o.memory.attention_head_groups == plan::kAutoHeadGroups

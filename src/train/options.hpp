@@ -35,6 +35,8 @@ struct TrainOptions {
   int keep_last = 3;
   std::string resume;                      // "", "auto" (latest under output, if any), or a checkpoint dir
   bool allow_changes = false;              // resume with another dataset, seed or sequences per step
+  std::string on_nonfinite = "stop";       // a non-finite loss or gradient norm: stop (exit 4) or skip the step
+  std::int64_t max_skipped_steps = 10;     // skip: stop after this many non-finite steps in a row
   std::string device = "auto";             // auto (cuda when built with CUDA and a GPU is visible), cpu, cuda
   plan::MemoryFlags memory;                // precision, sharding, offload and activation features (plan/memory_flags)
   std::string memory_profile;              // the planner's constants: a built-in name or a calibration file ("": by device)

@@ -108,7 +108,7 @@ void Metrics::write_line(const nlohmann::json& line) {
   if (!events_) return;
   std::vector<std::pair<std::string, double>> scalars;
   for (const auto& [key, value] : line.items()) {
-    if (key == "step") continue;
+    if (key == "step" || !value.is_number()) continue;   // "nonfinite": true is the JSON line's alone
     scalars.emplace_back(key.starts_with("eval_") ? "eval/" + key.substr(5) : "train/" + key, value.get<double>());
   }
   try {
@@ -125,6 +125,7 @@ void Metrics::write(const StepReport& r) {
                       {"tflops_per_device", r.tflops_per_device}, {"peak_rss_mib", r.peak_mib}};
   if (r.mfu) j["mfu"] = *r.mfu;
   if (r.peak_gpu_mib) j["peak_gpu_mib"] = *r.peak_gpu_mib;
+  if (r.nonfinite) j["nonfinite"] = true;   // its loss or grad_norm is null: nothing was updated
   write_line(j);
 }
 
@@ -139,6 +140,7 @@ std::string step_line(const StepReport& r) {
   if (r.peak_gpu_mib) line += fmt::format(" | peak GPU {:.0f} MiB", *r.peak_gpu_mib);
   line += fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);
   if (r.eta_seconds) line += " | ETA " + duration(*r.eta_seconds);
+  if (r.nonfinite) line += " | non-finite: not applied";
   return line;
 }
 

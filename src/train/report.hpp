@@ -40,6 +40,7 @@ struct StepReport {
   std::optional<double> peak_gpu_mib;    // PyTorch's CUDA allocations, max over ranks (CUDA runs)
   std::int64_t tokens = 0;              // target tokens: labels that count in the loss (valid, not -100), all ranks
   std::optional<double> eta_seconds;     // the remaining steps at this run's mean step time (the step line only)
+  bool nonfinite = false;                // the loss or the gradient norm was NaN or infinite: nothing was updated
 };
 
 // metrics.jsonl, and the same numbers as TensorBoard scalars when given a folder: every field of a line but

@@ -1,11 +1,15 @@
 #include "train/resume.hpp"
 
+#include <algorithm>
+#include <numeric>
+
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_format.hpp"
+#include "train/all_ranks.hpp"
 #include "train/checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -72,18 +76,80 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
   if (speak && !order.empty()) log_info("resume changes (--allow-changes): {}", fmt::join(order, "; "));
 }
 
-std::optional<fs::path> resume_from(const TrainOptions& o) {
-  if (o.resume == "auto") return checkpoint::latest(o.output / "checkpoints");
-  if (o.resume.empty()) return std::nullopt;
-  if (auto dir = checkpoint::find_checkpoint(o.resume)) return dir;
-  throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
-                             checkpoint::kLatest),
-                 "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
+std::vector<fs::path> resume_candidates(const TrainOptions& o, bool speak) {
+  if (o.resume.empty()) return {};
+  if (o.resume != "auto") {
+    if (auto dir = checkpoint::find_checkpoint(o.resume)) return {*dir};
+    throw BadInput(fmt::format("--resume {} is not a checkpoint: no {} and no {}", o.resume, checkpoint::kManifest,
+                               checkpoint::kLatest),
+                   "pass auto, a run directory, its checkpoints/ or latest, or a step-NNNNNNN directory");
+  }
+  const fs::path root = o.output / "checkpoints";
+  std::vector<fs::path> out = checkpoint::complete_checkpoints(root);
+  std::optional<fs::path> named;
+  try {
+    named = checkpoint::latest(root);
+  } catch (const BadInput& e) {
+    if (speak) log_info("warning: --resume auto: {}: trying the newest complete checkpoint instead", one_line(e));
+  }
+  if (named) {
+    std::erase(out, *named);
+    out.insert(out.begin(), *named);
+  } else if (!out.empty() && speak) {
+    log_info("warning: --resume auto: {} names no checkpoint, yet {} complete one(s) are there: trying the newest",
+             (root / checkpoint::kLatest).string(), out.size());
+  }
+  return out;
+}
+
+namespace {
+
+// This rank's share of `dir`'s files verified against its manifest: nothing when they match, else why not.
+std::optional<BadInput> verify_share(const fs::path& dir, int rank, int world) {
+  try {
+    const checkpoint::Manifest m = checkpoint::read_manifest(dir);
+    std::vector<std::size_t> order(m.files.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return m.files[a].bytes > m.files[b].bytes;
+    });
+    std::vector<std::int64_t> load(static_cast<std::size_t>(world), 0);
+    for (const std::size_t i : order) {
+      const auto owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[static_cast<std::size_t>(owner)] += std::max<std::int64_t>(m.files[i].bytes, 1);
+      if (owner == rank) checkpoint::verify_file(dir, m.files[i]);
+    }
+    return std::nullopt;
+  } catch (const BadInput& e) {
+    return e;
+  } catch (const std::exception& e) {   // a file system's error while reading
+    return BadInput(fmt::format("{}: {}", dir.string(), printable(e.what(), 400)), checkpoint::kDamagedHint);
+  }
+}
+
+}  // namespace
+
+std::optional<fs::path> verified_checkpoint(const std::vector<fs::path>& candidates, bool fallback,
+                                            comm::Communicator& world) {
+  for (const fs::path& dir : candidates) {
+    const std::optional<BadInput> bad = verify_share(dir, world.rank(), world.size());
+    if (!any_rank(bad.has_value(), world)) return dir;   // every rank's share matched
+    if (!fallback) {
+      if (bad) throw *bad;   // its rank's line names the file; the others exit 2 with it
+      return std::nullopt;
+    }
+    if (bad) log_info("warning: --resume auto: {} does not verify: {}", dir.string(), one_line(*bad));
+  }
+  if (candidates.empty()) return std::nullopt;
+  throw BadInput(fmt::format("--resume auto: none of the {} complete checkpoint(s) under {} matches its manifest",
+                             candidates.size(), candidates.front().parent_path().string()),
+                 "the warnings above name each damaged file; restore one from a copy, or start over with --overwrite");
 }
 
 void check_output(const TrainOptions& o, int rank) {
   const fs::path ckpts = o.output / "checkpoints";
-  if (o.resume.empty() && !o.overwrite && fs::exists(ckpts / checkpoint::kLatest))
+  if (o.resume.empty() && !o.overwrite &&
+      (fs::exists(ckpts / checkpoint::kLatest) || !checkpoint::complete_checkpoints(ckpts).empty()))
     throw BadInput(fmt::format("{} already holds checkpoints", o.output.string()),
                    "pass --resume auto to continue that run, --overwrite to start over, or another --output");
   if (rank == 0 && o.overwrite && o.resume.empty() && fs::exists(o.output)) {

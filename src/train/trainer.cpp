@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <optional>
 
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "core/run_lock.hpp"
 #include "core/sequence_parallel.hpp"
 #include "data/loader.hpp"
 #include "io/checkpoint_format.hpp"
@@ -32,6 +34,7 @@
 #include "train/checkpointer.hpp"
 #include "train/device.hpp"
 #include "train/evaluator.hpp"
+#include "train/finite_guard.hpp"
 #include "train/model_states.hpp"
 #include "train/placement.hpp"
 #include "train/rank_groups.hpp"
@@ -66,7 +69,34 @@ struct Run {
   std::optional<double> end;                    // the job's end (--end-time, SLURM_JOB_END_TIME), epoch seconds
   model::CausalLm model{nullptr};               // not built by --dry-run
   std::unique_ptr<ModelStates> states;
+  std::optional<RunLock> lock;                  // rank 0 of a real run: --output is this run's (core/run_lock.hpp)
 };
+
+// Rank 0 of a real run takes --output's lock before anything reads or writes its checkpoints, then removes what
+// killed saves left there (no other run can be saving: the lock says so).
+void lock_output(Run& r) {
+  if (r.rank != 0 || r.o.dry_run) return;
+  r.lock.emplace(r.o.output);
+  if (!r.lock->warning().empty()) log_info("warning: {}", r.lock->warning());
+  if (!r.lock->taken_over().empty())
+    log_info("took over {}/.lock from a run that ended without releasing it ({})", r.o.output.string(),
+             r.lock->taken_over());
+  for (const fs::path& tmp : checkpoint::save_temporaries(r.o.output / "checkpoints")) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    log_info("removed {}: left by a save that did not finish", tmp.string());
+  }
+}
+
+// --resume's checkpoint, its files checked against its manifest by all ranks together (resume.hpp); with auto, the
+// newest that verifies. False when there is none to continue, or a named one is damaged (exit 2).
+bool choose_checkpoint(Run& r) {
+  std::vector<fs::path> candidates;
+  if (bad_input_on_any_rank(r.world, r.rank, [&] { candidates = resume_candidates(r.o, r.rank == 0); })) return false;
+  return !bad_input_on_any_rank(r.world, r.rank, [&] {
+    r.from = verified_checkpoint(candidates, r.o.resume == "auto", r.world);
+  });
+}
 
 // The rank's groups, for the resolved --sharding; false when --sharding was bad (exit 2).
 bool make_groups(Run& r, const dist::ProcessGroups& groups) {
@@ -96,7 +126,6 @@ void log_prefetch(const model::ModelOptions& mo, bool sharded) {
 
 // The model description against --sp, --init-from's weights, and what --resume continues.
 void read_model(Run& r) {
-  r.from = resume_from(r.o);
   r.end = job_end_time(r.o.end_time);
   if (r.from) check_resume_changes(r.o, *r.from, r.layout.dp(), r.rank == 0);
   r.config_path = model_config_path(r.o, r.from);
@@ -241,7 +270,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
            events ? ", TensorBoard events in " + events->string() : "");
 }
 
-// One optimizer step; returns the report (loss over all ranks).
+// One optimizer step; returns the report (loss over all ranks). A non-finite loss or gradient norm on any rank
+// (finite_guard.hpp) updates nothing: the report says so (nonfinite) and the caller's guard decides.
 StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, *r.states, r.place.device);
@@ -251,14 +281,16 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
                    "check the mask the data was packed with (ulysses-pack inspect), or pack without "
                    "--loss-mask-key to train on every token");
   StepReport rep;
+  rep.loss = totals.mean();
   rep.grad_norm = r.states->clip(r.o.clip);
   rep.lr = schedule.lr_at(step);
-  r.states->step(rep.lr);
+  rep.nonfinite = any_rank(!std::isfinite(rep.loss) || !std::isfinite(rep.grad_norm), r.world);
+  if (rep.nonfinite) r.states->drop_gradients();
+  else r.states->step(rep.lr);
   synchronize(r.place.device);   // the step's time includes the optimizer's kernels
   loader.advance_step();
   rep.step = step;
   rep.steps = r.o.steps;
-  rep.loss = totals.mean();
   rep.tokens = static_cast<std::int64_t>(totals.count);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens = static_cast<double>(loader.sequences_per_step() * loader.seq_len());
@@ -351,23 +383,45 @@ void open_reports(const Run& r, const TrainerState& state, Reports& out) {
     out.bar.emplace("train", static_cast<std::uint64_t>(r.o.steps - state.step), "steps", "tokens");
 }
 
-// The loop from the state's step to --steps: step, evaluate when due, report, then stop (a signal, or the job's
-// end), save when due. Returns the exit code.
+// A non-finite step's verdict, said by rank 0 (the same on every rank: its numbers are). A stop is one error line,
+// and from then on SIGTERM is ignored, as for bad input (srun --kill-on-bad-exit would turn exit 4 into 143).
+void say_nonfinite(const Run& r, const FiniteGuard& guard, FiniteGuard::Verdict verdict, std::optional<Progress>& bar) {
+  if (verdict == FiniteGuard::Verdict::kSkip) {
+    if (r.rank == 0) log_info("warning: {}", guard.reason());
+    return;
+  }
+  if (bar) bar->finish();
+  if (r.rank == 0)
+    fmt::print(stderr, "error: {} — HINT: the newest checkpoint under {} is the last good state: resume it with a "
+               "lower --lr or --clip{}\n", guard.reason(), (r.o.output / "checkpoints").string(),
+               r.o.on_nonfinite == "skip" ? "" : ", or pass --on-nonfinite skip");
+  std::signal(SIGTERM, SIG_IGN);
+}
+
+// The loop from the state's step to --steps: step, evaluate when due, report, then stop (a signal, the job's end or
+// a non-finite step), save when due. Returns the exit code.
 int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpointer) {
   const TrainOptions& o = r.o;
   const Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
   Evaluator evaluator(o, r.valid ? &*r.valid : nullptr, r.layout, r.rank, r.groups->loss(), r.place.device);
+  FiniteGuard guard(on_nonfinite_from_name(o.on_nonfinite), o.max_skipped_steps);
   Metrics* metrics = reports.metrics ? &*reports.metrics : nullptr;
   Pace pace;
   while (state.step < o.steps) {
     StepReport rep = train_step(r, *r.data, schedule, state.step + 1);
     pace.seconds += rep.seconds, ++pace.steps;
     rep.eta_seconds = pace.mean() * static_cast<double>(o.steps - rep.step);
-    state.step = rep.step;
-    state.cursor = r.data->cursor();
-    state.tokens_seen += rep.tokens;
-    if (evaluator.due(state.step)) evaluator.run(r.model, state.step, metrics);
+    using Verdict = FiniteGuard::Verdict;
+    const Verdict verdict = rep.nonfinite ? guard.judge(rep.step, rep.loss, rep.grad_norm) : Verdict::kStep;
+    if (verdict != Verdict::kStop) {
+      state.step = rep.step;
+      state.cursor = r.data->cursor();
+      if (verdict == Verdict::kStep) state.tokens_seen += rep.tokens;   // a skipped step trained on none
+      if (evaluator.due(state.step)) evaluator.run(r.model, state.step, metrics);
+    }
     if (r.rank == 0) report_step(r, rep, *metrics, reports.bar);
+    if (rep.nonfinite) say_nonfinite(r, guard, verdict, reports.bar);
+    if (verdict == Verdict::kStop) return kExitNonFinite;   // nothing evaluated, saved or pruned on it
     const bool signalled = any_rank(stop_requested(), r.world);
     const double next_seconds = pace.mean() + (evaluator.due(state.step + 1) ? evaluator.seconds() : 0);
     const bool late = !signalled && state.step < o.steps && checkpointer.late(next_seconds);
@@ -402,6 +456,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
   if (!placed) return kExitBadInput;
   Run r{o, groups.layout(), groups.rank(), world, std::move(*placed)};
   if (!make_groups(r, groups)) return kExitBadInput;
+  if (bad_input_on_any_rank(world, r.rank, [&] { lock_output(r); }) || !choose_checkpoint(r)) return kExitBadInput;
   // The model (heads against --sp), the data (S against --sp, vocabulary), the memory plan and the weights are
   // checked on every rank: a bad one ends all ranks with exit 2 and the first failing rank's line, no MPI_Abort to
   // swallow it. --dry-run stops before the model is built: its plan comes from the model description alone.
@@ -413,7 +468,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
       }))
     return kExitBadInput;
   if (o.resume == "auto" && r.rank == 0)
-    log_info("--resume auto: {}", r.from ? fmt::format("found {}", r.from->string())
+    log_info("--resume auto: {}", r.from ? fmt::format("found {} (its files match its manifest)", r.from->string())
                                          : fmt::format("no checkpoint under {}: starting fresh",
                                                        (o.output / "checkpoints").string()));
   if (o.dry_run) return dry_run(r);

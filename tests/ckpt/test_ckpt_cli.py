@@ -235,7 +235,12 @@ class Export(unittest.TestCase):
         ref = torch.from_numpy(bits.view(np.float32).copy())
         for flag, dt in [("bf16", torch.bfloat16), ("fp16", torch.float16)]:
             out = self.root / f"specials-{flag}"
-            ckpt("export-hf", self.root / "specials-ckpt", "-o", out, "--dtype", flag)
+            # NaN and inf are refused unless asked for (a diverged run's weights), naming the tensor; nothing written
+            p = ckpt("export-hf", self.root / "specials-ckpt", "-o", out, "--dtype", flag, code=2)
+            self.assertIn("tensor 'model.embed_tokens.weight'", p.stderr)
+            self.assertIn("--allow-nonfinite", p.stderr)
+            self.assertFalse(out.exists())
+            ckpt("export-hf", self.root / "specials-ckpt", "-o", out, "--dtype", flag, "--allow-nonfinite")
             got = pt_load(str(out / "model.safetensors"))["model.embed_tokens.weight"].flatten().view(torch.int16)
             want = ref.to(dt).view(torch.int16)
             nan = torch.isnan(ref)
