@@ -95,7 +95,7 @@ def measured(a, work, data, sp, name, features):
     return max(m["peak_rss_mib"] for m in metrics) * 2**20
 
 
-def calibrated_profile(a, work):
+def cpu_profile(a, work):
     """The profile of --calibrate-memory on this build: from the build's cache when its key matches (the trainer's
     binary, the model, the lengths, the threads), else calibrated now and cached."""
     core = pathlib.Path(a.build) / "src/train/ulysses-train-core"
@@ -148,7 +148,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
         (work / "config.json").write_text(json.dumps(CONFIG))
-        profile = calibrated_profile(a, work)
+        profile = cpu_profile(a, work)
         p = json.loads(profile.read_text())
         print(f"calibrated at {a.calibrate}: saved {p['saved_factor']:.3f}, work {p['work_factor']:.3f}, mlp {p['mlp_factor']:.3f}, "
               f"loss {p['loss_factor']:.3f}, fixed {p['host_fixed'] / 2**20:.0f} MiB")
