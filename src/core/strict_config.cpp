@@ -73,6 +73,26 @@ std::map<std::string, Written> written_keys(const std::string& text) {
   return keys;
 }
 
+// "" when `v` (a value's text: trimmed, its comment cut) is a TOML value of a kind some flag takes: a string closed
+// where it ends, a number, a boolean, an array (its items are CLI11's to read; it may go on over lines). Else what
+// was found instead and how to write it: CLI11's reader would take an unclosed "packed or a bare word as text.
+std::string not_toml(const std::string& v) {
+  static const std::regex number(R"([+-]?[0-9](_?[0-9])*(\.[0-9](_?[0-9])*)?([eE][+-]?[0-9](_?[0-9])*)?|[+-]?(inf|nan))");
+  if (v.empty()) return "no value (write one after '=')";
+  if (v.starts_with("\"\"\"") || v.starts_with("'''") || v.front() == '[') return "";   // may go on over lines
+  if (v.front() == '"' || v.front() == '\'') {
+    const char quote = v.front();
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      if (quote == '"' && v[i] == '\\') ++i;   // an escape: the next character is not the closing quote
+      else if (v[i] == quote)
+        return i + 1 == v.size() ? "" : fmt::format("text after the closing quote: {} (one value per key)", v);
+    }
+    return fmt::format("an unclosed string {} (close it: {}{})", v, v, quote);
+  }
+  if (v == "true" || v == "false" || std::regex_match(v, number)) return "";
+  return fmt::format("the bare word {} (TOML strings are quoted: \"{}\")", v, v);
+}
+
 // What a TOML value is, from its text: "" where it is one an option of `wants` may take.
 std::string mismatch(const std::string& wants, const std::string& v) {
   static const std::regex integer(R"([+-]?[0-9]+)");
@@ -130,6 +150,8 @@ void check_value(const CLI::Option& o, const std::string& key, const std::string
   const auto it = keys.find(key);
   if (it == keys.end()) return;   // a form this line reader does not map (a dotted key): CLI11 judges it
   const std::string& v = it->second.value;
+  if (const std::string found = not_toml(v); !found.empty())
+    throw CLI::ConfigError(fmt::format("{}: key \"{}\" ({}): found {}", where, key, o.get_name(), found));
   if (v.starts_with('[') && o.get_expected_max() > 1) return;   // a list flag: its items are CLI11's to convert
   const std::string wants = wanted_type(o);
   if (const std::string found = mismatch(wants, v); !found.empty())

@@ -65,6 +65,10 @@ DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions
     shards_.emplace_back(dir_ / s.file);
     if (const std::string differ = shard::shard_mismatch(shards_.back().params(), manifest_); !differ.empty())
       throw BadInput(fmt::format("{}: {}", (dir_ / s.file).string(), differ), "the dataset is damaged: re-pack it");
+    if (s.bytes > 0 && shards_.back().bytes() != static_cast<std::uintmax_t>(s.bytes))
+      throw BadInput(fmt::format("{}: {} bytes, the manifest says {}", (dir_ / s.file).string(),
+                                 shards_.back().bytes(), s.bytes),
+                     "the shard changed after it was packed: ulysses-pack verify checks the dataset; re-pack it");
     for (std::int64_t row = 0; row < shards_.back().num_sequences(); ++row)
       index_.push_back({shard, static_cast<std::uint32_t>(row)});
   }
@@ -74,6 +78,18 @@ DataLoader::DataLoader(const std::filesystem::path& dataset, const LoaderOptions
 }
 
 DataLoader::~DataLoader() = default;
+
+void DataLoader::check_ids(const shard::ShardReader& reader, std::int64_t row, std::int64_t begin,
+                           std::span<const std::int32_t> ids) const {
+  const auto bad = std::find_if(ids.begin(), ids.end(), [&](std::int32_t id) {
+    return id < 0 || (o_.vocab_size > 0 && id >= o_.vocab_size);
+  });
+  if (bad == ids.end()) return;
+  throw BadInput(fmt::format("{}: sequence {}, token {}: id {} is outside the model's vocabulary of {}", reader.path(),
+                             row, begin + (bad - ids.begin()), *bad, o_.vocab_size),
+                 fmt::format("its manifest's largest id is {}: the shard changed after it was packed (ulysses-pack "
+                             "verify checks it); re-pack the dataset", manifest_.max_token_id));
+}
 
 std::uint64_t DataLoader::sequence_at(std::uint64_t entry) {
   const std::uint64_t n = index_.size(), epoch = entry / n;
@@ -112,6 +128,7 @@ void DataLoader::read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(L + 1), 0);  // [L + 1]
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(L + 1), 0);
     reader.read(loc.row, begin, n_read, ids.data(), mask.data());
+    check_ids(reader, loc.row, begin, std::span(ids).first(static_cast<std::size_t>(n_read)));
     const auto n = static_cast<std::size_t>(L);
     std::copy(ids.begin(), ids.begin() + L, mb.input_ids.begin() + static_cast<std::ptrdiff_t>(off));
     shard::slice_labels(meta, begin, ids, mask, std::span(mb.labels).subspan(off, n));

@@ -14,8 +14,9 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "core/sequence_parallel.hpp"
@@ -60,7 +61,8 @@ class DataLoader {
   std::int64_t num_sequences() const { return static_cast<std::int64_t>(index_.size()); }
   std::int64_t sequences_per_step() const { return o_.dp * o_.micro_batch * o_.grad_accum; }
 
-  // Micro-batch `micro` (0 ≤ micro < grad_accum) of the step that starts at the current cursor.
+  // Micro-batch `micro` (0 ≤ micro < grad_accum) of the step that starts at the current cursor. BadInput naming the
+  // shard and the sequence when a shard was truncated since it was opened, or holds an id outside the vocabulary.
   MicroBatch micro_batch(std::int64_t micro);
   void advance_step() { cursor_ += static_cast<std::uint64_t>(sequences_per_step()); }
 
@@ -75,6 +77,10 @@ class DataLoader {
   };
   std::uint64_t sequence_at(std::uint64_t entry);   // entry of the endless epoch stream → index_ position
   void read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b);
+  // BadInput naming the shard, the sequence, the token and the id when one of `ids` (tokens from `begin` of `row`) is
+  // negative or past the model's vocabulary: the manifest vouched for them at open, the file may have changed since.
+  void check_ids(const shard::ShardReader& reader, std::int64_t row, std::int64_t begin,
+                 std::span<const std::int32_t> ids) const;
 
   LoaderOptions o_;
   SequenceSlice slice_;   // this rank's tokens of every sequence

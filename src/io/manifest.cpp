@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/regular_file.hpp"
@@ -179,6 +180,16 @@ Manifest read_manifest(const std::filesystem::path& dataset_dir) {
                                path.string(), dataset_dir.string()), make);
   return manifest_from_json(read_json_file(path, "pass a dataset directory made by ulysses-pack (re-pack a damaged one)"),
                             path.string());
+}
+
+nlohmann::json data_identity(const Manifest& m) {
+  std::string listed;   // "split num_sequences xxh3\n" per shard, in manifest order
+  for (const ManifestShard& s : m.shards) listed += fmt::format("{} {} {}\n", s.split, s.num_sequences, s.xxh3);
+  return {{"seq_len", m.seq_len},
+          {"train_sequences", m.num_sequences("train")},
+          {"valid_sequences", m.num_sequences("valid")},
+          {"shards", m.shards.size()},
+          {"xxh3", xxh3_hex(listed.data(), listed.size())}};
 }
 
 }  // namespace ulysses::shard

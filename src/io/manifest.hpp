@@ -65,4 +65,10 @@ std::string shard_mismatch(const ShardParams& shard, const Manifest& m);
 
 Manifest read_manifest(const std::filesystem::path& dataset_dir);                 // BadInput on missing/bad
 
+// What a dataset is, whatever its path: its sequence length, the sequences of each split, and one XXH3 of its shards'
+// checksums, splits and counts in manifest order (the order the loader reads them in). Two datasets with the same
+// identity hold the same sequences in the same order: a byte-identical copy elsewhere has the original's, other data
+// behind the same path has not. {"seq_len", "train_sequences", "valid_sequences", "shards", "xxh3"}.
+nlohmann::json data_identity(const Manifest& m);
+
 }  // namespace ulysses::shard

@@ -8,6 +8,9 @@
 // the duration of each public call (per thread: the error stack is thread-local in the thread-safe build).
 #include "io/shard.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include <hdf5.h>
 
 #include "core/error.hpp"
+#include "core/regular_file.hpp"
 #include "io/h5.hpp"
 #include "io/shard_format.hpp"
 #include "io/shard_schema.hpp"
@@ -203,7 +207,42 @@ struct ShardReader::Impl {
   std::vector<SequenceMeta> metas;   // [N]
   File file;
   Dataset ids, mask;                 // [N, S]; mask absent in shards without loss_mask
+  int fd = -1;                       // the file HDF5 opened, for its size as it is read
+  std::uintmax_t bytes = 0;          // its size at open
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
 };
+
+namespace {
+
+// The file's size now against its size at open, after a read: HDF5 returns zeros for what lies past the end of a
+// file cut short under it, and says nothing.
+void check_not_truncated(int fd, std::uintmax_t bytes_at_open, const std::string& where, std::int64_t seq) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw std::runtime_error(fmt::format("{}: fstat failed while reading it", where));
+  if (static_cast<std::uintmax_t>(st.st_size) < bytes_at_open)
+    throw BadInput(fmt::format("{}: {} bytes while sequence {} was read, {} when it was opened: the shard was "
+                               "truncated", where, st.st_size, seq, bytes_at_open),
+                   "the dataset changed while it was read: restore it (ulysses-pack verify checks it) and run again");
+}
+
+// A read of sequence `seq`, then the file's size checked; an HDF5 failure of a file that shrank is said as that.
+template <typename Read>
+void read_checked(int fd, std::uintmax_t bytes_at_open, const std::string& where, std::int64_t seq, const Read& read) {
+  try {
+    read();
+  } catch (const std::runtime_error&) {
+    check_not_truncated(fd, bytes_at_open, where, seq);
+    throw;
+  }
+  check_not_truncated(fd, bytes_at_open, where, seq);
+}
+
+}  // namespace
 
 ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_unique<Impl>()) {
   const QuietH5 quiet;
@@ -212,6 +251,10 @@ ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_un
   if (!std::filesystem::is_regular_file(path))
     throw BadInput(fmt::format("shard {} does not exist or is not a file", r.where),
                    "run ulysses-pack verify on the dataset; pack it again if shards are missing");
+  r.fd = open_regular_file(path, "shard");
+  struct stat st {};
+  if (::fstat(r.fd, &st) != 0) throw std::runtime_error(fmt::format("{}: fstat failed", r.where));
+  r.bytes = static_cast<std::uintmax_t>(st.st_size);
   Plist fapl = file_access(r.where);
   r.file = File(CHECK_H5_INPUT(r.where, H5Fopen(r.where.c_str(), H5F_ACC_RDONLY, fapl.get())));
   const hid_t f = r.file.get();
@@ -224,7 +267,7 @@ ShardReader::ShardReader(const std::filesystem::path& path) : impl_(std::make_un
     throw BadInput(fmt::format("{}: dataset \"{}\" has shape [{}], expected [N, {}] (seq_len)", r.where,
                                kInputIds, fmt::join(dims, ", "), seq_len), kNotOurShard);
   const hsize_t n = dims[0];
-  check_declared_rows(n, seq_len, std::filesystem::file_size(path), r.where);
+  check_declared_rows(n, seq_len, r.bytes, r.where);
   r.params.has_loss_mask = CHECK_H5_INPUT(r.where, H5Lexists(f, kLossMask, H5P_DEFAULT)) > 0;
   if (r.params.has_loss_mask) {
     r.mask = open_dataset(f, kMaskSpec, dims, r.where);
@@ -237,6 +280,8 @@ ShardReader::~ShardReader() = default;
 ShardReader::ShardReader(ShardReader&&) noexcept = default;
 
 const ShardParams& ShardReader::params() const { return impl_->params; }
+const std::string& ShardReader::path() const { return impl_->where; }
+std::uintmax_t ShardReader::bytes() const { return impl_->bytes; }
 std::int64_t ShardReader::num_sequences() const { return static_cast<std::int64_t>(impl_->metas.size()); }
 
 const SequenceMeta& ShardReader::meta(std::int64_t seq) const {
@@ -256,14 +301,18 @@ void ShardReader::read(std::int64_t seq, std::int64_t begin, std::int64_t n, std
   Space mem_space(CHECK_H5(r.where, H5Screate_simple(1, mem_dims, nullptr)));
   const auto row = static_cast<hsize_t>(seq), col = static_cast<hsize_t>(begin), cols = static_cast<hsize_t>(n);
   Space ids_space = select_block(r.ids.get(), row, col, 1, cols, r.where);
-  CHECK_H5(r.where, H5Dread(r.ids.get(), H5T_NATIVE_INT32, mem_space.get(), ids_space.get(), H5P_DEFAULT, ids));
+  read_checked(r.fd, r.bytes, r.where, seq, [&] {
+    CHECK_H5(r.where, H5Dread(r.ids.get(), H5T_NATIVE_INT32, mem_space.get(), ids_space.get(), H5P_DEFAULT, ids));
+  });
   if (mask == nullptr) return;
   if (!r.mask.valid()) {
     std::fill_n(mask, n, std::uint8_t{1});
     return;
   }
   Space mask_space = select_block(r.mask.get(), row, col, 1, cols, r.where);
-  CHECK_H5(r.where, H5Dread(r.mask.get(), H5T_NATIVE_UINT8, mem_space.get(), mask_space.get(), H5P_DEFAULT, mask));
+  read_checked(r.fd, r.bytes, r.where, seq, [&] {
+    CHECK_H5(r.where, H5Dread(r.mask.get(), H5T_NATIVE_UINT8, mem_space.get(), mask_space.get(), H5P_DEFAULT, mask));
+  });
 }
 
 }  // namespace ulysses::shard

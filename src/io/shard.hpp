@@ -95,11 +95,14 @@ class ShardReader {
   ShardReader(ShardReader&&) noexcept;
 
   const ShardParams& params() const;
+  const std::string& path() const;      // as given, for messages
+  std::uintmax_t bytes() const;         // the file's size at open
   std::int64_t num_sequences() const;
   const SequenceMeta& meta(std::int64_t seq) const;   // all metadata is read at open (small)
 
   // Tokens [begin, begin + n) of sequence `seq` (n may run to seq_len). mask: n bytes or nullptr;
-  // a shard without loss_mask yields all ones.
+  // a shard without loss_mask yields all ones. BadInput when the file is shorter now than at open (truncated
+  // under the reader: HDF5 would have returned zeros for the part past its end).
   void read(std::int64_t seq, std::int64_t begin, std::int64_t n, std::int32_t* ids, std::uint8_t* mask) const;
 
  private:

@@ -42,10 +42,10 @@ bool bad_input_on_any_rank(comm::Communicator& world, int rank, const std::funct
   } catch (const BadInput& e) {
     why = one_line(e);
   }
+  if (!any_rank(why.has_value(), world)) return false;   // one number's reduction: it runs before every micro-batch
   torch::Tensor failed = torch::tensor({why ? std::int64_t{1} : std::int64_t{0}});   // [1]
   torch::Tensor all = world.size() > 1 ? world.all_gather(failed) : failed;            // [world]
   const auto first = all.nonzero();                                                    // [failing ranks, 1]
-  if (first.size(0) == 0) return false;
   if (first[0][0].item<std::int64_t>() == rank) fmt::print(stderr, "[rank {}] error: {}\n", rank, *why);
   std::signal(SIGTERM, SIG_IGN);   // exiting 2 anyway, within moments
   return true;

@@ -12,6 +12,7 @@
 #include "core/json_input.hpp"
 #include <fmt/ranges.h>
 #include "core/output_dir.hpp"
+#include "core/replace_file.hpp"
 #include "io/checkpoint_format.hpp"
 #include "io/safetensors.hpp"
 #include "io/sharded_checkpoint.hpp"
@@ -163,6 +164,7 @@ TrainerState read_trainer_state(const fs::path& path) {
   s.cursor = number("cursor", std::uint64_t{0}, true);
   s.tokens_seen = number("tokens_seen", std::int64_t{0}, false);
   s.options = ts.contains("options") && ts.at("options").is_object() ? ts.at("options") : nlohmann::json::object();
+  if (ts.contains("data") && ts.at("data").is_object()) s.data = ts.at("data");
   return s;
 }
 
@@ -193,7 +195,9 @@ fs::path save_checkpoint(const fs::path& root, ModelStates& states, const Traine
   if (!writer) return {};
   nlohmann::json ts = {{"step", state.step}, {"cursor", state.cursor}, {"tokens_seen", state.tokens_seen},
                        {"options", state.options}};
-  std::ofstream(tmp / checkpoint::kTrainerState) << ts.dump(2) << "\n";
+  if (!state.data.is_null()) ts["data"] = state.data;
+  if (const std::string why = replace_file(tmp / checkpoint::kTrainerState, ts.dump(2) + "\n"); !why.empty())
+    throw std::runtime_error(fmt::format("cannot write {}: {}", (tmp / checkpoint::kTrainerState).string(), why));
   fs::copy_file(model_config, tmp / checkpoint::kConfig);
   m.step = state.step;
   m.world = layout.world();

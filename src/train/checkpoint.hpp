@@ -23,6 +23,7 @@ struct TrainerState {
   std::uint64_t cursor = 0;         // sequences consumed by the data loader
   std::int64_t tokens_seen = 0;     // valid labels trained on
   nlohmann::json options;           // the resolved options of the run that wrote it
+  nlohmann::json data;              // its data's identity (shard::data_identity); null in checkpoints from before it
 };
 
 // Every rank of `world` (collective when sharded). Rank 0 makes checkpoints_dir/step-NNNNNNN under a temporary
@@ -38,7 +39,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, ModelStates& states);
 
 // A checkpoint's trainer_state.json, every field checked (a BadInput naming the file and the field): the step, the
-// data cursor, the tokens seen and the run's options (an object; empty when the file has none).
+// data cursor, the tokens seen, the run's options (an object; empty when the file has none) and its data's identity
+// (null when the file has none).
 TrainerState read_trainer_state(const std::filesystem::path& path);
 
 }  // namespace ulysses::train

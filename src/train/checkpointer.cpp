@@ -46,9 +46,18 @@ void Checkpointer::save(ModelStates& states, const TrainerState& state) {
   const auto t0 = std::chrono::steady_clock::now();
   dist::Watchdog::Call watched =
       watch_.begin(fmt::format("the checkpoint save of step {} (every rank's writes, then a barrier)", state.step));
-  const std::filesystem::path dir = save_checkpoint(o_.output / "checkpoints", states, state, layout_, model_config_,
-                                                    architecture_, o_.keep_last, world_);
+  std::filesystem::path dir;
+  try {
+    dir = save_checkpoint(o_.output / "checkpoints", states, state, layout_, model_config_, architecture_, o_.keep_last,
+                          world_);
+  } catch (const std::exception& e) {   // a full disk, a quota, a folder gone: the run's output is at fault
+    throw BadInput(fmt::format("the checkpoint of step {} could not be saved: {}", state.step,
+                               printable(e.what(), 512)),
+                   fmt::format("free space (or fix permissions) under {}; the checkpoints saved before are intact: "
+                               "resume from them with --resume auto", (o_.output / "checkpoints").string()));
+  }
   if (rank_ == 0) log_info("saved {}", dir.string());
+  saved_step_ = state.step;
   world_.barrier();
   watched.issued([] { return dist::Probe{dist::Probe::State::kDone, ""}; });
   save_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

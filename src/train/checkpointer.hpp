@@ -32,6 +32,7 @@ class Checkpointer {
   bool late(double next_seconds);
   // After a step: saves when due (every --save-every steps, the last step, or stop); collective.
   void after_step(ModelStates& states, const TrainerState& state, bool stop);
+  std::int64_t saved_step() const { return saved_step_; }   // the step this run last saved (-1: none yet)
   // Rank 0's line when the run stops before its last step (late: the job's end; else a signal).
   void say_stopped(std::int64_t step, bool late) const;
 
@@ -46,6 +47,7 @@ class Checkpointer {
   int rank_;
   std::optional<double> end_;
   double save_seconds_ = 0;   // the last save's, for the deadline
+  std::int64_t saved_step_ = -1;
   // A save that hangs (one rank's file system stuck, its peers waiting for it in MPI) ends the job after
   // --save-timeout with one line, instead of holding every rank until the time limit.
   dist::Watchdog watch_;

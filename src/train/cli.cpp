@@ -2,11 +2,18 @@
 
 #include <memory>
 
+#include "core/number_checks.hpp"
 #include "core/strict_config.hpp"
 #include "plan/memory_flags.hpp"
 
 namespace ulysses::train {
 namespace {
+
+// Ceilings of the counts, far past any run, so that no count overflows what is computed from it (an ETA, a cursor of
+// sequences consumed, a rank table).
+constexpr std::int64_t kMostSteps = 1'000'000'000'000;   // optimizer steps
+constexpr std::int64_t kMostSequences = 1 << 20;          // sequences per micro-batch, micro-batches per step
+constexpr std::int64_t kMostRanks = 1 << 20;              // ranks of an SP group, of an island, threads
 
 const char* kExamples = R"(
 Examples:
@@ -47,28 +54,40 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--tensorboard", o.tensorboard,
                  "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "
                  "view with: tensorboard --logdir OUTPUT");
-  app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")->capture_default_str();
+  app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")
+      ->check(whole_number(1, kMostRanks))->capture_default_str();
   app.add_option("--sp-ring", o.sp_ring,
                  "Ring degree inside the SP group: --sp 32 --sp-ring 4 is Ulysses 8 (all-to-alls inside an island) "
                  "× a ring of 4 (K/V blocks across islands); past the head limit, and S % (2 × sp) == 0")
-      ->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->capture_default_str();
-  app.add_option("--steps", o.steps, "Optimizer steps in total")->capture_default_str();
+      ->check(whole_number(1, kMostRanks))->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")
+      ->check(whole_number(1, kMostSequences))->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")
+      ->check(whole_number(1, kMostSequences))->capture_default_str();
+  app.add_option("--steps", o.steps, "Optimizer steps in total")
+      ->check(whole_number(1, kMostSteps))->capture_default_str();
 }
 
 // AdamW, the learning-rate schedule and the seed.
 void add_optimizer_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "Final lr as a fraction of --lr")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
+  app.add_option("--lr", o.lr, "Peak learning rate (0: the weights stay as they are, to save or evaluate them)")
+      ->check(real_number(0, kUnbounded))->capture_default_str();
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "Final lr as a fraction of --lr")
+      ->check(real_number(0, 1))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Linear warmup steps")
+      ->check(whole_number(0, kMostSteps))->capture_default_str();
   app.add_option("--lr-decay", o.lr_decay, "cosine, linear or constant")
       ->check(CLI::IsMember({"cosine", "linear", "constant"}))->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and biases)")->capture_default_str();
-  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--eps", o.eps, "AdamW epsilon")->capture_default_str();
-  app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (not on norms and biases)")
+      ->check(real_number(0, kUnbounded))->capture_default_str();
+  app.add_option("--beta1", o.beta1, "AdamW beta1")
+      ->check(real_number(0, 1, Bound::kClosed, Bound::kOpen))->capture_default_str();
+  app.add_option("--beta2", o.beta2, "AdamW beta2")
+      ->check(real_number(0, 1, Bound::kClosed, Bound::kOpen))->capture_default_str();
+  app.add_option("--eps", o.eps, "AdamW epsilon")
+      ->check(real_number(0, kUnbounded, Bound::kOpen))->capture_default_str();
+  app.add_option("--clip", o.clip, "Clip the global gradient norm to this (0: off)")
+      ->check(real_number(0, kUnbounded))->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of initialisation and data order")->capture_default_str();
 }
 
@@ -83,13 +102,14 @@ void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
           },
           "N ≥ 0 or -1"))
       ->capture_default_str();
-  app.add_option("--keep-last", o.keep_last, "Checkpoints kept")->capture_default_str();
+  app.add_option("--keep-last", o.keep_last, "Checkpoints kept, the newest (0: all)")
+      ->check(whole_number(0, kMostInt))->capture_default_str();
   app.add_option("--eval-every", o.eval_every,
                  "Evaluate on the validation split (ulysses-pack --valid-fraction) every N steps and at the end: "
                  "eval loss and perplexity in the log and metrics.jsonl (0: never)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(whole_number(0, kMostCount))->capture_default_str();
   app.add_option("--eval-sequences", o.eval_sequences, "Validation sequences per evaluation (0: all of them)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(whole_number(0, kMostCount))->capture_default_str();
   app.add_option("--resume", o.resume,
                  "'auto' (latest under --output, if any), a run directory, its checkpoints/ or latest, or a step "
                  "directory; the model comes from the checkpoint");
@@ -101,7 +121,7 @@ void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   app.add_option("--max-skipped-steps", o.max_skipped_steps,
                  "--on-nonfinite skip: stop (exit 4) after this many non-finite steps in a row")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(whole_number(1, kMostCount))->capture_default_str();
 }
 
 // The device, the memory features (plan/memory_flags.hpp) and the memory profile.
@@ -127,23 +147,25 @@ void add_job_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--end-time", o.end_time,
                  "The job's end in seconds since the epoch (0: SLURM_JOB_END_TIME when set): the run saves and exits 3 "
                  "before it")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(real_number(0, kUnbounded))->capture_default_str();
   app.add_option("--stop-margin", o.stop_margin,
                  "Seconds before --end-time by which a step and a save must be done: later, the run saves and exits 3")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(real_number(0, kUnbounded))->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds a NCCL collective may take before the job ends (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(whole_number(0, kMostInt))->capture_default_str();
   app.add_option("--save-timeout", o.save_timeout,
                  "Seconds a checkpoint save (every rank's writes and the barrier after them) may take before the job "
                  "ends (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(whole_number(0, kMostInt))->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per device for MFU (0: the detected GPU's bf16 peak)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")->capture_default_str();
-  app.add_option("--world", o.world, "Expected number of ranks (0: SLURM_NTASKS when set)")->capture_default_str();
+      ->check(real_number(0, kUnbounded))->capture_default_str();
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / ranks per node)")
+      ->check(whole_number(0, kMostRanks))->capture_default_str();
+  app.add_option("--world", o.world, "Expected number of ranks (0: SLURM_NTASKS when set)")
+      ->check(whole_number(0, kMostInt))->capture_default_str();
   app.add_option("--island-size", o.island_size,
                  "Ranks per NVLink island, whole nodes (0: one node; 72 on GB200 NVL72 with sbatch --segment)")
-      ->capture_default_str();
+      ->check(whole_number(0, kMostRanks))->capture_default_str();
   app.add_flag("--allow-sp-across-islands", o.allow_sp_across_islands,
                "Run even when an SP group spans NVLink islands (its all-to-alls then cross InfiniBand)");
   app.add_flag("--ignore-memory-plan", o.ignore_memory_plan,

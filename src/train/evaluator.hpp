@@ -17,9 +17,10 @@ namespace ulysses::train {
 
 class Evaluator {
  public:
-  // valid: the validation split (null when --eval-every is 0); group: where the loss is summed (SP × DP).
+  // valid: the validation split (null when --eval-every is 0); group: where the loss is summed (SP × DP); world:
+  // where the ranks agree on each micro-batch's data (train/step.hpp: DataRefused).
   Evaluator(const TrainOptions& o, data::DataLoader* valid, const RankLayout& layout, int rank,
-            comm::Communicator& group, const c10::Device& device);
+            comm::Communicator& group, comm::Communicator& world, const c10::Device& device);
 
   bool due(std::int64_t step) const {
     return valid_ && o_.eval_every > 0 && (step % o_.eval_every == 0 || step == o_.steps);
@@ -34,6 +35,7 @@ class Evaluator {
   const RankLayout& layout_;
   int rank_;
   comm::Communicator& group_;
+  comm::Communicator& world_;
   c10::Device device_;
   double seconds_ = 0;
 };

@@ -1,7 +1,9 @@
 #include "train/report.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include <sys/resource.h>
 
@@ -84,7 +86,8 @@ std::string duration(double seconds) {   // "3h02m", "4m10s", "12s"
 }  // namespace
 
 Metrics::Metrics(const std::filesystem::path& jsonl, std::int64_t resumed_step,
-                 const std::optional<std::filesystem::path>& tensorboard) {
+                 const std::optional<std::filesystem::path>& tensorboard)
+    : jsonl_(jsonl) {
   truncate_after(jsonl, resumed_step);
   out_.open(jsonl, std::ios::app);
   if (!out_) throw BadInput(fmt::format("cannot write metrics file {}", jsonl.string()),
@@ -103,8 +106,16 @@ void Metrics::events_off(const BadInput& e) {   // TensorBoard is a view: losing
 }
 
 void Metrics::write_line(const nlohmann::json& line) {
-  out_ << line.dump() << "\n";
-  out_.flush();
+  if (out_.is_open()) {
+    errno = 0;
+    out_ << line.dump() << "\n";
+    out_.flush();
+    if (!out_) {   // the run goes on: its log has the steps, its checkpoints the states
+      log_info("warning: {} lines off for the rest of this run: writing step {} failed ({}) — HINT: {}", jsonl_.string(),
+               line["step"].dump(), errno != 0 ? std::strerror(errno) : "an I/O error", kRunDirHint);
+      out_.close();
+    }
+  }
   if (!events_) return;
   std::vector<std::pair<std::string, double>> scalars;
   for (const auto& [key, value] : line.items()) {

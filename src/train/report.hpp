@@ -49,8 +49,8 @@ class Metrics {
  public:
   // Appends. A run resumed from step `resumed_step` (0: a fresh start) first drops the lines after it (steps a
   // killed run wrote after its last checkpoint, which this run writes again), so every step appears once; its
-  // TensorBoard file tells TensorBoard to drop them too. TensorBoard files that cannot be written are a warning
-  // on the log and no more events, never the end of the run.
+  // TensorBoard file tells TensorBoard to drop them too. A metrics.jsonl or TensorBoard file that cannot be written
+  // (a full disk) is a warning on the log and no more lines or events there, never the end of the run.
   Metrics(const std::filesystem::path& jsonl, std::int64_t resumed_step,
           const std::optional<std::filesystem::path>& tensorboard);
   void write(const StepReport& r);
@@ -60,7 +60,8 @@ class Metrics {
   void write_line(const nlohmann::json& line);
   void events_off(const BadInput& e);
 
-  std::ofstream out_;
+  std::filesystem::path jsonl_;
+  std::ofstream out_;   // closed once a write failed
   std::optional<tensorboard::EventWriter> events_;
 };
 

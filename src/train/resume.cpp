@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -9,6 +10,7 @@
 #include "core/json_input.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_format.hpp"
+#include "io/manifest.hpp"
 #include "train/all_ranks.hpp"
 #include "train/checkpoint.hpp"
 
@@ -43,11 +45,35 @@ void check_lora_resume(const nlohmann::json& stored, const nlohmann::json& now, 
                    "checkpoint, export-hf it and pass --init-from");
 }
 
+// How the data would change: by its identity (io/manifest.hpp) where the checkpoint holds one — a copy of the same
+// data under another path is the same data, said in a line — else (a checkpoint from before identities) by --data.
+std::optional<std::string> changed_data(const TrainerState& stored, const TrainOptions& o, bool speak) {
+  const nlohmann::json was_path = stored.options.contains("data") ? stored.options.at("data") : nlohmann::json();
+  const nlohmann::json now_path = o.data.string();
+  if (stored.data.is_null())
+    return was_path.is_null() || was_path == now_path
+               ? std::nullopt
+               : std::optional(fmt::format("data {} → {}", was_path.dump(), now_path.dump()));
+  const nlohmann::json now = shard::data_identity(shard::read_manifest(o.data));
+  if (stored.data == now) {
+    if (speak && was_path != now_path)
+      log_info("resume: the data moved, {} → {}: the same sequences in the same order (its manifest's shard "
+               "checksums and counts)", was_path.dump(), now_path.dump());
+    return std::nullopt;
+  }
+  const auto was = [&](const char* key) { return stored.data.contains(key) ? stored.data.at(key).dump() : "?"; };
+  return fmt::format("data {}: not the data the checkpoint's run read (train sequences {} → {}, seq_len {} → {}, "
+                     "the shards' checksum {} → {})", now_path.dump(), was("train_sequences"),
+                     now.at("train_sequences").dump(), was("seq_len"), now.at("seq_len").dump(), was("xxh3"),
+                     now.at("xxh3").dump());
+}
+
 }  // namespace
 
 void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int64_t dp, bool speak) {
   const fs::path state_path = from / checkpoint::kTrainerState;
-  const nlohmann::json stored = read_trainer_state(state_path).options;   // checked: a damaged file is one line here
+  const TrainerState stored_state = read_trainer_state(state_path);   // checked: a damaged file is one line here
+  const nlohmann::json& stored = stored_state.options;
   if (stored.empty()) return;   // a checkpoint made by import-hf: no run to continue
   const auto stored_count = [&](const char* key, std::int64_t fallback) {
     return stored.contains(key) ? json_value<std::int64_t>(stored.at(key), fmt::format("{}: options.{}", state_path.string(),
@@ -57,10 +83,12 @@ void check_resume_changes(const TrainOptions& o, const fs::path& from, std::int6
   };
   const nlohmann::json now = to_json(o);
   std::vector<std::string> changes, order;
-  for (const char* key : {"data", "seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
+  const std::optional<std::string> data_change = changed_data(stored_state, o, speak);
+  if (data_change) order.push_back(*data_change);
+  for (const char* key : {"seed", "lr", "min_lr_ratio", "warmup", "lr_decay", "steps", "weight_decay", "beta1",
                           "beta2", "eps", "clip", "precision", "reduce_dtype"})
     if (stored.contains(key) && stored[key] != now[key]) {
-      (std::string_view(key) == "data" || std::string_view(key) == "seed" ? order : changes)
+      (std::string_view(key) == "seed" ? order : changes)
           .push_back(fmt::format("{} {} → {}", key, stored[key].dump(), now[key].dump()));
     }
   check_lora_resume(stored, now, from);
@@ -157,6 +185,21 @@ void check_output(const TrainOptions& o, int rank) {
     fs::remove(o.output / "metrics.jsonl");
     fs::remove_all(o.output / "tensorboard");   // the default folder only: a --tensorboard elsewhere may be shared
   }
+}
+
+void check_output_paths(const TrainOptions& o) {
+  const auto must_be = [&](const fs::path& path, bool directory) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (!fs::exists(st) || (directory ? fs::is_directory(st) : fs::is_regular_file(st))) return;
+    throw BadInput(fmt::format("--output {}: {} is there and is not a {}", o.output.string(), path.string(),
+                               directory ? "directory" : "file"),
+                   "move it away, or pass another --output");
+  };
+  must_be(o.output, true);
+  must_be(o.output / "checkpoints", true);
+  must_be(o.output / "metrics.jsonl", false);
+  if (const auto events = tensorboard_dir(o)) must_be(*events, true);
 }
 
 }  // namespace ulysses::train

@@ -27,12 +27,17 @@ std::optional<std::filesystem::path> verified_checkpoint(const std::vector<std::
                                                          bool fallback, comm::Communicator& world);
 
 // The options of the run a checkpoint continues (its trainer_state.json) against this one's: `speak` (rank 0) lists
-// every difference; those that change which data each step sees — the dataset, the seed, the sequences per step —
+// every difference; those that change which data each step sees — the dataset (its content, io/manifest.hpp's
+// data_identity: the same data under another path is no change), the seed, the sequences per step —
 // are a BadInput unless --allow-changes (the schedule's may change: extending --steps or lowering --lr is a choice).
 void check_resume_changes(const TrainOptions& o, const std::filesystem::path& from, std::int64_t dp, bool speak);
 
 // A fresh start in an --output that holds checkpoints (a `latest`, or any complete step-* directory) is a BadInput
 // unless --overwrite; with it, rank 0 removes the old run's checkpoints, metrics and default TensorBoard folder.
 void check_output(const TrainOptions& o, int rank);
+
+// --output, its checkpoints/, metrics.jsonl and TensorBoard folder, where they exist, are of the kind the run writes
+// there (a directory, a file): a BadInput naming the one that is not, before the run takes its first step.
+void check_output_paths(const TrainOptions& o);
 
 }  // namespace ulysses::train

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "train/all_ranks.hpp"
 
 namespace ulysses::train {
 namespace {
@@ -21,6 +22,15 @@ LossTotals sum_over(comm::Communicator& group, const LossTotals& local, const c1
   return {totals[0].item<double>(), totals[1].item<double>(), totals[2].item<double>()};
 }
 
+// Micro-batch `micro` of the loader's step, agreed on by every rank when `agree` is given.
+data::MicroBatch read_micro_batch(data::DataLoader& loader, std::int64_t micro,
+                                  const std::optional<DataAgreement>& agree) {
+  if (!agree) return loader.micro_batch(micro);
+  data::MicroBatch mb;
+  if (bad_input_on_any_rank(agree->world, agree->rank, [&] { mb = loader.micro_batch(micro); })) throw DataRefused();
+  return mb;
+}
+
 }  // namespace
 
 model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::MicroBatch& mb, const c10::Device& device) {
@@ -30,10 +40,10 @@ model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::Mi
 }
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
-                             ModelStates& states, const c10::Device& device) {
+                             ModelStates& states, const c10::Device& device, std::optional<DataAgreement> agree) {
   LossTotals local;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
-    const data::MicroBatch& mb = loader.micro_batch(micro);
+    const data::MicroBatch mb = read_micro_batch(loader, micro, agree);
     const model::CausalLmOutput out = forward_micro_batch(model, mb, device);
     out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
     states.take_gradients();   // replicated bf16: into the fp32 masters' gradients, each micro-batch's
@@ -48,13 +58,14 @@ LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, s
 }
 
 LossTotals evaluate(model::CausalLm& model, data::DataLoader& loader, std::int64_t sequences, std::int64_t dp,
-                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device) {
+                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device,
+                    std::optional<DataAgreement> agree) {
   torch::NoGradGuard no_grad;
   const std::int64_t total = sequences > 0 ? std::min(sequences, loader.num_sequences()) : loader.num_sequences();
   LossTotals local;
   loader.set_cursor(0);
   for (std::int64_t first = 0; first < total; first += dp) {   // DP rank d reads entry first + d
-    const model::CausalLmOutput out = forward_micro_batch(model, loader.micro_batch(0), device);
+    const model::CausalLmOutput out = forward_micro_batch(model, read_micro_batch(loader, 0, agree), device);
     if (first + dp_rank < total) {
       local.sum += out.loss_sum.item<double>();
       local.count += static_cast<double>(out.valid_count.item<std::int64_t>());

@@ -7,6 +7,8 @@
 // loss = Σ token losses / Σ valid labels, the same as any other layout's.
 #pragma once
 
+#include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include <torch/types.h>
@@ -27,16 +29,32 @@ struct LossTotals {
 // One micro-batch through the model on `device` (document ids stay on the host, where the attention plan is made).
 model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::MicroBatch& mb, const c10::Device& device);
 
+// Where the ranks agree on each micro-batch's data before they run it: the run's world (MPI, CPU tensors) and this
+// rank. A micro-batch that any rank's loader refuses (a shard truncated since it was opened, an id past the
+// vocabulary: data/loader.hpp) is said by the lowest such rank (all_ranks.hpp), and every rank throws DataRefused
+// before a collective of its forward could leave the others waiting.
+struct DataAgreement {
+  comm::Communicator& world;
+  int rank;
+};
+
+class DataRefused : public std::runtime_error {
+ public:
+  DataRefused() : std::runtime_error("a micro-batch's data was refused (its line is above)") {}
+};
+
 // The model and its states live on `device`; the inputs are moved there. The model runs in its own precision
-// (ModelOptions).
+// (ModelOptions). Without `agree` (one process' tests) a loader's refusal is this rank's BadInput.
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
-                             ModelStates& states, const c10::Device& device);
+                             ModelStates& states, const c10::Device& device,
+                             std::optional<DataAgreement> agree = std::nullopt);
 
 // Evaluation: Σ token losses and the label count over the first `sequences` sequences of `loader`'s split (all of
 // them when 0), without gradients, summed over `group` (SP × DP) — the same contract as training's loss, so the
 // result is the same at any layout. `loader` has micro-batch 1 and no accumulation; every rank runs the same
 // number of forwards (the sharded units' all-gathers are collective) and a rank past the end adds nothing.
 LossTotals evaluate(model::CausalLm& model, data::DataLoader& loader, std::int64_t sequences, std::int64_t dp,
-                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device);
+                    std::int64_t dp_rank, comm::Communicator& group, const c10::Device& device,
+                    std::optional<DataAgreement> agree = std::nullopt);
 
 }  // namespace ulysses::train

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <optional>
+#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -72,11 +74,18 @@ struct Run {
   std::optional<RunLock> lock;                  // rank 0 of a real run: --output is this run's (core/run_lock.hpp)
 };
 
-// Rank 0 of a real run takes --output's lock before anything reads or writes its checkpoints, then removes what
+// Rank 0 checks --output's paths; of a real run, it takes --output's lock before anything reads or writes its
+// checkpoints, makes checkpoints/ (a folder it cannot make is found now, not at the first save), then removes what
 // killed saves left there (no other run can be saving: the lock says so).
 void lock_output(Run& r) {
-  if (r.rank != 0 || r.o.dry_run) return;
+  if (r.rank != 0) return;
+  check_output_paths(r.o);
+  if (r.o.dry_run) return;
   r.lock.emplace(r.o.output);
+  std::error_code ec;
+  if (r.o.save_every >= 0 && (fs::create_directories(r.o.output / "checkpoints", ec), ec))
+    throw BadInput(fmt::format("cannot create {}: {}", (r.o.output / "checkpoints").string(), ec.message()),
+                   "check the permissions and free space of --output, or pass another");
   if (!r.lock->warning().empty()) log_info("warning: {}", r.lock->warning());
   if (!r.lock->taken_over().empty())
     log_info("took over {}/.lock from a run that ended without releasing it ({})", r.o.output.string(),
@@ -274,7 +283,8 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
 // (finite_guard.hpp) updates nothing: the report says so (nonfinite) and the caller's guard decides.
 StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule, std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, *r.states, r.place.device);
+  const LossTotals totals = compute_gradients(r.model, loader, r.o.grad_accum, *r.states, r.place.device,
+                                                DataAgreement{r.world, r.rank});
   if (totals.count == 0)   // every rank sees the same sum: all refuse together, before AdamW steps on nothing
     throw BadInput(fmt::format("step {}: none of its {} sequences of {} holds a target token (its loss mask is 0 "
                                "everywhere)", step, loader.sequences_per_step(), r.o.data.string()),
@@ -333,6 +343,7 @@ double prepare_states(Run& r, TrainerState& state) {
   check_output(r.o, r.rank);
   r.world.barrier();
   state.options = to_json(r.o);
+  state.data = shard::data_identity(r.data->manifest());
   double load_seconds = 0;
   if (r.from) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -360,6 +371,18 @@ void report_step(const Run& r, const StepReport& rep, Metrics& metrics, std::opt
     if (const std::int64_t bytes = r.model->model->offloaded_bytes(); bytes > 0)
       log_info("checkpoint offload: {} bytes of layer inputs were in host memory in the last micro-batch; the copies "
                "back of {} of them were issued ahead", bytes, r.model->model->fetched_ahead());
+}
+
+// A test's hook, not a feature (tests/train/test_safety.py): with ULYSSES_TEST_PAUSE_AFTER_STEP=N rank 0 creates
+// OUTPUT/paused-after-step-N once step N is reported and waits until the file is gone, so that a test changes what
+// the run reads between two steps by its own hand instead of by timing luck. The other ranks wait in the next
+// collective.
+void pause_for_test(const Run& r, std::int64_t step) {
+  static const char* const at = std::getenv("ULYSSES_TEST_PAUSE_AFTER_STEP");
+  if (r.rank != 0 || at == nullptr || std::to_string(step) != at) return;
+  const fs::path flag = r.o.output / fmt::format("paused-after-step-{}", step);
+  std::ofstream(flag) << getpid() << "\n";
+  while (fs::exists(flag)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 // The mean step time of this run so far (the ETA, the deadline).
@@ -400,10 +423,10 @@ void say_nonfinite(const Run& r, const FiniteGuard& guard, FiniteGuard::Verdict 
 
 // The loop from the state's step to --steps: step, evaluate when due, report, then stop (a signal, the job's end or
 // a non-finite step), save when due. Returns the exit code.
-int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpointer) {
+int train_steps(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpointer) {
   const TrainOptions& o = r.o;
   const Schedule schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps, decay_from_name(o.lr_decay)};
-  Evaluator evaluator(o, r.valid ? &*r.valid : nullptr, r.layout, r.rank, r.groups->loss(), r.place.device);
+  Evaluator evaluator(o, r.valid ? &*r.valid : nullptr, r.layout, r.rank, r.groups->loss(), r.world, r.place.device);
   FiniteGuard guard(on_nonfinite_from_name(o.on_nonfinite), o.max_skipped_steps);
   Metrics* metrics = reports.metrics ? &*reports.metrics : nullptr;
   Pace pace;
@@ -420,6 +443,7 @@ int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpoin
       if (evaluator.due(state.step)) evaluator.run(r.model, state.step, metrics);
     }
     if (r.rank == 0) report_step(r, rep, *metrics, reports.bar);
+    pause_for_test(r, rep.step);
     if (rep.nonfinite) say_nonfinite(r, guard, verdict, reports.bar);
     if (verdict == Verdict::kStop) return kExitNonFinite;   // nothing evaluated, saved or pruned on it
     const bool signalled = any_rank(stop_requested(), r.world);
@@ -434,6 +458,29 @@ int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpoin
   if (reports.bar) reports.bar->finish();
   if (r.rank == 0) log_info("done: {} steps, {} tokens trained", state.step, state.tokens_seen);
   return kExitOk;
+}
+
+// Some rank's loader refused a micro-batch's data (that rank's line is printed: train/step.hpp): the steps this run
+// made since its start or its last save are saved first, so that none is lost once the dataset is restored; exit 2.
+int stop_on_refused_data(Run& r, const TrainerState& state, std::int64_t first_step, Checkpointer& checkpointer,
+                         std::optional<Progress>& bar) {
+  if (bar) bar->finish();
+  const bool save = checkpointer.saves() && state.step > std::max(first_step, checkpointer.saved_step());
+  if (save) checkpointer.after_step(*r.states, state, /*stop=*/true);
+  if (r.rank == 0)
+    log_info("stopped after step {} on the data refused above: {}; restore the dataset, then resume (--resume auto)",
+             state.step, save ? "its checkpoint is saved" : "nothing new to save");
+  return kExitBadInput;
+}
+
+// train_steps, ended early by refused data (stop_on_refused_data). Returns the exit code.
+int train(Run& r, TrainerState& state, Reports& reports, Checkpointer& checkpointer) {
+  const std::int64_t first_step = state.step;
+  try {
+    return train_steps(r, state, reports, checkpointer);
+  } catch (const DataRefused&) {
+    return stop_on_refused_data(r, state, first_step, checkpointer, reports.bar);
+  }
 }
 
 }  // namespace

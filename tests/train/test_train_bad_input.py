@@ -1,7 +1,8 @@
 """ulysses-train's bad inputs, each one line and exit 2 before anything is built: data that does not split over
 --sp or holds ids past the vocabulary, a world --sp does not divide (the hint names the degrees the model allows),
-head groups the heads refuse, a missing --data or weights, a step with no target token, mistyped flags, and a
---config file whose keys, sections or values are wrong (file:line, the key, what its flag takes and what was found).
+head groups the heads refuse, a missing --data or weights, a step with no target token, mistyped flags, numbers out of
+their flag's range (NaN, an overflowing count), and a --config file whose keys, sections or values are wrong
+(file:line, the key, what its flag takes and what was found; an unclosed string or a bare word is not TOML).
 
 usage: test_train_bad_input.py ULYSSES_TRAIN ULYSSES_PACK MPIEXEC
 """
@@ -135,7 +136,13 @@ class BadInput(PackedSample):
                              ('precision = "fp16"',
                               ':4: key "precision" = "fp16": fp16 not in {auto,fp32,bf16,amp-bf16}'),
                              ("save_every = -3", ':4: key "save_every" = -3: "-3" is not N ≥ 0 or -1'),
-                             ("steps = 3\nsteps = 4", ':5: key "steps" sets --steps again (line 4 set it)')):
+                             ("steps = 3\nsteps = 4", ':5: key "steps" sets --steps again (line 4 set it)'),
+                             ('tensorboard = "events', ':4: key "tensorboard" (--tensorboard): found an unclosed '
+                                                       'string "events'),
+                             ("lr_decay = cosine", ':4: key "lr_decay" (--lr-decay): found the bare word cosine '
+                                                   '(TOML strings are quoted: "cosine")'),
+                             ("lr = nan", ':4: key "lr" = nan: "nan" is not a finite number ≥ 0'),
+                             ("steps = -2", ':4: key "steps" = -2: "-2" is not a whole number from 1 to')):
             path.write_text(head + body + "\n")
             p = self.run_ok([TRAIN, "--config", path, "--print-config"], code=2)
             lines = p.stderr.strip().splitlines()
@@ -144,6 +151,24 @@ class BadInput(PackedSample):
         path.write_text(head + 'steps = 7\nlr = 3e-3\nclip = 1\nattention-head-groups = "auto"\ntiled-mlp = true\n'
                                'save_every = -1  # never\nlr_decay = \'linear\'\n')
         self.assertIn("steps=7", self.run_ok([TRAIN, "--config", path, "--print-config"]).stdout.replace(" ", ""))
+
+    def test_numbers_out_of_range_are_refused_before_anything_runs(self):
+        """A count that would overflow, a NaN, an infinity or a number outside its flag's range: one line naming the
+        flag and the value, exit 2 (CLI11 alone saturated --steps at INT64_MAX and let NaN through)."""
+        for flag, value, needle in (("--steps", "99999999999999999999", "is not a whole number from 1 to"),
+                                    ("--steps", "0", "is not a whole number from 1 to"),
+                                    ("--lr", "inf", "is not a finite number ≥ 0"),
+                                    ("--eps", "0", "is not a finite number > 0"),
+                                    ("--lr", "-1", "is not a finite number ≥ 0"),
+                                    ("--clip", "-1", "is not a finite number ≥ 0"),
+                                    ("--micro-batch", "0", "is not a whole number from 1 to"),
+                                    ("--beta2", "1", "is not a finite number from 0 to 1 (1 excluded)"),
+                                    ("--min-lr-ratio", "nan", "is not a finite number from 0 to 1")):
+            p = self.run_ok([TRAIN, flag, value, "--print-config"], code=2)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn(flag, lines[0])
+            self.assertIn(f'"{value}" {needle}', lines[0])
 
 
 if __name__ == "__main__":

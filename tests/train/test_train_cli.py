@@ -208,6 +208,8 @@ class Train(PackedSample):
                 self.assertLess(time.time() - failed_at, 30, "ranks lingered after the failure")
                 self.assertIn("error:", err)
                 self.assertIn("No space left on device", err)
+                self.assertIn("the checkpoint of step 2 could not be saved", err)   # one line with a hint
+                self.assertIn("HINT: free space", err)
                 self.assertNotIn("Abort(", err)   # MPI_Abort's own text: the error line says it all
                 self.assertEqual(len(losses(out)), 2)
                 self.assertFalse((out / "checkpoints/latest").exists())

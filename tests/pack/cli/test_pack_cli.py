@@ -512,6 +512,22 @@ class BadInput(BadInputCase):
             self.out = small / "out"
             self.expect_bad([f"{path}.bin", "--seq-len", 1024], "full", str(small))
 
+    def test_the_free_space_asked_is_within_1_5x_of_the_shards(self):
+        """The free-space check asks what the shards take (it asked ~4x of a small corpus: a fixed MiB on top): a
+        filesystem 1.3x the dataset's size takes it, and a smaller one's refusal names a need within 1.5x of it."""
+        path = self.root / "big"
+        write_megatron(path, [[(i * 7 + j) % 300 for j in range(500)] for i in range(400)])
+        real = self.root / "real"
+        run("pack", f"{path}.bin", "-o", real, "--seq-len", 1024)
+        size = sum(f.stat().st_size for f in real.iterdir())
+        with small_tmpfs(self, self.root / "roomy", size=str(int(size * 1.3) // 4096 * 4096)) as roomy:
+            run("pack", f"{path}.bin", "-o", roomy / "out", "--seq-len", 1024)
+        with small_tmpfs(self, self.root / "small", size=str(size // 2 // 4096 * 4096)) as small:
+            self.out = small / "out"
+            line = self.expect_bad([f"{path}.bin", "--seq-len", 1024], "full")
+            need = float(line.split("need ")[1].split(" MiB")[0]) * 2**20
+            self.assertTrue(0.95 <= need / size <= 1.5, (need, size))
+
     def test_jsonl_spill_fills_the_disk(self):
         """JSONL is spilled as int32 tokens inside the output folder while it is scanned, before the free-space
         check of the shards: a full disk there is one line and exit 2 (it was a runtime_error, exit 1)."""
