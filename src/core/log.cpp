@@ -33,6 +33,17 @@ std::string human_bytes(std::uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+std::string human_count(std::uint64_t n) {
+  static const std::pair<double, const char*> kUnits[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+  const double x = static_cast<double>(n);
+  for (const auto& [unit, name] : kUnits) {
+    if (x < unit) continue;
+    const double v = x / unit;
+    return fmt::format("{:.{}f}{}", v, v >= 100 ? 0 : v >= 10 ? 1 : 2, name);
+  }
+  return fmt::format("{}", n);
+}
+
 int end_dry_run() {
   log_info("dry run: nothing was written");
   return 0;

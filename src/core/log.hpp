@@ -16,6 +16,7 @@ void log_line(std::string_view message);      // one line, flushed
 int end_dry_run();
 
 std::string human_bytes(std::uint64_t bytes);   // "1.23 GiB", "4.0 KiB", "12 B": how logs write a size
+std::string human_count(std::uint64_t n);       // three significant digits: "8.03B", "124M", "103K", "12"
 // "5GB", "500MB", "2GiB", "1.5GB", "123456" → bytes (GB = 10^9, GiB = 2^30, as Hugging Face). BadInput naming
 // `flag` otherwise.
 std::uint64_t parse_size(const std::string& text, const std::string& flag);

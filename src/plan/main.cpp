@@ -262,11 +262,13 @@ int run(Cli& o) {
     out["attention_head_groups"] = f.attention_head_groups;
     out["heads_ahead"] = f.issues_heads_ahead(profile.cuda);   // the next head group issued ahead (--prefetch)
     out["headroom"] = m.headroom;
+    out["parameters"] = ulysses::arch::parameter_count(c);   // as transformers counts them for this config.json
     fmt::print("{}\n", out.dump());
     return target > 0 && S > longest ? ulysses::kExitBadInput : 0;
   }
-  fmt::print("model {} ({}): {:.2f}B parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
-             config_json.string(), c.architecture, static_cast<double>(ulysses::arch::parameter_count(c)) / 1e9,
+  fmt::print("model {} ({}): {} parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
+             config_json.string(), c.architecture,
+             ulysses::human_count(static_cast<std::uint64_t>(ulysses::arch::parameter_count(c))),
              c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size);
   fmt::print("cluster: {} node{} × {} {}; {}host {} per node ({})\n", l.nodes, l.nodes == 1 ? "" : "s",
              l.ranks_per_node, cuda ? "GPUs" : "CPU ranks",

@@ -275,6 +275,29 @@ class PlanCli(TempDirCase):
         self.assertEqual(p.returncode, 0, f"{hint}\n{p.stderr[-3000:]}")
         self.assertEqual(accepted, 4)
 
+    def test_the_parameters_are_transformers_count(self):
+        """--json's "parameters" is what transformers builds for the config (on the meta device: no memory); the text
+        plan prints it with three significant digits (the tiny model was "0.00B")."""
+        import torch
+        import transformers
+        tied = self.root / "tied.json"
+        tied.write_text(json.dumps(dict(LLAMA_8B, tie_word_embeddings=True)))
+        counts = {}
+        for config in (TINY_CONFIG, self.llama, tied):
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(config))
+            want = counts[config] = sum(p.numel() for p in model.parameters())
+            p = subprocess.run(list(map(str, [PLAN, "--model", config, "--gpus-per-node", 4, "--sp", 4, "--json"])),
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json.loads(p.stdout)["parameters"], want, config)
+        text = subprocess.run(list(map(str, [PLAN, "--model", TINY_CONFIG, "--device", "cpu"])), capture_output=True,
+                              text=True).stdout
+        self.assertIn(f"{counts[TINY_CONFIG] / 1e3:.0f}K parameters", text)   # 133K
+        self.assertIn(f"{counts[self.llama] / 1e9:.2f}B parameters", subprocess.run(
+            list(map(str, [PLAN, "--model", self.llama, "--gpus-per-node", 8, "--sp", 8])), capture_output=True,
+            text=True).stdout)
+
     def test_bad_flags_are_one_line(self):
         for extra, needle in ((["--sp", 3], "--sp 3"), (["--seq-len", "lots"], "--seq-len"),
                               (["--gpu-memory", "huge"], "--gpu-memory"), (["--profile", "nowhere.json"], "nowhere.json"),
