@@ -1,7 +1,8 @@
 // ModelConfig: the one description of a Llama-family decoder, read from a Hugging Face config.json.
 // Torch-free: the model (ulysses-train), ulysses-ckpt and ulysses-pack --model-config all read configs
 // here, and the questions asked before building a model (parameter names, shapes and counts, heads per
-// SP rank) are answered here.
+// SP rank) are answered here; the layers it describes are arch/layer_spec.hpp's, their parameters
+// arch/parameters.hpp's.
 //
 // Supported: the rows of architectures.cpp — Llama 2/3/3.1/3.2 (with or without "llama3" RoPE scaling),
 // Mistral (sliding window), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim). Every
@@ -91,26 +92,5 @@ UlyssesHeads ulysses_heads(const ModelConfig& c, std::int64_t sp);
 // max(Hkv/G, 1) key/value heads). BadInput naming the flag, the numbers and the valid G for this P.
 void check_head_groups(const ModelConfig& c, std::int64_t sp, std::int64_t groups);
 std::vector<std::int64_t> valid_head_groups(const ModelConfig& c, std::int64_t sp);   // those G, ascending (1 first)
-
-// ---- Parameters: names and shapes as transformers builds them --------------------------------------
-
-struct ParameterSpec {
-  std::string name;                  // "model.layers.0.self_attn.q_proj.weight"
-  std::vector<std::int64_t> shape;   // [H*D, hidden]
-  std::int64_t layer = -1;           // decoder layer index; -1 for embeddings, final norm and head
-  std::int64_t numel() const;
-};
-
-// Every parameter in transformers' named_parameters() order; no lm_head.weight when tied.
-std::vector<ParameterSpec> parameters(const ModelConfig& c);
-// LoRA's adapter factors (model/lora.hpp) on the decoder projections named by PEFT's module names (q_proj, …,
-// down_proj): <projection>.lora_A.weight [rank, in] and <projection>.lora_B.weight [out, rank], in parameters() order.
-std::vector<ParameterSpec> lora_parameters(const ModelConfig& c, std::int64_t rank,
-                                           const std::vector<std::string>& targets);
-std::int64_t parameter_count(const ModelConfig& c);         // all parameters
-std::int64_t layer_parameter_count(const ModelConfig& c);   // one decoder layer's
-// The weights of matrix products: every 2-d parameter except an untied embedding table (a lookup, no
-// FLOPs); a tied table counts once, as the head. A step's model FLOPs are 6 × this × tokens + attention.
-std::int64_t matmul_parameter_count(const ModelConfig& c);
 
 }  // namespace ulysses::arch

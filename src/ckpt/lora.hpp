@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 
 namespace ulysses::ckpt {
 

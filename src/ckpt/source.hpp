@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "ckpt/hf_files.hpp"
 #include "ckpt/lora.hpp"
 #include "io/checkpoint_format.hpp"

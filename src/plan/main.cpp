@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"

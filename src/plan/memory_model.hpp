@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "plan/memory_flags.hpp"
 #include "plan/profile.hpp"
 #include "plan/state_layout.hpp"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 
 namespace ulysses::plan {
 

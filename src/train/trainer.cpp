@@ -12,6 +12,7 @@
 
 #include <fmt/ranges.h>
 
+#include "arch/parameters.hpp"
 #include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"

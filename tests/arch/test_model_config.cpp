@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "core/error.hpp"
 
 namespace ulysses::arch {

@@ -1,5 +1,6 @@
 // A Hugging Face config.json (arch::read_model_config), then the parameter list it implies, as every tool builds it.
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "../torch_tensors.hpp"
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "local_communicators.hpp"
 #include "model_fixtures.hpp"
 #include "model/causal_lm.hpp"

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "core/error.hpp"
 #include "plan/advice.hpp"
 #include "plan/calibration.hpp"
