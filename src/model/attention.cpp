@@ -11,15 +11,17 @@
 
 namespace ulysses::model {
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups,
+AttentionImpl::AttentionImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const HeadGroups& head_groups,
                              const LoraOptions& lora)
-    : heads_(c.num_heads), kv_heads_(c.num_kv_heads), head_dim_(c.head_dim), head_groups_(head_groups),
-      eps_(c.rms_norm_eps), lora_scale_(lora.enabled() ? lora.scale() : 0), ulysses_degree_(sp.ulysses_degree()),
+    : heads_(layer.attention.heads), kv_heads_(layer.attention.kv_heads), head_dim_(layer.attention.head_dim),
+      head_groups_(head_groups), qk_norm_eps_(layer.attention.norm_eps), input_norm_eps_(layer.input_norm.eps),
+      lora_scale_(lora.enabled() ? lora.scale() : 0), ulysses_degree_(sp.ulysses_degree()),
       ulysses_(sp.ulysses_group()), ulysses_ahead_(sp.ulysses_ahead_group()), ring_(sp.ring_group()),
       ring_position_{0, sp.ring_rank(), sp.ring_degree()} {
-  if (head_groups.groups != 1) arch::check_head_groups(c, ulysses_degree_, head_groups.groups);
+  const arch::AttentionSpec& a = layer.attention;
+  ULY_CHECK(a.kind == arch::MixerKind::kSoftmaxAttention, "layer {}: a token mixer this model has no module for",
+            layer.index);
   if (ulysses_degree_ > 1) {
-    arch::check_heads_for_sp(c, sp.degree(), c.architecture, sp.ring_degree());
     ULY_CHECK(ulysses_ != nullptr && ulysses_->size() == ulysses_degree_,
               "Ulysses degree {} needs its group's communicator (size {})", ulysses_degree_,
               ulysses_ ? ulysses_->size() : 0);
@@ -29,17 +31,17 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, c
   auto linear = [](std::int64_t in, std::int64_t out, bool bias) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
   };
-  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, c.qkv_bias));
-  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
-  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias));
-  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.o_bias));
+  q_proj = register_module("q_proj", linear(a.hidden, heads_ * head_dim_, a.qkv_bias));
+  k_proj = register_module("k_proj", linear(a.hidden, kv_heads_ * head_dim_, a.qkv_bias));
+  v_proj = register_module("v_proj", linear(a.hidden, kv_heads_ * head_dim_, a.qkv_bias));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, a.hidden, a.o_bias));
   add_adapter(q_proj, "q_proj", lora);
   add_adapter(k_proj, "k_proj", lora);
   add_adapter(v_proj, "v_proj", lora);
   add_adapter(o_proj, "o_proj", lora);
-  if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  if (a.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, a.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, a.norm_eps));
   }
 }
 
@@ -74,20 +76,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   return project(heads, w.o, w.o_bias, w.o_lora, w.lora_scale);   // [B, S/P, hidden]
 }
 
-namespace {
-
-// The tensors of AttentionWeights a group computes with, in one fixed order (o_proj's bias is added once, to the sum).
-std::vector<torch::Tensor*> slots(AttentionWeights& w) {
-  return {&w.q,        &w.k,        &w.v,          &w.o,          &w.q_bias,   &w.k_bias,   &w.v_bias,
-          &w.q_norm,   &w.k_norm,   &w.q_lora.a,   &w.q_lora.b,   &w.k_lora.a, &w.k_lora.b, &w.v_lora.a,
-          &w.v_lora.b, &w.o_lora.a, &w.o_lora.b,   &w.input_norm};
+std::vector<torch::Tensor*> tensor_slots(AttentionWeights& w) {
+  return {&w.q,        &w.k,        &w.v,        &w.o,        &w.q_bias,   &w.k_bias,   &w.v_bias,
+          &w.o_bias,   &w.q_norm,   &w.k_norm,   &w.q_lora.a, &w.q_lora.b, &w.k_lora.a, &w.k_lora.b,
+          &w.v_lora.a, &w.v_lora.b, &w.o_lora.a, &w.o_lora.b, &w.input_norm};
 }
+
+namespace {
 
 // The weights a group's function was handed (SlotMask::take's order), back in their slots.
 AttentionWeights handed_weights(const SlotMask& mask, const std::vector<torch::Tensor>& ws, double lora_scale) {
   AttentionWeights w;
   w.lora_scale = lora_scale;
-  mask.put(slots(w), ws);
+  mask.put(tensor_slots(w), ws);
   return w;
 }
 
@@ -121,7 +122,7 @@ torch::Tensor AttentionImpl::forward_in_groups(const torch::Tensor& x, const Rop
   AttentionWeights all = w;
   all.o_bias = torch::Tensor();   // added once, to the groups' sum
   SlotMask mask;
-  const std::vector<torch::Tensor> handed = mask.take(slots(all));   // its defined tensors, in slot order
+  const std::vector<torch::Tensor> handed = mask.take(tensor_slots(all));   // its defined tensors, in slot order
   const bool keep = keeps_attention_output(x), ahead = head_groups_.ahead != nullptr;
   // kept by the graph for backward: the module, copies of the rope tables and the plan, which slots are there
   const double scale = w.lora_scale;
@@ -187,14 +188,14 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
-  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, eps_) : x;   // [B,S/P,hidden]
+  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, input_norm_eps_) : x;   // [B,S/P,hidden]
   const auto [q_rows, k_rows, v_rows] = project_qkv(xn, w, head_groups_.groups > 1);
   auto q = with_adapter(q_rows, xn, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
   auto k = with_adapter(k_rows, xn, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   auto v = with_adapter(v_rows, xn, w.v_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]
   if (w.q_norm.defined()) {
-    q = rms_norm(q, w.q_norm, eps_);   // [B, S/P, H, D], normalised over D
-    k = rms_norm(k, w.k_norm, eps_);   // [B, S/P, Hkv, D]
+    q = rms_norm(q, w.q_norm, qk_norm_eps_);   // [B, S/P, H, D], normalised over D
+    k = rms_norm(k, w.k_norm, qk_norm_eps_);   // [B, S/P, Hkv, D]
   }
   // RoPE (and q/k norm) compute in float32 when the projections ran in bf16 (autocast); the result goes back
   // to the projections' dtype, so the all-to-alls and attention stay bf16 (SDPA would cast to it anyway).

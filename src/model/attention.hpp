@@ -49,7 +49,8 @@
 #include "core/sequence_parallel.hpp"
 #include "model/attention_pieces.hpp"
 #include "model/document_attention.hpp"
-#include "model/layers.hpp"
+#include "model/rms_norm.hpp"
+#include "model/rotary.hpp"
 #include "model/lora.hpp"
 #include "model/precision.hpp"
 #include "model/ring_attention.hpp"
@@ -70,6 +71,10 @@ struct AttentionWeights {
                                              // (forward_normed)
 };
 
+// The tensors of AttentionWeights in one fixed order, for code that hands them on as a list and back (head groups'
+// recomputation) or finds them among the module's parameters; undefined ones are absent.
+std::vector<torch::Tensor*> tensor_slots(AttentionWeights& w);
+
 // Attention in head groups: how many, and the precision each group's recomputation re-enters.
 struct HeadGroups {
   std::int64_t groups = 1;
@@ -78,7 +83,9 @@ struct HeadGroups {
 };
 
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ModelConfig& c, const SequenceParallel& sp, const HeadGroups& head_groups = {},
+  // The layer's token mixer (layer.attention) and the layer's input norm's eps (applied per group in head groups). The
+  // heads are those the model's checks allowed for this SP degree and G (arch::check_heads_for_sp, check_head_groups).
+  AttentionImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const HeadGroups& head_groups = {},
                 const LoraOptions& lora = {});
 
   AttentionWeights weights() const;   // its own parameters
@@ -123,7 +130,7 @@ struct AttentionImpl : torch::nn::Module {
 
   std::int64_t heads_, kv_heads_, head_dim_;
   HeadGroups head_groups_;
-  double eps_;                // of the q/k norms and the input norm (the model's rms_norm_eps)
+  double qk_norm_eps_, input_norm_eps_;   // of the q/k norms, and of the layer's input norm
   double lora_scale_;
   std::int64_t ulysses_degree_;    // U (P without a ring)
   comm::Communicator* ulysses_;    // non-null only when U > 1

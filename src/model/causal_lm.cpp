@@ -14,14 +14,18 @@
 
 namespace ulysses::model {
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+DecoderLayerImpl::DecoderLayerImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const ModelOptions& options,
                                    std::shared_ptr<SharedSideStream> heads_ahead)
     : options_(options) {
   const HeadGroups groups{options.attention_head_groups(), options.precision(), std::move(heads_ahead)};
-  self_attn = register_module("self_attn", Attention(c, sp, groups, options.lora()));
-  mlp = register_module("mlp", Mlp(c, options.lora()));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  ULY_CHECK(layer.mlp.kind == arch::MlpKind::kDenseGated && layer.input_norm.kind == arch::NormKind::kRms &&
+                layer.post_attention_norm.kind == arch::NormKind::kRms,
+            "layer {}: a block kind this model has no module for", layer.index);
+  // registered in the order of the spec's blocks: transformers' named_parameters() order
+  self_attn = register_module("self_attn", Attention(layer, sp, groups, options.lora()));
+  mlp = register_module("mlp", Mlp(layer.mlp, options.lora()));
+  input_layernorm = register_module("input_layernorm", RMSNorm(layer.input_norm));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(layer.post_attention_norm));
 }
 
 DecoderLayerWeights DecoderLayerImpl::weights() const {
@@ -32,11 +36,9 @@ namespace {
 
 template <typename Fn>
 void for_each_tensor(DecoderLayerWeights& w, Fn&& fn) {
-  AttentionWeights& a = w.attention;
-  for (torch::Tensor* t : {&w.input_norm, &a.q, &a.k, &a.v, &a.o, &a.q_bias, &a.k_bias, &a.v_bias, &a.o_bias,
-                           &a.q_norm, &a.k_norm, &a.q_lora.a, &a.q_lora.b, &a.k_lora.a, &a.k_lora.b, &a.v_lora.a,
-                           &a.v_lora.b, &a.o_lora.a, &a.o_lora.b, &w.post_attention_norm})
-    fn(*t);
+  fn(w.input_norm);
+  for (torch::Tensor* t : tensor_slots(w.attention)) fn(*t);
+  fn(w.post_attention_norm);
   for (torch::Tensor* t : tensor_slots(w.mlp)) fn(*t);
 }
 
@@ -65,7 +67,7 @@ DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& 
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
                                         const DecoderLayerWeights& w) {
-  const double eps = input_layernorm->eps;
+  const double eps = post_attention_layernorm->eps;
   const auto attended = self_attn->forward_normed(x, w.input_norm, rope, plan, w.attention);
   auto h = x + attended;                                                                    // [B, S/P, hidden]
   if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
@@ -76,7 +78,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(c)), sliding_window_(c.sliding_window), ring_(sp.ring_degree() > 1),
+    : inv_freq_(rope_inv_freq(arch::layer_spec(c, 0).attention.rope)), sliding_window_(c.sliding_window),
+      ring_(sp.ring_degree() > 1),
       fp32_residual_(options.fp32_residual()),
       frozen_embeddings_(options.lora().enabled()), runner_(options, c.num_layers) {
   embed_tokens = register_module(
@@ -88,8 +91,11 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const
   const auto heads_ahead = options.heads_ahead() && options.attention_head_groups() > 1
                                ? std::make_shared<SharedSideStream>()
                                : nullptr;
+  if (options.attention_head_groups() != 1)
+    arch::check_head_groups(c, sp.ulysses_degree(), options.attention_head_groups());
+  if (sp.ulysses_degree() > 1) arch::check_heads_for_sp(c, sp.degree(), c.architecture, sp.ring_degree());
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    layers->push_back(DecoderLayer(c, sp, options, heads_ahead));
+    layers->push_back(DecoderLayer(arch::layer_spec(c, i), sp, options, heads_ahead));
     if (placeholder_parameters) to_placeholders(*layers[i]);
   }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));

@@ -26,11 +26,15 @@
 #include "io/shard_format.hpp"
 #include "model/attention.hpp"
 #include "model/layer_runner.hpp"
-#include "model/layers.hpp"
+#include "model/mlp.hpp"
+#include "model/rms_norm.hpp"
+#include "model/rotary.hpp"
 #include "model/options.hpp"
 #include "model/sharded_states.hpp"
 
 namespace ulysses::model {
+
+using arch::ModelConfig;
 
 inline constexpr std::int64_t kIgnoreLabel = shard::kIgnoreIndex;   // the label of no loss, as in the shards
 
@@ -44,7 +48,7 @@ struct DecoderLayerWeights {
 // x + attn(norm(x)), then h + mlp(norm(h)).
 struct DecoderLayerImpl : torch::nn::Module {
   // heads_ahead: where its head groups issue their first stages ahead (prefetch; shared by the layers), or null
-  DecoderLayerImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
+  DecoderLayerImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const ModelOptions& options,
                    std::shared_ptr<SharedSideStream> heads_ahead = nullptr);
   DecoderLayerWeights weights() const;   // its own parameters
   // The same, with tensors in the order of parameters() (a sharded unit's gathered weights) in their place.
@@ -95,7 +99,7 @@ struct DecoderImpl : torch::nn::Module {
   RMSNorm norm{nullptr};
 
  private:
-  torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU
+  torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU: the RoPE of layer 0's spec, which every layer's shares today
   std::optional<std::int64_t> sliding_window_;
   bool ring_;   // ring attention (--sp-ring > 1): no dense sliding-window mask
   bool fp32_residual_;

@@ -15,7 +15,8 @@
 
 #include <torch/types.h>
 
-#include "model/layers.hpp"
+#include "model/mlp.hpp"
+#include "model/rms_norm.hpp"
 #include "model/precision.hpp"
 
 namespace ulysses::model {

@@ -5,7 +5,7 @@
 // the token sharding. Rank r holds its slice of the tokens (SequenceParallel::slice, contiguous) and
 // heads [r*h/P, (r+1)*h/P). The exchange itself is comm::all_to_all_autograd (its own adjoint);
 // everything here is a reshape around it.
-// Shape letters: see layers.hpp. Here h is the number of heads of the tensor (H for queries, Hkv or P
+// Shape letters: see rms_norm.hpp. Here h is the number of heads of the tensor (H for queries, Hkv or P
 // for keys and values).
 #pragma once
 

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
-#include "model/layers.hpp"
+#include "model/rms_norm.hpp"
 #include "model/lora.hpp"
 
 namespace ulysses::model {

@@ -17,7 +17,7 @@
 
 #include "arch/model_config.hpp"
 #include "model/causal_lm.hpp"
-#include "model/layers.hpp"
+#include "model/rms_norm.hpp"
 #include "model/weights.hpp"
 #include "plan/memory_model.hpp"
 
