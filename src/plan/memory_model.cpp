@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "arch/layer_spec.hpp"
 #include "core/rank_layout.hpp"
 #include "core/topology.hpp"
 #include "plan/tensor_limit.hpp"
@@ -33,33 +34,57 @@ struct LayerCounts {
   double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
   double heads_q = 0, heads_kv = 0;   // per token: q, and k or v, after the all-to-all (KV replicated): one group
+  bool operator==(const LayerCounts&) const = default;
 };
 
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
 // the query heads (model/document_attention.hpp).
 // keeps: head groups keep attention's output (MemoryFeatures::keeps_head_output).
-LayerCounts counts(const arch::ModelConfig& c, int sp, bool expanded_kv, std::int64_t groups, bool keeps) {
-  arch::ModelConfig group = c;   // one group's heads
-  group.num_heads = c.num_heads / groups;
-  group.num_kv_heads = std::max<std::int64_t>(c.num_kv_heads / groups, 1);
-  const auto heads = arch::ulysses_heads(group, sp);
-  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
-  const double q = static_cast<double>(group.num_heads) * d, kv = static_cast<double>(group.num_kv_heads) * d;
-  const double qa = static_cast<double>(sp * heads.q) * d, kva = static_cast<double>(sp * heads.kv) * d;
+LayerCounts counts(const arch::LayerSpec& layer, int sp, bool expanded_kv, std::int64_t groups, bool keeps) {
+  const arch::AttentionSpec& a = layer.attention;
+  const std::int64_t group_heads = a.heads / groups, group_kv = std::max<std::int64_t>(a.kv_heads / groups, 1);
+  const std::int64_t rank_heads = group_heads / sp, rank_kv = std::max<std::int64_t>(group_kv, sp) / sp;   // after a2a
+  const double h = static_cast<double>(a.hidden), d = static_cast<double>(a.head_dim);
+  const double q = static_cast<double>(group_heads) * d, kv = static_cast<double>(group_kv) * d;
+  const double qa = static_cast<double>(sp * rank_heads) * d, kva = static_cast<double>(sp * rank_kv) * d;
   LayerCounts n;
-  const double heads_output = static_cast<double>(c.num_heads) * d;
+  const double heads_output = static_cast<double>(a.heads) * d;
   n.attention = groups > 1 ? 1.5 * h : 3 * h + heads_output;
   n.projections = groups > 1 ? 2.5 * h : 0;
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;
-  n.mlp_row = 4 * static_cast<double>(c.intermediate_size);
+  n.mlp_row = 4 * static_cast<double>(layer.mlp.intermediate);
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
   n.heads_q = qa, n.heads_kv = kva;
   return n;
 }
 
 std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
+
+// The model's layers by kind: layers whose counts and attention agree are counted once, times how many they are
+// (today's architectures have one kind; a model mixing kinds has each).
+struct LayerKind {
+  arch::LayerSpec spec;
+  bool keeps = false;   // head groups keep attention's output (MemoryFeatures::keeps_head_output)
+  LayerCounts n;
+  double layers = 0;
+};
+std::vector<LayerKind> layer_kinds(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p) {
+  std::vector<LayerKind> kinds;
+  for (arch::LayerSpec& spec : arch::layer_specs(c)) {
+    const bool keeps = f.keeps_head_output(p.cuda, spec.attention.head_dim, l.ring);
+    const LayerCounts n = counts(spec, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups, keeps);
+    const auto same = [&](const LayerKind& k) {
+      return k.n == n && k.keeps == keeps && k.spec.attention.sliding_window == spec.attention.sliding_window &&
+             k.spec.attention.heads == spec.attention.heads && k.spec.attention.head_dim == spec.attention.head_dim;
+    };
+    const auto it = std::find_if(kinds.begin(), kinds.end(), same);
+    if (it != kinds.end()) ++it->layers;
+    else kinds.push_back({std::move(spec), keeps, n, 1});
+  }
+  return kinds;
+}
 
 // Ring attention's buffers (model/ring_attention.hpp) beside one group's heads: the k/v block held and the one
 // arriving ([2, S/R, kv heads]: 2·T·kva elements each, the compute dtype); in backward the gradients of the blocks
@@ -69,17 +94,17 @@ std::int64_t bytes(double b) { return static_cast<std::int64_t>(b); }
 // backward the fp32 dq accumulator, the dq, dk, dv it returns and, under GQA, the k/v gradients expanded to the query
 // heads. PyTorch's flash attention for CPU and the arithmetic written out: the piece's k/v expanded to the query
 // heads; written out on a GPU: its scores, probabilities and their gradient too, fp32 [h, C, C].
-double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
+double ring_bytes(const arch::AttentionSpec& a, const Layout& l, const Features& f, const Profile& p,
                   const LayerCounts& n, double T, std::int64_t seq_len) {
   const double act = f.compute_bytes();
   const double qa = n.heads_q, kva = n.heads_kv;   // per token of this rank, one group
   double b = act * 2 * (2 * T * kva) + 4 * 3 * (2 * T * kva) + 4 * T * qa;
-  const bool flash = p.cuda && f.bf16 && arch::flash_head_dim(c.head_dim);
+  const bool flash = p.cuda && f.bf16 && arch::flash_head_dim(a.head_dim);
   if (flash) return b + 4 * (T / 2) * qa + act * (T / 2 * qa + T * kva) + (qa > kva ? act * T * qa : 0);
   b += act * T * qa;
   if (p.cuda) {
     const double C = static_cast<double>(seq_len) / (2 * l.ring);
-    const double h = static_cast<double>(c.num_heads / f.attention_head_groups / l.ulysses());
+    const double h = static_cast<double>(a.heads / f.attention_head_groups / l.ulysses());
     b += 3 * 4 * h * C * C * static_cast<double>(l.micro_batch);
   }
   return b;
@@ -88,6 +113,11 @@ double ring_bytes(const arch::ModelConfig& c, const Layout& l, const Features& f
 // Elements per token of each layer's adapter products x·Aᵀ (one [T, r] per adapted projection).
 double lora_row(const Features& f) {
   return static_cast<double>(f.lora_rank) * static_cast<double>(f.lora_targets.size());
+}
+
+// Head groups' kept log-sum-exp, float [B, H/U, S] a layer: with the layer back-propagated, or every layer's.
+double kept_lse(const LayerKind& k, double T) {
+  return k.keeps ? 4 * T * static_cast<double>(k.spec.attention.heads) : 0;
 }
 
 // LoRA's replicated model states (sharded, they are plan_states' frozen groups): the frozen base in the compute dtype —
@@ -109,6 +139,40 @@ std::int64_t replicated_copy_bytes(const arch::ModelConfig& c, int shards, const
   return 2 * (f.bf16_activations ? arch::parameter_count(c) : arch::matmul_parameter_count(c));
 }
 
+
+// One layer's working set (forward and backward) of kind k. Head groups: one group's heads' tensors are alive at a
+// time (attention.hpp), in forward and backward — the larger of a group's attention backward and its projections' —,
+// and with prefetch the next group's q, k, v beside them; LoRA: each adapted projection's [T, r] product beside the
+// layer's.
+std::int64_t layer_working_bytes(const LayerKind& k, const Layout& l, const Features& f, const Profile& p, double T,
+                                 std::int64_t seq_len) {
+  const LayerCounts& n = k.n;
+  const arch::AttentionSpec& a = k.spec.attention;
+  const double act = f.compute_bytes();
+  const auto mlp_rows = static_cast<double>(f.mlp_rows(static_cast<std::int64_t>(T)));
+  const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
+  const double layer_tokens = T * (std::max(n.attention + n.heads, n.projections) + ahead + n.mlp_token + lora_row(f));
+  std::int64_t working = bytes(act * (2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row) +
+                                      p.work_factor * T * n.kept));
+  if (a.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
+    const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
+    if (l.ring == 1) working += bytes(B * S * S * (1 + act * static_cast<double>(a.heads / l.sp)));
+  }
+  if (l.ring > 1) working += ring_bytes(a, l, f, p, n, T, seq_len);
+  if (f.activation_checkpointing) working += bytes(kept_lse(k, T));
+  return working;
+}
+
+// Without checkpointing: what the layers of kind k save for backward, all of them.
+double layer_saved_bytes(const LayerKind& k, const Features& f, const Profile& p, double T) {
+  const LayerCounts& n = k.n;
+  const double act = f.compute_bytes();
+  const double saved_mlp = f.saves_mlp_rows() ? T * n.mlp_row : 0.0;
+  const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
+  return act * k.layers * (p.saved_factor * T * (n.attention + n.kept + n.mlp_token + lora_row(f)) +
+                           p.saved_factor * saved_heads + p.mlp_factor * saved_mlp) +
+         k.layers * kept_lse(k, T);
+}
 
 }  // namespace
 
@@ -142,8 +206,6 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
   const double T = static_cast<double>(l.micro_batch * (seq_len / l.sp));
   const double act = f.compute_bytes(), h = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
-  const bool keeps = f.keeps_head_output(p.cuda, c.head_dim, l.ring);
-  const LayerCounts n = counts(c, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups, keeps);
   Breakdown b;
   b.weights = states.device.weights + replicated_copy_bytes(c, shards, f);
   // replicated bf16: the copies' bf16 gradients, whole after a backward until they are summed into the masters'
@@ -159,36 +221,21 @@ Breakdown predict(const arch::ModelConfig& c, const Layout& l, const Features& f
     if (f.offload_params && shards > 1) b.gathered += (u.gathered_bytes + shards - 1) / shards;
   }
   const auto rows = static_cast<std::int64_t>(T);   // the same tokens as a count
-  const auto mlp_rows = static_cast<double>(f.mlp_rows(rows));
-  // head groups: one group's heads' tensors are alive at a time (attention.hpp), in forward and backward — the larger
-  // of a group's attention backward and its projections' —, and with prefetch the next group's q, k, v beside them;
-  // LoRA: each adapted projection's [T, r] product beside the layer's
-  const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
-  const double layer_tokens = T * (std::max(n.attention + n.heads, n.projections) + ahead + n.mlp_token + lora_row(f));
-  b.working = bytes(act * (2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row) +
-                           p.work_factor * T * n.kept));
-  if (c.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
-    const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
-    if (l.ring == 1) b.working += bytes(B * S * S * (1 + act * static_cast<double>(arch::ulysses_heads(c, l.sp).q)));
+  double saved = 0;   // without checkpointing: every layer's, by kind
+  for (const LayerKind& k : layer_kinds(c, l, f, p)) {
+    b.working = std::max(b.working, layer_working_bytes(k, l, f, p, T, seq_len));
+    b.comm = std::max(b.comm, bytes(act * T * k.n.a2a));   // one group's all-to-all buffers at a time
+    if (!f.activation_checkpointing) saved += layer_saved_bytes(k, f, p, T);
   }
-  if (l.ring > 1) b.working += ring_bytes(c, l, f, p, n, T, seq_len);
-  // head groups' kept log-sum-exp, float [B, H/U, S] a layer: with the layer back-propagated, or every layer's
-  const double lse = keeps ? 4 * T * static_cast<double>(c.num_heads) : 0;
   if (f.activation_checkpointing) {
-    b.working += bytes(lse);
     const double kept = static_cast<double>(p.checkpoint_bytes > 0 ? p.checkpoint_bytes : f.activation_bytes()) * T * h;
     b.saved = bytes(kept * f.device_kept_inputs(L, p.cuda));
     b.host_checkpoints = bytes(kept * f.host_kept_inputs());
   } else {
-    const double saved_mlp = f.saves_mlp_rows() ? T * n.mlp_row : 0.0;
-    const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
-    b.saved = bytes(act * L * (p.saved_factor * T * (n.attention + n.kept + n.mlp_token + lora_row(f)) +
-                               p.saved_factor * saved_heads +
-                               p.mlp_factor * saved_mlp) + L * lse);
+    b.saved = bytes(saved);
   }
   const auto loss_rows = static_cast<double>(f.logit_rows(rows));
   b.loss = bytes(p.loss_factor * loss_rows * V * 4 + (f.logits_gradient_buffer() ? 4 * V * h : 0.0));
-  b.comm = bytes(act * T * n.a2a);   // one group's all-to-all buffers at a time
   b.device_fixed = p.device_fixed;
   b.host_states = states.host.total() / 16 * p.offload_bytes + states.host_copies;   // 16 bytes a parameter: ours
   b.host_fixed = p.host_fixed;
@@ -227,9 +274,17 @@ std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const
   return lo * unit;
 }
 
+namespace {
+std::int64_t attention_width(const arch::ModelConfig& c) {   // Σ over the layers of H·D
+  std::int64_t n = 0;
+  for (const arch::LayerSpec& layer : arch::layer_specs(c)) n += layer.attention.heads * layer.attention.head_dim;
+  return n;
+}
+}  // namespace
+
 double step_flops(const arch::ModelConfig& c, double tokens, double attention_pairs) {
   return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
-         6.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) * attention_pairs;
+         6.0 * static_cast<double>(attention_width(c)) * attention_pairs;
 }
 
 }  // namespace ulysses::plan

@@ -1,6 +1,10 @@
 #include "plan/tensor_limit.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "arch/layer_spec.hpp"
 
 #include "core/error.hpp"
 
@@ -9,17 +13,24 @@ namespace ulysses::plan {
 std::vector<KernelTensor> kernel_tensors(const arch::ModelConfig& c, const Layout& l, const Features& f,
                                          std::int64_t seq_len) {
   const std::int64_t B = l.micro_batch, S = seq_len, T = B * (S / l.sp);
-  const std::int64_t group_heads = c.num_heads / f.attention_head_groups / l.ulysses();   // query heads: rank, group
+  std::int64_t q = 0, intermediate = 0;   // the widest layer's: one head group's q per token of the rank, the MLP's
+  bool window = false;
+  for (const arch::LayerSpec& layer : arch::layer_specs(c)) {
+    const arch::AttentionSpec& a = layer.attention;
+    q = std::max(q, a.heads / f.attention_head_groups / l.ulysses() * a.head_dim);   // query heads: rank, group
+    intermediate = std::max(intermediate, layer.mlp.intermediate);
+    window = window || a.sliding_window.has_value();
+  }
   const std::int64_t block = S / l.ring;   // tokens attention sees at once: the whole sequence, or a ring block
   std::vector<KernelTensor> out{
-      {"q of one head group after the all-to-all [B, S/R, H/G/U, head_dim]", B * block * group_heads * c.head_dim,
+      {"q of one head group after the all-to-all [B, S/R, H/G/U, head_dim]", B * block * q,
        "raise --attention-head-groups (auto takes the least that keeps it under) or --sp"},
-      {"MLP tile [rows, intermediate]", f.mlp_rows(T) * c.intermediate_size,
+      {"MLP tile [rows, intermediate]", f.mlp_rows(T) * intermediate,
        "--mlp-tile-tokens N (or --tiled-mlp: tiles of hidden tokens)"},
       {"logits chunk [rows, vocab]", f.logit_rows(T) * c.vocab_size,
        "--logits-chunk-tokens N (or --tiled-logits: about 1 GiB of fp32 logits a chunk)"},
       {"embedding gradient [vocab, hidden]", c.vocab_size * c.hidden_size, "a model this wide is past these kernels"}};
-  if (c.sliding_window && l.ring == 1)   // a ring masks each piece of its own
+  if (window && l.ring == 1)   // a ring masks each piece of its own
     out.push_back({"sliding-window mask [B, 1, S, S]", B * S * S, "a shorter --seq-len"});
   return out;
 }

@@ -13,7 +13,7 @@ ref_plain.safetensors and ref_packed.safetensors holding the inputs in the C++ m
 (input_ids, position_ids, doc_ids, pre-shifted labels; all [B, S] int64), the reference logits [B, S, V],
 loss [] (mean over valid labels) and grad.<parameter name> for every parameter. ref_plain_bf16.safetensors is the
 plain case again from the same checkpoint loaded with dtype=torch.bfloat16 (transformers' own bf16 model): its
-logits, loss and gradients, cast to float32.
+logits, loss and gradients, cast to float32. parameter_count.txt holds the number of parameters transformers built.
 
 Every parameter, norms and biases included, is drawn at random (not transformers' init) so that a
 misplaced norm or bias shows. "plain": one document per row, loss from transformers' own labels path.
@@ -113,7 +113,9 @@ def main(out_dir):
         bf16 = AutoModelForCausalLM.from_pretrained(out_dir / name, dtype=torch.bfloat16, attn_implementation="eager")
         tensors = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in plain_reference(bf16, ids).items()}
         save_file(tensors, out_dir / name / "ref_plain_bf16.safetensors")
-        print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters -> {out_dir / name}")
+        count = sum(p.numel() for p in model.parameters())
+        (out_dir / name / "parameter_count.txt").write_text(f"{count}\n")   # transformers' count, for the C++ test
+        print(f"{name}: {count} parameters -> {out_dir / name}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "arch/model_config.hpp"
+#include "arch/parameters.hpp"
 #include "model/causal_lm.hpp"
 #include "model/weights.hpp"
 #include "../torch_tensors.hpp"
@@ -92,6 +94,20 @@ TEST_P(HfParity, LogitsLossAndGradients) {
   load_hf_weights(model, g_reference_dir / name);
   check_case(model, name, "plain");
   check_case(model, name, "packed");
+}
+
+// The layer description's count (arch::parameters, what the planner's state bytes come from) = the model's = what
+// transformers built for the same config.json.
+TEST_P(HfParity, ParameterCountsAgree) {
+  const std::string name = GetParam();
+  const arch::ModelConfig c = arch::read_model_config(g_reference_dir / name / "config.json");
+  std::ifstream in(g_reference_dir / name / "parameter_count.txt");
+  std::int64_t transformers_count = -1;
+  in >> transformers_count;
+  std::int64_t model_count = 0;
+  for (const torch::Tensor& p : CausalLm(c)->parameters()) model_count += p.numel();
+  EXPECT_EQ(arch::parameter_count(c), transformers_count);
+  EXPECT_EQ(model_count, transformers_count);
 }
 
 // Relative distances to the fp32 truth: the loss's and, over all parameters, the largest and the whole gradient's.
