@@ -6,7 +6,6 @@
 // large the model. Everything written is read back and compared (sizes, header, per-tensor xxh3) before
 // the directory is renamed into place.
 #include <algorithm>
-#include <future>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -17,7 +16,6 @@
 #include "ckpt/source.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/output_dir.hpp"
 #include "core/progress.hpp"
 
 namespace fs = std::filesystem;
@@ -108,17 +106,12 @@ int run_export_hf(const ExportOptions& o) {
   const std::optional<Weights> base = o.merge_lora ? std::optional(lora_base(c, o.base)) : std::nullopt;
   const Weights& from = base ? *base : c.model;
   const std::vector<fs::path> tokenizer = o.tokenizer.empty() ? std::vector<fs::path>{} : tokenizer_files(o.tokenizer);
-  std::vector<OutTensor> tensors;
-  std::uint64_t total = 0;
   std::vector<std::string> names = c.model.names();   // the checkpoint's order; a base's: its parameters only
   if (base) {
     names.clear();
     for (const arch::ParameterSpec& p : arch::parameters(c.spec.config)) names.push_back(p.name);
   }
-  for (const std::string& n : names) {
-    tensors.push_back({n, n, from.info(n).shape, dtype});
-    total += tensors.back().nbytes();
-  }
+  auto [tensors, total] = export_tensors(from, names, dtype);
   if (base) add_lora_deltas(c, tensors);
   const auto shards = plan_shards(tensors, o.max_shard_bytes);
   log_info("{}: step {}, {} ({} tensors{}{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step,
@@ -129,33 +122,26 @@ int run_export_hf(const ExportOptions& o) {
     log_info("  {}/{}: {} tensors", o.output.string(), shard_name(i, shards.size()), shards[i].size());
   if (o.dry_run) return end_dry_run();
 
-  OutputDir out(o.output, o.overwrite);
-  require_free_space(o.output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));
-  std::future<void> checksums = std::async(std::launch::async, [&c] {
-    verify_checksums(c.dir, c.manifest, c.model_files);
+  write_export(o.output, o.overwrite, c, tensors, "export", [&](const fs::path& tmp, Progress& progress) {
+    std::vector<std::vector<std::string>> sums;
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = shard_name(i, shards.size());
+      sums.push_back(write_tensors(tmp / name, from, shards[i], {{"format", "pt"}}, &progress, o.allow_nonfinite));
+      for (const OutTensor& t : shards[i]) weight_map[t.name] = name;
+    }
+    progress.finish();
+    if (shards.size() > 1) {
+      const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      write_text(tmp / "model.safetensors.index.json", index.dump(2) + "\n");
+    }
+    write_text(tmp / "config.json", export_config(c.spec, torch_dtype_name(dtype)).dump(2) + "\n");
+    write_text(tmp / "generation_config.json", generation_config(c.spec).dump(2) + "\n");
+    for (const fs::path& f : tokenizer) copy_file_checked(f, tmp / f.filename());
+    for (std::size_t i = 0; i < shards.size(); ++i) verify_tensors(tmp / shard_name(i, shards.size()), shards[i], sums[i]);
+    const Weights back = Weights::hf_dir(tmp);   // the index and the shards agree
+    check_parameters(back, c.spec, /*f32_only=*/false, /*allow_ignorable=*/false);
   });
-  Progress progress("export", tensors.size(), "tensors", "bytes");
-  std::vector<std::vector<std::string>> sums;
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    const std::string name = shard_name(i, shards.size());
-    sums.push_back(write_tensors(out.tmp() / name, from, shards[i], {{"format", "pt"}}, &progress, o.allow_nonfinite));
-    for (const OutTensor& t : shards[i]) weight_map[t.name] = name;
-  }
-  progress.finish();
-  if (shards.size() > 1) {
-    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_text(out.tmp() / "model.safetensors.index.json", index.dump(2) + "\n");
-  }
-  write_text(out.tmp() / "config.json", export_config(c.spec, torch_dtype_name(dtype)).dump(2) + "\n");
-  write_text(out.tmp() / "generation_config.json", generation_config(c.spec).dump(2) + "\n");
-  for (const fs::path& f : tokenizer) copy_file_checked(f, out.tmp() / f.filename());
-
-  for (std::size_t i = 0; i < shards.size(); ++i) verify_tensors(out.tmp() / shard_name(i, shards.size()), shards[i], sums[i]);
-  const Weights back = Weights::hf_dir(out.tmp());   // the index and the shards agree
-  check_parameters(back, c.spec, /*f32_only=*/false, /*allow_ignorable=*/false);
-  checksums.get();   // BadInput if the checkpoint was corrupt: the output is then removed, never renamed
-  out.commit();
   log_info("wrote {} ({} {}, {} file{}, verified){}", o.output.string(), human_bytes(total), st::dtype_name(dtype),
            shards.size(), shards.size() > 1 ? "s" : "", tokenizer.empty() ? "; no tokenizer (--tokenizer DIR)" : "");
   return 0;

@@ -2,7 +2,6 @@
 // (its keys base_model.model.<name>, as get_peft_model_state_dict names them: the model's own name with the adapter
 // name dropped) and adapter_config.json (LoraConfig: r, lora_alpha, target_modules, use_rslora, the base). Tensors
 // stream as export-hf's do and are read back and compared before the directory is renamed into place.
-#include <future>
 
 #include "ckpt/commands.hpp"
 #include "ckpt/dtype.hpp"
@@ -10,7 +9,6 @@
 #include "ckpt/source.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/output_dir.hpp"
 #include "core/progress.hpp"
 
 namespace fs = std::filesystem;
@@ -28,12 +26,7 @@ int run_export_peft(const ExportPeftOptions& o) {
                    "export-hf writes a full fine-tune's model");
   std::string base = o.base.empty() ? c.lora->init_from : o.base;   // a folder found from here: its absolute path
   if (!base.empty() && fs::is_directory(base)) base = fs::absolute(base).lexically_normal().string();
-  std::vector<OutTensor> tensors;
-  std::uint64_t total = 0;
-  for (const std::string& n : c.model.names()) {
-    tensors.push_back({kPeftPrefix + n, n, c.model.info(n).shape, dtype});
-    total += tensors.back().nbytes();
-  }
+  const auto [tensors, total] = export_tensors(c.model, c.model.names(), dtype, kPeftPrefix);
   log_info("{}: step {}, {} LoRA {} ({} tensors) -> {} {}, base {}", c.dir.string(), c.manifest.step,
            c.spec.config.architecture, c.lora->summary(), tensors.size(), human_bytes(total), st::dtype_name(dtype),
            base.empty() ? "none recorded" : base);
@@ -42,19 +35,13 @@ int run_export_peft(const ExportPeftOptions& o) {
              "adapter_config.json names no base_model_name_or_path (--base NAME sets one)");
   if (o.dry_run) return end_dry_run();
 
-  OutputDir out(o.output, o.overwrite);
-  require_free_space(o.output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));
-  std::future<void> checksums = std::async(std::launch::async, [&c] {
-    verify_checksums(c.dir, c.manifest, c.model_files);
+  write_export(o.output, o.overwrite, c, tensors, "export-peft", [&](const fs::path& tmp, Progress& progress) {
+    const fs::path file = tmp / "adapter_model.safetensors";
+    const auto sums = write_tensors(file, c.model, tensors, {{"format", "pt"}}, &progress, o.allow_nonfinite);
+    progress.finish();
+    write_text(tmp / "adapter_config.json", peft_adapter_config(*c.lora, base).dump(2) + "\n");
+    verify_tensors(file, tensors, sums);
   });
-  Progress progress("export-peft", tensors.size(), "tensors", "bytes");
-  const fs::path file = out.tmp() / "adapter_model.safetensors";
-  const auto sums = write_tensors(file, c.model, tensors, {{"format", "pt"}}, &progress, o.allow_nonfinite);
-  progress.finish();
-  write_text(out.tmp() / "adapter_config.json", peft_adapter_config(*c.lora, base).dump(2) + "\n");
-  verify_tensors(file, tensors, sums);
-  checksums.get();   // BadInput if the checkpoint was corrupt: the output is then removed, never renamed
-  out.commit();
   log_info("wrote {} ({} {} adapters, verified); load it with peft.PeftModel.from_pretrained(base_model, \"{}\")",
            o.output.string(), human_bytes(total), st::dtype_name(dtype), o.output.string());
   return 0;

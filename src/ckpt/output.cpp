@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "core/checksum.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/output_dir.hpp"
 #include "core/progress.hpp"
 
 namespace fs = std::filesystem;
@@ -170,6 +172,30 @@ void copy_file_checked(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::copy_file(from, to, ec);
   if (ec) throw std::runtime_error(fmt::format("cannot copy {} to {}: {}", from.string(), to.string(), ec.message()));
+}
+
+ExportTensors export_tensors(const Weights& from, const std::vector<std::string>& names, st::DType dtype,
+                             const std::string& prefix) {
+  ExportTensors out;
+  for (const std::string& n : names) {
+    out.tensors.push_back({prefix + n, n, from.info(n).shape, dtype});
+    out.total += out.tensors.back().nbytes();
+  }
+  return out;
+}
+
+void write_export(const std::filesystem::path& output, bool overwrite, const Checkpoint& c,
+                  const std::vector<OutTensor>& tensors, const std::string& progress_name,
+                  const std::function<void(const std::filesystem::path& tmp, Progress& progress)>& write) {
+  OutputDir out(output, overwrite);
+  require_free_space(output, safetensors_bytes(tensors) + (std::uint64_t{1} << 20));
+  std::future<void> checksums = std::async(std::launch::async, [&c] {
+    verify_checksums(c.dir, c.manifest, c.model_files);
+  });
+  Progress progress(progress_name, tensors.size(), "tensors", "bytes");
+  write(out.tmp(), progress);
+  checksums.get();   // BadInput if the checkpoint was corrupt: the output is then removed, never renamed
+  out.commit();
 }
 
 }  // namespace ulysses::ckpt

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,23 @@ std::uint64_t safetensors_bytes(const std::vector<OutTensor>& tensors);
 void require_free_space(const std::filesystem::path& output, std::uint64_t bytes);
 
 void write_text(const std::filesystem::path& path, const std::string& text);   // runtime_error on short write
+
+// ---- What export-hf and export-peft share -------------------------------------------------------------------
+
+// `names` of `from` as tensors to write: each under prefix + its name, cast to `dtype`; and their bytes in all.
+struct ExportTensors {
+  std::vector<OutTensor> tensors;
+  std::uint64_t total = 0;
+};
+ExportTensors export_tensors(const Weights& from, const std::vector<std::string>& names, st::DType dtype,
+                             const std::string& prefix = "");
+
+// An export's frame: `output` made atomically (OutputDir; --overwrite), its free space checked for `tensors`, the
+// checkpoint's checksums verified on a second thread while write(tmp, progress) puts the files into the temporary
+// directory; renamed into place only when both succeeded (a corrupt checkpoint or a failed write leaves nothing).
+void write_export(const std::filesystem::path& output, bool overwrite, const Checkpoint& c,
+                  const std::vector<OutTensor>& tensors, const std::string& progress_name,
+                  const std::function<void(const std::filesystem::path& tmp, Progress& progress)>& write);
 void copy_file_checked(const std::filesystem::path& from, const std::filesystem::path& to);
 
 

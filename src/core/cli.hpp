@@ -15,9 +15,20 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/number_checks.hpp"
 #include "core/strict_config.hpp"
 
 namespace ulysses {
+
+inline constexpr std::int64_t kMostRanks = 1 << 20;   // ranks of an SP group, of an island, threads
+
+// --sp-ring as ulysses-train, ulysses-pack and ulysses-plan take it: the ring degree R inside the SP group (the
+// Ulysses degree is --sp / R), a whole number in [1, 2^20]; `role` says what it is to this tool.
+inline CLI::Option* add_sp_ring_option(CLI::App& app, std::int64_t& ring, const std::string& role) {
+  return app.add_option("--sp-ring", ring, "Ring degree R inside the SP group (Ulysses degree --sp / R): " + role)
+      ->check(whole_number(1, kMostRanks))
+      ->capture_default_str();
+}
 
 // The long option names (without --) of `app` and all its subcommands.
 inline void long_names(CLI::App& app, std::vector<std::string>& out) {

@@ -2,16 +2,8 @@
 
 #include <ATen/autocast_mode.h>
 
-#include "core/error.hpp"
 
 namespace ulysses::model {
-
-Precision precision_from_name(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "amp-bf16") return Precision::kAmpBf16;
-  throw BadInput(fmt::format("--precision {}: unknown precision", name), "use fp32, bf16 or amp-bf16");
-}
 
 c10::ScalarType compute_dtype(Precision p) { return p == Precision::kFp32 ? c10::kFloat : c10::kBFloat16; }
 

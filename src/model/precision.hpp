@@ -16,11 +16,12 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "plan/precision.hpp"
+
 namespace ulysses::model {
 
-enum class Precision { kFp32, kBf16, kAmpBf16 };
+using plan::Precision;   // resolved from the flags once, with the planner's bytes (plan::dtype_plan)
 
-Precision precision_from_name(const std::string& name);   // BadInput for other names
 c10::ScalarType compute_dtype(Precision p);               // of the matmuls: Float, or BFloat16 in both bf16 modes
 c10::ScalarType weight_dtype(Precision p);                // of every other weight (norms, biases, table): bf16 only
                                                           // for kBf16

@@ -86,9 +86,8 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("-o,--output", o.output, "Output dataset directory (written atomically)")->required();
   cmd->add_option("--seq-len", o.seq_len, "Global sequence length S (multiple of --sp × --align)")->required();
   cmd->add_option("--sp", o.sp, "Sequence-parallel degree P the slices align to")->capture_default_str();
-  cmd->add_option("--sp-ring", o.sp_ring,
-                  "The trainer's --sp-ring R: each sequence in 2R chunks, so S % (2 × --sp × --align) == 0")
-      ->capture_default_str();
+  ulysses::add_sp_ring_option(*cmd, o.sp_ring,
+                              "the trainer's; each sequence in 2R chunks, so S % (2 × --sp × --align) == 0");
   cmd->add_option("--align", o.alignment, "Per-rank slice alignment in tokens")->capture_default_str();
   cmd->add_option("--policy", st.policy, "Packing policy")
       ->check(CLI::IsMember({"bfd", "concat", "pad"}))->capture_default_str();

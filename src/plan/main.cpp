@@ -88,9 +88,7 @@ void set_up(CLI::App& app, Cli& o) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--sp", o.sp, "Sequence-parallel degree, or 'choose' (needs --seq-len: the layout that reaches it)")
       ->capture_default_str();
-  app.add_option("--sp-ring", o.sp_ring,
-                 "Ring degree inside the SP group, as ulysses-train's (Ulysses degree = sp / sp-ring; a numeric --sp)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  ulysses::add_sp_ring_option(app, o.sp_ring, "as ulysses-train's, with a numeric --sp");
   app.add_option("--objective", o.objective,
                  "For --sp choose: fewest-gpus (the fewest whole nodes, then the smallest SP, then ring) or "
                  "throughput (all nodes, the smallest SP that fits)")

@@ -176,17 +176,18 @@ void settle_precision(MemoryFlags& flags, bool gpu) {
   if (flags.precision == "auto") flags.precision = gpu ? "bf16" : "fp32";
 }
 
+DtypePlan dtype_plan(const MemoryFlags& flags) {
+  ULY_CHECK(flags.precision != "auto", "--precision auto is settled before its dtype plan");
+  return dtype_plan(flags.precision, flags.fp32_residual, flags.reduce_dtype);
+}
+
 Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, int sp) {
-  ULY_CHECK(o.precision != "auto", "--precision auto is settled before resolve");
   Features f;
-  f.bf16 = o.precision == "bf16" || o.precision == "amp-bf16";
-  f.bf16_activations = o.precision == "bf16";
-  f.reduce_bf16 = o.reduce_dtype == "bf16";
-  if (o.fp32_residual && o.precision != "bf16")
-    throw BadInput(fmt::format("--fp32-residual keeps the residual stream of --precision bf16 in fp32, and --precision "
-                               "is {}, whose residual stream is fp32 already", o.precision),
-                   "drop --fp32-residual, or pass --precision bf16");
-  f.fp32_residual = o.fp32_residual;
+  const DtypePlan dtypes = dtype_plan(o);
+  f.bf16 = dtypes.matmuls_bf16;
+  f.bf16_activations = dtypes.model_bf16;
+  f.reduce_bf16 = dtypes.reduce_bf16;
+  f.fp32_residual = dtypes.fp32_residual;
   ULY_CHECK(o.attention_head_groups != kAutoHeadGroups, "--attention-head-groups auto is settled before resolve");
   if (o.attention_head_groups != 1) arch::check_head_groups(c, sp, o.attention_head_groups);
   f.attention_head_groups = o.attention_head_groups;

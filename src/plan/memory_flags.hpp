@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "arch/model_config.hpp"
+#include "plan/precision.hpp"
 
 namespace ulysses::plan {
 
@@ -134,6 +135,9 @@ struct Features {   // resolved
 // --attention-head-groups auto must be settled first (settle_head_groups: it depends on the length and the machine).
 Sharding resolve_sharding(const MemoryFlags& flags, int world);
 Features resolve(const MemoryFlags& flags, const arch::ModelConfig& c, int world, int sp = 1);
+// The flags' dtype plan (precision.hpp), --precision settled: what resolve's precision fields and the trainer's
+// model both come from.
+DtypePlan dtype_plan(const MemoryFlags& flags);
 // Ranks one shard group has: every rank (full), the SP group (hybrid), 0 (replicated).
 int shard_ranks(Sharding s, int world, int sp);
 // The chunk of about `bytes` of fp32 logits for a vocabulary of `vocab`: at least one token.

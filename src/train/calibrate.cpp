@@ -149,7 +149,7 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
   const std::vector<std::int64_t> lengths = parse_lengths(o.calibrate_lengths);
   const c10::Device device = choose_device(o.device, 0);
   const std::string& precision = o.memory.precision;
-  static_cast<void>(model::precision_from_name(precision));   // BadInput for an unknown name, before any run
+  static_cast<void>(ulysses::plan::precision_from_name(precision));   // BadInput for an unknown name, before any run
   const std::int64_t chunk = std::max<std::int64_t>(4, lengths.front() / 8);   // several chunks at every length
   const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   char host[256] = {};

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "core/cli.hpp"
 #include "core/number_checks.hpp"
 #include "core/strict_config.hpp"
 #include "plan/memory_flags.hpp"
@@ -13,7 +14,6 @@ namespace {
 // sequences consumed, a rank table).
 constexpr std::int64_t kMostSteps = 1'000'000'000'000;   // optimizer steps
 constexpr std::int64_t kMostSequences = 1 << 20;          // sequences per micro-batch, micro-batches per step
-constexpr std::int64_t kMostRanks = 1 << 20;              // ranks of an SP group, of an island, threads
 
 const char* kExamples = R"(
 Examples:
@@ -56,10 +56,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                  "view with: tensorboard --logdir OUTPUT");
   app.add_option("--sp", o.sp, "Sequence-parallel degree (DP = world / sp)")
       ->check(whole_number(1, kMostRanks))->capture_default_str();
-  app.add_option("--sp-ring", o.sp_ring,
-                 "Ring degree inside the SP group: --sp 32 --sp-ring 4 is Ulysses 8 (all-to-alls inside an island) "
-                 "× a ring of 4 (K/V blocks across islands); past the head limit, and S % (2 × sp) == 0")
-      ->check(whole_number(1, kMostRanks))->capture_default_str();
+  add_sp_ring_option(app, o.sp_ring,
+                     "--sp 32 --sp-ring 4 is Ulysses 8 (all-to-alls inside an island) × a ring of 4 (K/V blocks "
+                     "across islands); past the head limit, and S % (2 × sp) == 0");
   app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch per DP rank")
       ->check(whole_number(1, kMostSequences))->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")

@@ -84,7 +84,7 @@ std::optional<Placement> place_ranks(const TrainOptions& o, const dist::ProcessG
         dist::check_thread_level(granted,
                                  dist::required_thread_level(device->is_cuda(), *backend == comm::Backend::kNccl),
                                  fmt::format("--device {} --comm {}", device->str(), comm::backend_name(*backend)));
-        precision = model::precision_from_name(o.memory.precision);
+        precision = ulysses::plan::dtype_plan(o.memory).precision;
       }))
     return std::nullopt;
   // The NVLink islands as the GPUs report them (GB200 NVL72), where they do, before the SP groups are checked.

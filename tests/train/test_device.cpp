@@ -100,13 +100,13 @@ TEST(NcclVersion, CodesAndTheRunTimeCheck) {
 }
 
 TEST(Precision, NamesAndDtypes) {
-  EXPECT_EQ(model::compute_dtype(model::precision_from_name("fp32")), torch::kFloat);
-  EXPECT_EQ(model::compute_dtype(model::precision_from_name("bf16")), torch::kBFloat16);
-  EXPECT_EQ(model::compute_dtype(model::precision_from_name("amp-bf16")), torch::kBFloat16);
-  EXPECT_EQ(model::weight_dtype(model::precision_from_name("bf16")), torch::kBFloat16);     // norms, biases, table
-  EXPECT_EQ(model::weight_dtype(model::precision_from_name("amp-bf16")), torch::kFloat);    // autocast: fp32 weights
+  EXPECT_EQ(model::compute_dtype(plan::precision_from_name("fp32")), torch::kFloat);
+  EXPECT_EQ(model::compute_dtype(plan::precision_from_name("bf16")), torch::kBFloat16);
+  EXPECT_EQ(model::compute_dtype(plan::precision_from_name("amp-bf16")), torch::kBFloat16);
+  EXPECT_EQ(model::weight_dtype(plan::precision_from_name("bf16")), torch::kBFloat16);     // norms, biases, table
+  EXPECT_EQ(model::weight_dtype(plan::precision_from_name("amp-bf16")), torch::kFloat);    // autocast: fp32 weights
   EXPECT_FALSE(model::autocasts(model::Precision::kBf16));
-  EXPECT_EQ(bad_input_of([] { model::precision_from_name("fp8"); }),
+  EXPECT_EQ(bad_input_of([] { plan::precision_from_name("fp8"); }),
             "--precision fp8: unknown precision — HINT: use fp32, bf16 or amp-bf16");
 }
 
