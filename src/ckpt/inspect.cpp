@@ -3,6 +3,8 @@
 // shape and bytes.
 #include <fmt/ranges.h>
 
+#include "arch/layer_spec.hpp"
+#include "arch/parameters.hpp"
 #include "ckpt/commands.hpp"
 #include "ckpt/output.hpp"
 #include "core/log.hpp"
@@ -16,10 +18,32 @@ namespace fs = std::filesystem;
 namespace ulysses::ckpt {
 namespace {
 
+// One layer as its description (arch/layer_spec.hpp) has it: "attention 4 heads (2 kv) x 16, qkv bias, RoPE llama3
+// theta 500000; MLP dense gated, intermediate 176; RMSNorm eps 1e-05".
+std::string describe(const arch::LayerSpec& l) {
+  const arch::AttentionSpec& a = l.attention;
+  std::string mixer = fmt::format("attention {} heads ({} kv) x {}", a.heads, a.kv_heads, a.head_dim);
+  if (a.qkv_bias) mixer += ", qkv bias";
+  if (a.o_bias) mixer += ", o bias";
+  if (a.qk_norm) mixer += ", qk norm";
+  if (a.sliding_window) mixer += fmt::format(", sliding window {}", *a.sliding_window);
+  mixer += fmt::format(", RoPE {} theta {}", a.rope.kind == arch::RopeKind::kLlama3 ? "llama3" : "default", a.rope.theta);
+  return fmt::format("{}; MLP dense gated, intermediate {}; RMSNorm eps {}", mixer, l.mlp.intermediate,
+                     l.input_norm.eps);
+}
+
+// The model, then its layers: one line for each run of layers that are alike ("layers 0-31: ...").
 void print_spec(const arch::ModelConfig& s) {
-  fmt::print("config: {} ({}), hidden {}, {} layers, {} heads ({} kv) x head_dim {}, intermediate {}, vocab {}{}{}{}\n",
-             s.architecture, s.model_type, s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim,
-             s.intermediate_size, s.vocab_size, s.tie_word_embeddings ? ", tied embeddings" : "", s.qkv_bias ? ", qkv bias" : "", s.qk_norm ? ", qk norm" : "");
+  fmt::print("config: {} ({}), {} parameters, hidden {}, {} layers, vocab {}{}\n", s.architecture, s.model_type,
+             human_count(static_cast<std::uint64_t>(arch::parameter_count(s))), s.hidden_size, s.num_layers,
+             s.vocab_size, s.tie_word_embeddings ? ", tied embeddings" : "");
+  const std::vector<arch::LayerSpec> layers = arch::layer_specs(s);
+  for (std::size_t first = 0, i = 1; i <= layers.size(); ++i) {
+    if (i < layers.size() && describe(layers[i]) == describe(layers[first])) continue;
+    const std::string which = i - first == 1 ? fmt::format("layer {}", first) : fmt::format("layers {}-{}", first, i - 1);
+    fmt::print("  {}: {}\n", which, describe(layers[first]));
+    first = i;
+  }
 }
 
 void print_tensors(const std::string& title, const Weights& w, bool list) {

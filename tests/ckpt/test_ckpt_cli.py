@@ -13,8 +13,8 @@
 usage: test_ckpt_cli.py ULYSSES_CKPT ULYSSES_TRAIN ULYSSES_PACK CKPT_LOGITS MPIEXEC REPO_ROOT
 """
 import json
-import os
 import math
+import os
 import pathlib
 import shutil
 import struct
@@ -303,6 +303,12 @@ class Export(unittest.TestCase):
         p = ckpt("inspect", merged)
         for needle in ["step 3", "sp 2 x dp 1", "consolidated", "Qwen3ForCausalLM", "q_norm", "ok"]:
             self.assertIn(needle, p.stdout)
+        # the layers as their description has them (arch/layer_spec.hpp), and the parameters the tensors hold
+        self.assertRegex(p.stdout, r"layers 0-\d+: attention \d+ heads \(\d+ kv\) x \d+, qk norm, RoPE default")
+        count = sum(math.prod(shape) for _, shape, _ in tensors(merged / "model.safetensors").values())
+        unit, name = next((u, n) for u, n in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"), (1, "")) if count >= u)
+        v = count / unit   # three significant digits, as the tools print counts (core/log.hpp's human_count)
+        self.assertIn(f"{v:.{0 if v >= 100 or not name else 1 if v >= 10 else 2}f}{name} parameters", p.stdout)
         hf = self.root / "qwen3-inspect-hf"
         ckpt("export-hf", merged, "-o", hf, "--tokenizer", self.tokenizer_dir())
         self.assertTrue((hf / "tokenizer_config.json").exists())
