@@ -3,7 +3,7 @@
 # suite only, the sanitizer build: the torch-free suites again under ASan + UBSan (clang, $ASAN_BUILD, default
 # build-asan/), and every fuzz target of tests/fuzz/ for 20 s (tests/README.md: fuzzing longer, reproducing).
 # Every run ends with its ten slowest tests (tools/test_times.py, from meson's test log) and its wall time.
-#   bash tools/test.sh                 # everything (what CI runs; ~25 min on 2 cores)
+#   bash tools/test.sh                 # everything (what CI runs; ~19 min on 2 cores, 25 the budget)
 #   bash tools/test.sh --quick         # while working: the quick suite of the main build (< 3 min once built)
 #   bash tools/test.sh --suite pack    # extra arguments go to `meson test` (the main build only)
 set -euo pipefail
