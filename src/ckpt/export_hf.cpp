@@ -111,7 +111,9 @@ int run_export_hf(const ExportOptions& o) {
     names.clear();
     for (const arch::ParameterSpec& p : arch::parameters(c.spec.config)) names.push_back(p.name);
   }
-  auto [tensors, total] = export_tensors(from, names, dtype);
+  ExportTensors out = export_tensors(from, names, dtype);   // named, not bound: clang 14 cannot capture bindings
+  std::vector<OutTensor>& tensors = out.tensors;
+  const std::uint64_t total = out.total;
   if (base) add_lora_deltas(c, tensors);
   const auto shards = plan_shards(tensors, o.max_shard_bytes);
   log_info("{}: step {}, {} ({} tensors{}{}) -> {} {} in {} file{}", c.dir.string(), c.manifest.step,

@@ -26,7 +26,9 @@ int run_export_peft(const ExportPeftOptions& o) {
                    "export-hf writes a full fine-tune's model");
   std::string base = o.base.empty() ? c.lora->init_from : o.base;   // a folder found from here: its absolute path
   if (!base.empty() && fs::is_directory(base)) base = fs::absolute(base).lexically_normal().string();
-  const auto [tensors, total] = export_tensors(c.model, c.model.names(), dtype, kPeftPrefix);
+  const ExportTensors out = export_tensors(c.model, c.model.names(), dtype, kPeftPrefix);   // clang 14: no captured bindings
+  const std::vector<OutTensor>& tensors = out.tensors;
+  const std::uint64_t total = out.total;
   log_info("{}: step {}, {} LoRA {} ({} tensors) -> {} {}, base {}", c.dir.string(), c.manifest.step,
            c.spec.config.architecture, c.lora->summary(), tensors.size(), human_bytes(total), st::dtype_name(dtype),
            base.empty() ? "none recorded" : base);
