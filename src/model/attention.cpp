@@ -173,10 +173,12 @@ namespace {
 // heads at once, three products: each backward keeps its weight itself, not a copy (kept through the whole forward
 // in the plain path).
 std::array<torch::Tensor, 3> project_qkv(const torch::Tensor& xn, const AttentionWeights& w, bool one_product) {
+  const Lora none;   // the adapters are added to each part (with_adapter)
   if (!one_product)
-    return {at::linear(xn, w.q, w.q_bias), at::linear(xn, w.k, w.k_bias), at::linear(xn, w.v, w.v_bias)};
+    return {project(xn, w.q, w.q_bias, none, 0), project(xn, w.k, w.k_bias, none, 0),
+            project(xn, w.v, w.v_bias, none, 0)};
   const torch::Tensor bias = w.q_bias.defined() ? at::cat({w.q_bias, w.k_bias, w.v_bias}) : torch::Tensor();
-  const torch::Tensor qkv = at::linear(xn, at::cat({w.q, w.k, w.v}), bias);   // [B, S/P, (h + 2·hkv)·D]
+  const torch::Tensor qkv = project(xn, at::cat({w.q, w.k, w.v}), bias, none, 0);   // [B, S/P, (h + 2·hkv)·D]
   const auto parts = at::split_with_sizes(qkv, {w.q.size(0), w.k.size(0), w.v.size(0)}, -1);
   return {parts[0], parts[1], parts[2].clone(at::MemoryFormat::Contiguous)};
 }
@@ -188,7 +190,8 @@ AttentionImpl::Heads AttentionImpl::heads_for_attention(const torch::Tensor& x, 
   const std::int64_t B = x.size(0), s = x.size(1);   // s = S/P
   const std::int64_t heads = w.q.size(0) / head_dim_, kv_heads = w.k.size(0) / head_dim_;   // all, or one group's
   const double r = w.lora_scale;
-  const torch::Tensor xn = w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, input_norm_eps_) : x;   // [B,S/P,hidden]
+  const torch::Tensor xn =   // [B, S/P, hidden]
+      w.input_norm.defined() ? rms_norm_for_matmul(x, w.input_norm, input_norm_eps_) : x;
   const auto [q_rows, k_rows, v_rows] = project_qkv(xn, w, head_groups_.groups > 1);
   auto q = with_adapter(q_rows, xn, w.q_lora, r).view({B, s, heads, head_dim_});      // [B, S/P, H*D] -> ..., H, D]
   auto k = with_adapter(k_rows, xn, w.k_lora, r).view({B, s, kv_heads, head_dim_});   // [B, S/P, Hkv*D] -> ..Hkv, D]

@@ -34,7 +34,10 @@ struct Lora {
   torch::Tensor b;   // [out, r]
 };
 
-// x [..., in] -> [..., out]: x·wᵀ + bias, plus scale · (x·aᵀ)·bᵀ when the adapter is there.
+// x [..., in] -> [..., out]: x·wᵀ + bias, plus scale · (x·aᵀ)·bᵀ when the adapter is there. The one seam every
+// decoder weight's product goes through (attention's q/k/v — one product or three — and o, the MLP's three): where a
+// lower-precision matmul (FP8) would go. The head's product (tiled_loss.cpp, causal_lm.cpp) stays outside it, as FP8
+// recipes keep the head in bf16.
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias, const Lora& lora,
                       double scale);
 // y (x's projection, [..., out]) plus the adapter's scale · (x·aᵀ)·bᵀ; y itself where the projection has none.
