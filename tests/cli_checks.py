@@ -89,6 +89,29 @@ class PackedSample(unittest.TestCase):
         return p
 
 
+THREE_DOCUMENTS = [[(i * 37 + 11 * d) % 300 for i in range(n)] for d, n in enumerate((100, 80, 50))]   # 256 tokens
+
+
+class PackedDocuments(TempDirCase):
+    """THREE_DOCUMENTS packed once per class into cls.data as one sequence of 256 tokens (SP 4 alignment, vocabulary
+    320) with the subclass's PACK binary; cls.shared: a folder the class's tests share (removed afterwards)."""
+    PACK = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.shared = pathlib.Path(cls.tmp.name)
+        docs = cls.shared / "docs.jsonl"
+        docs.write_text("".join(json.dumps({"input_ids": d}) + "\n" for d in THREE_DOCUMENTS))
+        cls.data = cls.shared / "packed"
+        subprocess.run(list(map(str, [cls.PACK, "pack", docs, "-o", cls.data, "--seq-len", 256, "--sp", 4,
+                                      "--vocab-size", 320])), check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+
 def train_command(train, mpiexec, n, data, out, *extra, lr=3e-3):
     """mpiexec -n N ulysses-train on `data` with the tiny Llama into `out`: a thread a rank, a short warm-up."""
     return [mpiexec, "-n", str(n), train, "--data", str(data), "--model-config", str(TINY_CONFIG), "--output", str(out),

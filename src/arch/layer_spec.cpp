@@ -9,7 +9,7 @@ AttentionSpec attention_of(const ModelConfig& c) {
   a.hidden = c.hidden_size, a.heads = c.num_heads, a.kv_heads = c.num_kv_heads, a.head_dim = c.head_dim;
   a.qkv_bias = c.qkv_bias, a.o_bias = c.o_bias, a.qk_norm = c.qk_norm, a.norm_eps = c.rms_norm_eps;
   a.sliding_window = c.sliding_window;
-  a.rope = {c.llama3_rope ? RopeKind::kLlama3 : RopeKind::kDefault, c.rope_theta, c.head_dim, c.llama3_rope};
+  a.rope = rope_spec(c.rope, c.head_dim);
   return a;
 }
 

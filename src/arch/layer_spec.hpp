@@ -16,21 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "arch/model_config.hpp"   // ModelConfig, Llama3RopeScaling
+#include "arch/model_config.hpp"
+#include "arch/rope.hpp"   // RopeSpec
 
 namespace ulysses::arch {
-
-enum class RopeKind {
-  kDefault,   // inv_freq[i] = theta^(-2i/D)
-  kLlama3,    // the default, long wavelengths divided by a factor with a smooth blend (Llama 3.1)
-};
-
-struct RopeSpec {
-  RopeKind kind = RopeKind::kDefault;
-  double theta = 10000.0;
-  std::int64_t rotary_dim = 0;               // of each head's D: all of it (partial rotary is refused today)
-  std::optional<Llama3RopeScaling> llama3;   // kLlama3's parameters
-};
 
 enum class MixerKind {
   kSoftmaxAttention,   // causal softmax attention over the document (or a sliding window of it), GQA
@@ -43,7 +32,7 @@ struct AttentionSpec {
   bool qk_norm = false;                         // RMSNorm over D of every query and key head, before RoPE
   double norm_eps = 1e-6;                       // the q/k norms'
   std::optional<std::int64_t> sliding_window;   // query i sees keys j with i - j < window
-  RopeSpec rope;
+  RopeSpec rope;                                // the position encoding of its queries and keys
 };
 
 enum class MlpKind {

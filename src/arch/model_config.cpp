@@ -5,59 +5,22 @@
 
 #include <fmt/ranges.h>
 
+#include "arch/config_fields.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 
 namespace ulysses::arch {
 namespace {
 
-using nlohmann::ordered_json;
-using json = ordered_json;
+using json = nlohmann::ordered_json;
 
-constexpr const char* kHint = "pass the config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 model";
+using namespace config_fields;
+constexpr const char* kHint = kConfigHint;
 
-// The value of `key`, or nullptr when it is absent or null.
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-[[noreturn]] void bad_field(const std::string& file, const char* key, const std::string& why) {
-  throw BadInput(fmt::format("{}: field \"{}\" {}", file, key, why), kHint);
-}
-
-// Upper bounds on sizes, far above any published model (the largest: ~256K vocabulary, hidden 25K, 126 layers,
-// 128 heads), so a config that declares 3e8 layers is refused at once instead of allocating its parameter list.
-constexpr std::int64_t kMaxSize = std::int64_t{1} << 24;     // vocabulary, hidden and intermediate sizes, windows
-constexpr std::int64_t kMaxCount = std::int64_t{1} << 12;    // layers, heads
-
-std::int64_t positive_int(const json& v, const std::string& file, const char* key, std::int64_t max = kMaxSize) {
-  if (!v.is_number_integer() || v.get<std::int64_t>() <= 0)
-    bad_field(file, key, fmt::format("must be a positive integer (got {})", v.dump()));
-  if (v.get<std::int64_t>() > max)
-    bad_field(file, key, fmt::format("is {}, more than the {} this toolkit accepts", v.get<std::int64_t>(), max));
-  return v.get<std::int64_t>();
-}
-
-std::int64_t required_int(const json& j, const std::string& file, const char* key, std::int64_t max = kMaxSize) {
-  const json* v = field(j, key);
-  if (!v) bad_field(file, key, "is required but missing");
-  return positive_int(*v, file, key, max);
-}
-
-double number_or(const json& j, const std::string& file, const char* key, double fallback) {
-  const json* v = field(j, key);
-  if (!v) return fallback;
-  if (!v->is_number()) bad_field(file, key, fmt::format("must be a number (got {})", v->dump()));
-  return v->get<double>();
-}
-
-bool bool_or(const json& j, const std::string& file, const char* key, bool fallback) {
-  const json* v = field(j, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad_field(file, key, fmt::format("must be true or false (got {})", v->dump()));
-  return v->get<bool>();
-}
+// Upper bound on layers and heads, far above any published model (the largest: 126 layers, 128 heads); sizes are
+// bounded by kMaxSize (2^24: vocabulary, hidden and intermediate sizes, windows), so that a config that declares 3e8
+// layers is refused at once instead of allocating its parameter list.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 12;
 
 void read_architecture(const json& j, const std::string& file, ModelConfig& c) {
   const json* type = field(j, "model_type");
@@ -73,32 +36,6 @@ void read_architecture(const json& j, const std::string& file, ModelConfig& c) {
   if (archs && (!archs->is_array() || archs->empty() || (*archs)[0] != c.architecture))
     bad_field(file, "architectures", fmt::format("must be [\"{}\"] for model_type \"{}\" (got {})", c.architecture,
                                                  t, archs->dump()));
-}
-
-std::optional<Llama3RopeScaling> rope_scaling_of(const json& j, const std::string& file) {
-  const json* rs = field(j, "rope_scaling");
-  if (!rs) return std::nullopt;
-  if (!rs->is_object()) bad_field(file, "rope_scaling", fmt::format("must be an object (got {})", rs->dump()));
-  const json* type = field(*rs, "rope_type") ? field(*rs, "rope_type") : field(*rs, "type");
-  const std::string t = type && type->is_string() ? type->get<std::string>() : "default";
-  if (t == "default") return std::nullopt;
-  if (t != "llama3")
-    bad_field(file, "rope_scaling", fmt::format("has rope_type \"{}\"; only \"default\" and \"llama3\" are "
-                                                "supported", t));
-  const std::string where = file + " rope_scaling";
-  Llama3RopeScaling s;
-  for (auto [key, dst] : {std::pair{"factor", &s.factor}, std::pair{"low_freq_factor", &s.low_freq_factor},
-                          std::pair{"high_freq_factor", &s.high_freq_factor}}) {
-    const json* v = field(*rs, key);
-    if (!v || !v->is_number() || v->get<double>() <= 0)
-      bad_field(where, key, "must be a positive number for rope_type \"llama3\"");
-    *dst = v->get<double>();
-  }
-  if (s.high_freq_factor <= s.low_freq_factor)
-    bad_field(where, "high_freq_factor", fmt::format("({}) must be greater than low_freq_factor ({})",
-                                                     s.high_freq_factor, s.low_freq_factor));
-  s.original_max_position_embeddings = required_int(*rs, where, "original_max_position_embeddings", std::int64_t{1} << 40);
-  return s;
 }
 
 // H and Hkv. A null num_key_value_heads means H everywhere; an absent one means H only where the row
@@ -186,8 +123,7 @@ ModelConfig parse(const json& j, const std::string& file) {
   read_attention_window(j, file, c);
   c.qk_norm = c.rules->qk_norm;
   c.rms_norm_eps = number_or(j, file, "rms_norm_eps", 1e-6);
-  c.rope_theta = number_or(j, file, "rope_theta", 10000.0);
-  c.llama3_rope = rope_scaling_of(j, file);
+  c.rope = read_rope_config(j, file, c.head_dim);
   c.tie_word_embeddings = bool_or(j, file, "tie_word_embeddings", false);
   c.initializer_range = number_or(j, file, "initializer_range", 0.02);
   if (const json* pad = field(j, "pad_token_id")) {
@@ -200,18 +136,19 @@ ModelConfig parse(const json& j, const std::string& file) {
 
 }  // namespace
 
-ModelConfigFile read_model_config_file(const std::filesystem::path& config_json) {
+ModelConfigFile read_model_config_file(const std::filesystem::path& config_json, const RopeOverride& rope) {
   const std::string file = config_json.string();
   std::error_code ec;
   if (!std::filesystem::exists(config_json, ec)) throw BadInput(fmt::format("cannot open model config {}", file), kHint);
   ModelConfigFile out{config_json, read_json_file<nlohmann::ordered_json>(config_json, kHint), {}};
   if (!out.json.is_object()) throw BadInput(fmt::format("{}: not a JSON object", file), kHint);
-  out.config = parse(out.json, file);
+  if (!rope.empty()) out.json = apply_rope_override(std::move(out.json), rope);
+  out.config = parse(out.json, rope.empty() ? file : fmt::format("{} (with {})", file, rope.flags()));
   return out;
 }
 
-ModelConfig read_model_config(const std::filesystem::path& config_json) {
-  return read_model_config_file(config_json).config;
+ModelConfig read_model_config(const std::filesystem::path& config_json, const RopeOverride& rope) {
+  return read_model_config_file(config_json, rope).config;
 }
 
 void check_heads_for_sp(const ModelConfig& c, std::int64_t sp, const std::string& source, std::int64_t ring) {

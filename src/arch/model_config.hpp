@@ -4,10 +4,10 @@
 // SP rank) are answered here; the layers it describes are arch/layer_spec.hpp's, their parameters
 // arch/parameters.hpp's.
 //
-// Supported: the rows of architectures.cpp — Llama 2/3/3.1/3.2 (with or without "llama3" RoPE scaling),
+// Supported: the rows of architectures.cpp — Llama 2/3/3.1/3.2, with every RoPE kind of arch/rope.hpp,
 // Mistral (sliding window), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim). Every
 // field means exactly what transformers 4.57 makes of it; anything the model would compute differently
-// (another activation, another RoPE type, partial rotary, MLP bias, Qwen sliding-window layers, attention
+// (another activation, dynamic RoPE, partial rotary, MLP bias, Qwen sliding-window layers, attention
 // dropout) is a BadInput naming the file and the field, never silently ignored.
 //
 // Shape letters: H query heads, Hkv key/value heads, D head dim, V vocabulary, I intermediate size.
@@ -22,17 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/architectures.hpp"
+#include "arch/rope.hpp"
 
 namespace ulysses::arch {
-
-// rope_scaling {"rope_type": "llama3", ...} (Llama 3.1 / 3.2): long wavelengths divided by `factor`,
-// short ones kept, a smooth blend between (modeling_rope_utils._compute_llama3_parameters).
-struct Llama3RopeScaling {
-  double factor = 0;
-  double low_freq_factor = 0;
-  double high_freq_factor = 0;
-  std::int64_t original_max_position_embeddings = 0;
-};
 
 struct ModelConfig {
   const ArchitectureRules* rules = nullptr;   // the row of architectures.cpp
@@ -46,8 +38,7 @@ struct ModelConfig {
   std::int64_t num_kv_heads = 0;       // Hkv; H % Hkv == 0
   std::int64_t head_dim = 0;           // D; even
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  std::optional<Llama3RopeScaling> llama3_rope;
+  RopeConfig rope;                     // rope_theta, rope_scaling, the context lengths (arch/rope.hpp)
   bool qkv_bias = false;               // bias on q_proj, k_proj, v_proj
   bool o_bias = false;                 // bias on o_proj
   bool qk_norm = false;                // RMSNorm over D of every query and key head, before RoPE
@@ -57,17 +48,19 @@ struct ModelConfig {
   double initializer_range = 0.02;     // std of the from-scratch normal init
 };
 
-// Reads and validates config.json. BadInput (naming the file and the field) on a missing required field,
-// a wrong type or value, an unsupported architecture or feature.
-ModelConfig read_model_config(const std::filesystem::path& config_json);
+// Reads and validates config.json, with --rope-scaling / --rope-theta applied when given (arch/rope.hpp). BadInput
+// (naming the file and the field) on a missing required field, a wrong type or value, an unsupported architecture or
+// feature.
+ModelConfig read_model_config(const std::filesystem::path& config_json, const RopeOverride& rope = {});
 
-// The same, keeping the file as read (key order kept) for tools that rewrite it (the export).
+// The same, keeping the file as read (key order kept; the override applied) for tools that rewrite it (the export,
+// the checkpoint's copy).
 struct ModelConfigFile {
   std::filesystem::path path;
   nlohmann::ordered_json json;
   ModelConfig config;
 };
-ModelConfigFile read_model_config_file(const std::filesystem::path& config_json);
+ModelConfigFile read_model_config_file(const std::filesystem::path& config_json, const RopeOverride& rope = {});
 
 // ---- Sequence parallelism ----------------------------------------------------------------------
 

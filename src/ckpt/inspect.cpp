@@ -19,7 +19,7 @@ namespace ulysses::ckpt {
 namespace {
 
 // One layer as its description (arch/layer_spec.hpp) has it: "attention 4 heads (2 kv) x 16, qkv bias, RoPE llama3
-// theta 500000; MLP dense gated, intermediate 176; RMSNorm eps 1e-05".
+// ×8 over 8192, theta 500000; MLP dense gated, intermediate 176; RMSNorm eps 1e-05".
 std::string describe(const arch::LayerSpec& l) {
   const arch::AttentionSpec& a = l.attention;
   std::string mixer = fmt::format("attention {} heads ({} kv) x {}", a.heads, a.kv_heads, a.head_dim);
@@ -27,7 +27,7 @@ std::string describe(const arch::LayerSpec& l) {
   if (a.o_bias) mixer += ", o bias";
   if (a.qk_norm) mixer += ", qk norm";
   if (a.sliding_window) mixer += fmt::format(", sliding window {}", *a.sliding_window);
-  mixer += fmt::format(", RoPE {} theta {}", a.rope.kind == arch::RopeKind::kLlama3 ? "llama3" : "default", a.rope.theta);
+  mixer += ", RoPE " + arch::rope_summary(a.rope);
   return fmt::format("{}; MLP dense gated, intermediate {}; RMSNorm eps {}", mixer, l.mlp.intermediate,
                      l.input_norm.eps);
 }

@@ -78,7 +78,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
                          bool placeholder_parameters)
-    : inv_freq_(rope_inv_freq(arch::layer_spec(c, 0).attention.rope)), sliding_window_(c.sliding_window),
+    : rope_(rope_frequencies(arch::layer_spec(c, 0).attention.rope)), sp_(sp), sliding_window_(c.sliding_window),
       ring_(sp.ring_degree() > 1),
       fp32_residual_(options.fp32_residual()),
       frozen_embeddings_(options.lora().enabled()), runner_(options, c.num_layers) {
@@ -123,7 +123,8 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
                                   const torch::Tensor& doc_ids) {
   auto h = embed(input_ids);                                                             // [B, S/P, hidden]
   // shared with the layers' recomputation in backward when checkpointing; in the embeddings' (compute) dtype
-  const auto rope = std::make_shared<const RopeTables>(rope_tables(inv_freq_, position_ids, h.scalar_type()));
+  const torch::Tensor doc_lengths = rope_.long_inv_freq.defined() ? local_document_lengths(doc_ids, sp_) : torch::Tensor();
+  const auto rope = std::make_shared<const RopeTables>(rope_tables(rope_, position_ids, doc_lengths, h.scalar_type()));
   if (fp32_residual_) h = h.to(torch::kFloat);   // the residual stream in fp32 (the bf16 model's --fp32-residual)
   // LoRA: the frozen table gives an input that needs no gradient, and a recomputed layer whose inputs need none is
   // never back-propagated (its adapters would get no gradient): the input becomes a leaf that needs one (transformers'

@@ -99,7 +99,8 @@ struct DecoderImpl : torch::nn::Module {
   RMSNorm norm{nullptr};
 
  private:
-  torch::Tensor inv_freq_;   // [D/2] fp32 on the CPU: the RoPE of layer 0's spec, which every layer's shares today
+  RopeFrequencies rope_;   // the RoPE of layer 0's spec, which every layer's shares today
+  SequenceParallel sp_;    // this rank's slice of each sequence (longrope's document lengths)
   std::optional<std::int64_t> sliding_window_;
   bool ring_;   // ring attention (--sp-ring > 1): no dense sliding-window mask
   bool fp32_residual_;

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "arch/rope_flags.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -102,6 +103,7 @@ void set_up_pack(CLI::App& app, CliState& st) {
   cmd->add_option("--shard-tokens", o.shard_tokens, "Target tokens per shard file")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--model-config", o.model_config, "Hugging Face config.json: check heads vs --sp and ids vs vocab");
+  ulysses::arch::add_rope_flags(*cmd, o.rope);
   cmd->add_option("--vocab-size", o.vocab_size, "Refuse token ids >= this (instead of --model-config)");
   cmd->add_option("--format", st.format, "Input format (auto: by extension / magic)")
       ->check(CLI::IsMember({"auto", "jsonl", "megatron", "llmc", "flat", "text", "parquet"}))->capture_default_str();

@@ -43,7 +43,7 @@ int thread_count(int requested) {
 std::int64_t check_model(const PackOptions& o) {
   std::int64_t vocab = o.vocab_size;
   if (!o.model_config.empty()) {
-    const arch::ModelConfig cfg = arch::read_model_config(o.model_config);
+    const arch::ModelConfig cfg = arch::read_model_config(o.model_config, o.rope);
     arch::check_heads_for_sp(cfg, o.sp, o.model_config.string(), o.sp_ring);   // checked: sp_ring divides sp
     if (vocab > 0 && vocab != cfg.vocab_size)
       throw BadInput(fmt::format("--vocab-size ({}) disagrees with {} (vocab_size {})", vocab,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/rope.hpp"
 #include "pack/corpus.hpp"
 #include "pack/plan.hpp"
 #include "tokenize/tokenizer.hpp"
@@ -32,6 +33,7 @@ struct PackOptions {
   std::int64_t shard_tokens = std::int64_t{1} << 26;   // target tokens per shard (256 MiB of int32)
   int threads = 0;                        // 0: hardware concurrency
   std::filesystem::path model_config;     // optional HF config.json: heads vs SP, vocab size
+  arch::RopeOverride rope;                // --rope-scaling / --rope-theta over it, checked as ulysses-train checks them
   std::int64_t vocab_size = 0;            // optional explicit vocabulary size
   std::filesystem::path tokenizer;        // set: JSONL inputs hold text, tokenized with this model folder's tokenizer
   std::string command;                    // recorded in the manifest

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/model_config.hpp"
+#include "arch/rope_flags.hpp"
 #include "arch/parameters.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
@@ -52,6 +53,7 @@ Exit codes: 0 fits (or the longest length was found), 2 does not fit (one line w
 
 struct Cli {
   fs::path model;
+  ulysses::arch::RopeOverride rope;   // checked and applied as ulysses-train applies it (the plan does not depend on it)
   int nodes = 1, gpus_per_node = 8;
   std::string sp = "1", seq_len, device = "cuda", gpu_memory = "80GiB", host_memory, profile, objective = "fewest-gpus";
   std::int64_t sp_ring = 1;
@@ -83,6 +85,7 @@ void set_up(CLI::App& app, Cli& o) {
                  "Hugging Face config.json, or a model directory holding one (ulysses-train's --model-config and "
                  "--init-from name the same)")
       ->required();
+  ulysses::arch::add_rope_flags(app, o.rope);
   app.add_option("--nodes", o.nodes, "Nodes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--gpus-per-node", o.gpus_per_node, "Ranks per node (one per GPU)")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -239,7 +242,7 @@ double headroom_of(const std::string& text, const up::Profile& p) {
 
 int run(Cli& o) {
   const fs::path config_json = fs::is_directory(o.model) ? o.model / "config.json" : o.model;
-  const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json);
+  const ulysses::arch::ModelConfig c = ulysses::arch::read_model_config(config_json, o.rope);
   const bool cuda = o.device == "cuda";
   up::settle_precision(o.flags, cuda);
   const up::Profile profile = up::load_profile(o.profile.empty() ? up::default_profile_name(cuda, "") : o.profile);

@@ -145,7 +145,7 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
     throw BadInput(fmt::format("--calibrate-memory runs on one rank; this job has {}", world.size()),
                    "run it without mpiexec/srun, or with -n 1");
   const std::filesystem::path config_path = model_config_path(o);
-  const arch::ModelConfig c = arch::read_model_config(config_path);
+  const arch::ModelConfig c = arch::read_model_config(config_path, o.rope);
   const std::vector<std::int64_t> lengths = parse_lengths(o.calibrate_lengths);
   const c10::Device device = choose_device(o.device, 0);
   const std::string& precision = o.memory.precision;

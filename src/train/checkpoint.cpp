@@ -169,7 +169,7 @@ TrainerState read_trainer_state(const fs::path& path) {
 }
 
 fs::path save_checkpoint(const fs::path& root, ModelStates& states, const TrainerState& state,
-                         const RankLayout& layout, const fs::path& model_config, const std::string& architecture,
+                         const RankLayout& layout, const std::string& model_config, const std::string& architecture,
                          int keep_last, comm::Communicator& world) {
   const bool writer = world.rank() == 0;
   const std::string name = checkpoint::step_dir_name(state.step);
@@ -198,7 +198,8 @@ fs::path save_checkpoint(const fs::path& root, ModelStates& states, const Traine
   if (!state.data.is_null()) ts["data"] = state.data;
   if (const std::string why = replace_file(tmp / checkpoint::kTrainerState, ts.dump(2) + "\n"); !why.empty())
     throw std::runtime_error(fmt::format("cannot write {}: {}", (tmp / checkpoint::kTrainerState).string(), why));
-  fs::copy_file(model_config, tmp / checkpoint::kConfig);
+  if (const std::string why = replace_file(tmp / checkpoint::kConfig, model_config); !why.empty())
+    throw std::runtime_error(fmt::format("cannot write {}: {}", (tmp / checkpoint::kConfig).string(), why));
   m.step = state.step;
   m.world = layout.world();
   m.sp = layout.sp();

@@ -28,10 +28,10 @@ struct TrainerState {
 
 // Every rank of `world` (collective when sharded). Rank 0 makes checkpoints_dir/step-NNNNNNN under a temporary
 // name, renames it when every file is complete, then points `latest` at it, then prunes, and returns its path
-// (the others return an empty path).
+// (the others return an empty path). model_config: the text of its config.json (train::RunModelConfig).
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, ModelStates& states,
                                       const TrainerState& state, const RankLayout& layout,
-                                      const std::filesystem::path& model_config, const std::string& architecture,
+                                      const std::string& model_config, const std::string& architecture,
                                       int keep_last, comm::Communicator& world);
 
 // Every rank. Loads the weights and the optimizer state into `states` (by name; all must be present with their

@@ -22,7 +22,7 @@ std::optional<double> earliest_end(std::optional<double> end, comm::Communicator
 
 }  // namespace
 
-Checkpointer::Checkpointer(const TrainOptions& o, const RankLayout& layout, std::filesystem::path model_config,
+Checkpointer::Checkpointer(const TrainOptions& o, const RankLayout& layout, std::string model_config,
                            std::string architecture, comm::Communicator& world, int rank, std::optional<double> end)
     : o_(o), layout_(layout), model_config_(std::move(model_config)), architecture_(std::move(architecture)),
       world_(world), rank_(rank), end_(earliest_end(end, world)),

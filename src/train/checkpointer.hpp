@@ -22,7 +22,8 @@ class Checkpointer {
  public:
   // end: this rank's view of the job's end (seconds since the epoch; nullopt: none known). Collective: the ranks
   // agree on the earliest; rank 0 says when the run will stop for it.
-  Checkpointer(const TrainOptions& o, const RankLayout& layout, std::filesystem::path model_config,
+  // model_config: the text of the checkpoints' config.json (train::RunModelConfig).
+  Checkpointer(const TrainOptions& o, const RankLayout& layout, std::string model_config,
                std::string architecture, comm::Communicator& world, int rank, std::optional<double> end);
 
   bool saves() const { return o_.save_every >= 0; }   // -1: never, not even on a stop
@@ -41,7 +42,7 @@ class Checkpointer {
 
   const TrainOptions& o_;
   const RankLayout& layout_;
-  std::filesystem::path model_config_;
+  std::string model_config_;
   std::string architecture_;
   comm::Communicator& world_;
   int rank_;

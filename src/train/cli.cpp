@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "arch/rope_flags.hpp"
 #include "core/cli.hpp"
 #include "core/number_checks.hpp"
 #include "core/strict_config.hpp"
@@ -24,6 +25,9 @@ Examples:
   srun --mpi=pmi2 ulysses-train --config run.toml --resume auto
   # fine-tune a Hugging Face model, SP=8 inside each node, DP across nodes
   srun --mpi=pmi2 ulysses-train --init-from /models/Llama-3.2-1B --data packed-128k --sp 8 --output run1
+  # context extension: Qwen3 from 32K to 128K with YaRN x4 (checkpoints, --resume and export-hf keep it)
+  srun --mpi=pmi2 ulysses-train --init-from /models/Qwen3-8B --data packed-128k --sp 8 --output run2 \
+      --rope-scaling '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}'
   # one node of 8 GPUs, the model in bf16 over fp32 masters, SP=8 over NCCL; MFU against the GPU's bf16 peak
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 8 --device cuda --precision bf16
   # the same with gradients reduce-scattered in bf16 and the residual stream kept in fp32 (Megatron's flags)
@@ -50,6 +54,7 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--data", o.data, "Packed dataset directory (ulysses-pack); required to train");
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
   app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
+  arch::add_rope_flags(app, o.rope);
   app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl, tensorboard/; required to train");
   app.add_option("--tensorboard", o.tensorboard,
                  "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "

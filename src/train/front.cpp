@@ -89,7 +89,7 @@ std::optional<PlanInputs> plan_inputs(const ut::TrainOptions& o, const ulysses::
     return std::nullopt;
   const ulysses::RankLayout ranks(env->world, static_cast<int>(o.sp), static_cast<int>(o.sp_ring));
   const fs::path config_path = ut::model_config_path(o);
-  return PlanInputs{ranks, config_path, ulysses::arch::read_model_config(config_path),
+  return PlanInputs{ranks, config_path, ulysses::arch::read_model_config(config_path, o.rope),
                     ulysses::shard::read_manifest(o.data), o.micro_batch};
 }
 

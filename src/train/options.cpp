@@ -4,12 +4,14 @@
 
 #include "arch/model_config.hpp"
 #include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/regular_file.hpp"
 #include "io/checkpoint_format.hpp"
 
 namespace ulysses::train {
 
 nlohmann::json to_json(const TrainOptions& o) {
-  return {{"data", o.data.string()},         {"model_config", o.model_config.string()},
+  nlohmann::json j = {{"data", o.data.string()},         {"model_config", o.model_config.string()},
           {"init_from", o.init_from.string()}, {"output", o.output.string()},
           {"tensorboard", o.tensorboard},
           {"sp", o.sp},                      {"sp_ring", o.sp_ring},
@@ -45,6 +47,9 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"threads", o.threads},            {"island_size", o.island_size},
           {"allow_sp_across_islands", o.allow_sp_across_islands},
           {"ignore_memory_plan", o.ignore_memory_plan}};
+  if (!o.rope.scaling.empty()) j["rope_scaling"] = o.rope.scaling;   // only when given: a run without them records
+  if (o.rope.theta != 0) j["rope_theta"] = o.rope.theta;              // what it did before they existed
+  return j;
 }
 
 std::filesystem::path model_config_path(const TrainOptions& o, const std::optional<std::filesystem::path>& from) {
@@ -62,6 +67,48 @@ std::filesystem::path model_config_path(const TrainOptions& o, const std::option
                                o.model_config.string(), stored->string()),
                    "drop --model-config: a resumed run takes its model from the checkpoint");
   return o.model_config;
+}
+
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+OrderedJson rope_field(const OrderedJson& config, const char* key) {
+  return config.contains(key) ? config.at(key) : OrderedJson();
+}
+
+// What makes `source` compute the stored config's RoPE: its rope_scaling and rope_theta where they differ.
+arch::RopeOverride stored_rope(const OrderedJson& source, const OrderedJson& stored) {
+  arch::RopeOverride kept;
+  if (rope_field(source, "rope_scaling") != rope_field(stored, "rope_scaling"))
+    kept.scaling = rope_field(stored, "rope_scaling").dump();
+  if (rope_field(source, "rope_theta") != rope_field(stored, "rope_theta"))
+    kept.theta = rope_field(stored, "rope_theta").is_number() ? rope_field(stored, "rope_theta").get<double>() : 10000.0;
+  return kept;
+}
+
+}  // namespace
+
+RunModelConfig run_model_config(const TrainOptions& o, const std::optional<std::filesystem::path>& from) {
+  namespace fs = std::filesystem;
+  const fs::path path = model_config_path(o, from);
+  arch::RopeOverride rope = o.rope;
+  const fs::path stored_path = from ? *from / checkpoint::kConfig : fs::path();
+  if (from && fs::exists(stored_path)) {
+    const OrderedJson stored = arch::read_model_config_file(stored_path).json;
+    if (!o.rope.empty()) {
+      const OrderedJson asked = arch::apply_rope_override(stored, o.rope);
+      for (const char* key : {"rope_scaling", "rope_theta"})
+        if (rope_field(asked, key) != rope_field(stored, key))
+          throw BadInput(fmt::format("{}: the checkpoint resumed from ({}) trained with {} {}", o.rope.flags(),
+                                     from->string(), key, rope_field(stored, key).dump()),
+                         "drop --rope-scaling / --rope-theta: --resume keeps the checkpoint's RoPE");
+    }
+    rope = stored_rope(arch::read_model_config_file(path).json, stored);
+  }
+  arch::ModelConfigFile file = arch::read_model_config_file(path, rope);
+  std::string text = rope.empty() ? read_small_file(path, "model config", kMaxJsonBytes) : file.json.dump(2) + "\n";
+  return {path, std::move(file.config), std::move(text)};
 }
 
 std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "arch/model_config.hpp"
 #include "plan/memory_flags.hpp"
 
 namespace ulysses::train {
@@ -17,6 +18,7 @@ struct TrainOptions {
   std::filesystem::path data;              // a dataset directory made by ulysses-pack
   std::filesystem::path model_config;      // a Hugging Face config.json (from-scratch init)
   std::filesystem::path init_from;         // or a Hugging Face model directory (config.json + safetensors)
+  arch::RopeOverride rope;                 // --rope-scaling, --rope-theta: context extension over that config
   std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl, tensorboard/
   std::string tensorboard;                 // TensorBoard event folder ("": output/tensorboard; "none": off)
   std::int64_t sp = 1;                     // sequence-parallel degree; DP = world / sp
@@ -63,6 +65,18 @@ nlohmann::json to_json(const TrainOptions& o);
 // BadInput when there is none, or when --model-config differs from the checkpoint's.
 std::filesystem::path model_config_path(const TrainOptions& options,
                                         const std::optional<std::filesystem::path>& from = std::nullopt);
+
+// The model this run trains: model_config_path's config.json with --rope-scaling / --rope-theta applied. Resuming, the
+// RoPE (rope_scaling, rope_theta) is the checkpoint's, what its run trained with, and the flags, when given, must
+// give the same (BadInput otherwise). `text`: what the run's checkpoints hold as config.json — the file's own bytes,
+// or, where RoPE was replaced, the config rewritten.
+struct RunModelConfig {
+  std::filesystem::path path;
+  arch::ModelConfig config;
+  std::string text;
+};
+RunModelConfig run_model_config(const TrainOptions& options,
+                                const std::optional<std::filesystem::path>& from = std::nullopt);
 
 // Where the TensorBoard events go: --tensorboard, by default OUTPUT/tensorboard; nothing for "none".
 std::optional<std::filesystem::path> tensorboard_dir(const TrainOptions& o);

@@ -63,7 +63,8 @@ struct Run {
   std::unique_ptr<RankGroups> groups;
   SequenceParallel sp;                          // this rank's SP group (groups->sequence() inside)
   fs::path config_path;
-  arch::ModelConfig config;
+  arch::ModelConfig config;                     // with the RoPE flags applied (or, resuming, the checkpoint's RoPE)
+  std::string config_text;                      // the checkpoints' config.json
   plan::Features features;                      // the memory flags, resolved
   model::ModelOptions options;
   plan::MemoryPlan memory;                      // this rank's memory plan (nothing built)
@@ -138,8 +139,10 @@ void log_prefetch(const model::ModelOptions& mo, bool sharded) {
 void read_model(Run& r) {
   r.end = job_end_time(r.o.end_time);
   if (r.from) check_resume_changes(r.o, *r.from, r.layout.dp(), r.rank == 0);
-  r.config_path = model_config_path(r.o, r.from);
-  r.config = arch::read_model_config(r.config_path);
+  RunModelConfig model = run_model_config(r.o, r.from);
+  r.config_path = std::move(model.path);
+  r.config = std::move(model.config);
+  r.config_text = std::move(model.text);
   arch::check_heads_for_sp(r.config, r.sp.degree(), r.config_path.string(), r.sp.ring_degree());
   // --init-from's weights are there (their headers read) before the memory plan judges the model they describe
   if (!r.o.init_from.empty()) static_cast<void>(st::HfWeights(r.o.init_from));
@@ -490,7 +493,7 @@ void check_world_for_sp(const TrainOptions& o, int world) {
   if (o.sp < 1 || world % o.sp == 0) return;
   std::optional<arch::ModelConfig> config;
   try {
-    config = arch::read_model_config(model_config_path(o));
+    config = arch::read_model_config(model_config_path(o), o.rope);
   } catch (const std::exception&) {   // no model named (--resume), or one that start-up will refuse in its turn
   }
   if (config) plan::check_sp_for_world(*config, world, static_cast<int>(o.sp));
@@ -529,7 +532,7 @@ int run_training(const TrainOptions& o, const dist::ProcessGroups& groups, comm:
                               "save (resume with --resume auto)", static_cast<int>(kExitPreempted));
     return kExitPreempted;
   }
-  Checkpointer checkpointer(o, r.layout, r.config_path, r.config.architecture, world, r.rank, r.end);
+  Checkpointer checkpointer(o, r.layout, r.config_text, r.config.architecture, world, r.rank, r.end);
   checkpointer.loaded(load_seconds);
   return train(r, state, reports, checkpointer);
 }

@@ -50,8 +50,8 @@ TEST(ModelConfig, ReadsLlamaWithDerivedHeadDim) {
   EXPECT_EQ(c.num_heads, 4);
   EXPECT_EQ(c.num_kv_heads, 2);
   EXPECT_EQ(c.head_dim, 8);
-  EXPECT_EQ(c.rope_theta, 10000.0);
-  EXPECT_FALSE(c.llama3_rope || c.sliding_window || c.pad_token_id || c.qkv_bias || c.qk_norm);
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_FALSE(c.rope.scaling || c.sliding_window || c.pad_token_id || c.qkv_bias || c.qk_norm);
 }
 
 TEST(ModelConfig, ReadsTheFeaturesOfEachArchitecture) {
@@ -60,8 +60,9 @@ TEST(ModelConfig, ReadsTheFeaturesOfEachArchitecture) {
                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   j["attention_bias"] = true;
   auto llama = config_of(j);
-  ASSERT_TRUE(llama.llama3_rope);
-  EXPECT_EQ(llama.llama3_rope->original_max_position_embeddings, 8192);
+  ASSERT_TRUE(llama.rope.scaling);
+  EXPECT_EQ(llama.rope.scaling->kind, RopeKind::kLlama3);
+  EXPECT_EQ(llama.rope.scaling->original_max_position_embeddings, 8192);
   EXPECT_TRUE(llama.qkv_bias && llama.o_bias);
 
   j = llama_json();
@@ -98,7 +99,18 @@ TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
       {"unknown type", {{"model_type", "gpt2"}, {"architectures", {"GPT2LMHeadModel"}}}, "\"gpt2\" is not supported"},
       {"another head", {{"architectures", {"LlamaForSequenceClassification"}}}, "architectures"},
       {"activation", {{"hidden_act", "gelu"}}, "hidden_act"},
-      {"rope type", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "\"yarn\""},
+      {"rope type", {{"rope_scaling", {{"rope_type", "ntk-by-parts"}, {"factor", 4.0}}}}, "\"ntk-by-parts\"; supported"},
+      {"dynamic rope", {{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}}}, "\"dynamic\" recomputes"},
+      {"rope key", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1.0}}}},
+       "key \"low_freq_factor\" is not one rope_type \"yarn\" takes"},
+      {"yarn factor", {{"rope_scaling", {{"rope_type", "yarn"}, {"original_max_position_embeddings", 64}}}},
+       "\"factor\" is required"},
+      {"yarn length", {{"max_position_embeddings", nullptr}, {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}}},
+       "\"max_position_embeddings\" is required"},
+      {"rope types", {{"rope_scaling", {{"rope_type", "yarn"}, {"type", "linear"}, {"factor", 2.0}}}}, "differ"},
+      {"longrope factors", {{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 2.0}, {"short_factor", {1.0}},
+                                              {"long_factor", {1.0}}}}}, "a list of 4 positive numbers"},
+      {"rope theta", {{"rope_theta", 0.5}}, "rope_theta"},
       {"llama3 field", {{"rope_scaling", {{"type", "llama3"}, {"factor", 8.0}}}}, "low_freq_factor"},
       {"kv heads", {{"num_key_value_heads", 3}}, "must divide num_attention_heads (4)"},
       {"mlp bias", {{"mlp_bias", true}}, "mlp_bias"},

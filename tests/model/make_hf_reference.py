@@ -8,12 +8,22 @@ For each tiny model (float32, hidden 64, 2 layers, vocab 256, 4 query heads shar
   mistral     sliding window 6 (shorter than the sequence)
   qwen2       q/k/v biases, pad_token_id 3 (its embedding row gets no gradient)
   qwen3       q/k RMSNorm, head_dim 24 != hidden / heads
+  qwen3_yarn  YaRN ×4 over an original context of 8 (Qwen3's recipe), documents up to 16 long
+  llama_yarn  YaRN as DeepSeek-V3 sets it: mscale and mscale_all_dim, beta_fast 16, truncate off
+  llama_linear  linear ×2.5
+  llama_longrope  longrope over a top-level original context of 8: the 13- and 16-token documents take the long
+              factors, the others the short ones (transformers switches per forward, here per document)
 it writes OUT_DIR/<name>/ (save_pretrained: config.json + model.safetensors) and, beside them,
 ref_plain.safetensors and ref_packed.safetensors holding the inputs in the C++ model's convention
 (input_ids, position_ids, doc_ids, pre-shifted labels; all [B, S] int64), the reference logits [B, S, V],
 loss [] (mean over valid labels) and grad.<parameter name> for every parameter. ref_plain_bf16.safetensors is the
 plain case again from the same checkpoint loaded with dtype=torch.bfloat16 (transformers' own bf16 model): its
 logits, loss and gradients, cast to float32. parameter_count.txt holds the number of parameters transformers built.
+
+OUT_DIR/rope/<case>/ holds a table of RoPE parameter sets (every rope_type, the edge cases: truncate off, mscale
+without mscale_all_dim, factor <= 1, an explicit attention factor, longrope's two ways of giving its factor): each a
+config.json and ref.safetensors with the rotary embedding's inv_freq (and longrope's long_inv_freq), its
+attention_scaling, and the cos/sin it returns for positions 0..N-1 at a short and a long N (cos_<N>, sin_<N>).
 
 Every parameter, norms and biases included, is drawn at random (not transformers' init) so that a
 misplaced norm or bias shows. "plain": one document per row, loss from transformers' own labels path.
@@ -40,7 +50,42 @@ MODELS = {
     "mistral": MistralConfig(**COMMON, sliding_window=6),
     "qwen2": Qwen2Config(**COMMON, pad_token_id=3),
     "qwen3": Qwen3Config(**COMMON, head_dim=24),
+    "qwen3_yarn": Qwen3Config(**COMMON, head_dim=24, rope_theta=1e6,
+                              rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}),
+    "llama_yarn": LlamaConfig(**COMMON, rope_scaling={"type": "yarn", "factor": 40.0, "mscale": 0.707,
+                                                      "mscale_all_dim": 1.0, "beta_fast": 16.0, "beta_slow": 1.0,
+                                                      "original_max_position_embeddings": 4, "truncate": False}),
+    "llama_linear": LlamaConfig(**COMMON, rope_scaling={"rope_type": "linear", "factor": 2.5}),
+    "llama_longrope": LlamaConfig(**COMMON, original_max_position_embeddings=8,
+                                  rope_scaling={"rope_type": "longrope", "short_factor": [1.0 + i / 8 for i in range(8)],
+                                                "long_factor": [1.0 + i for i in range(8)]}),
 }
+BF16_MODELS = ["llama", "llama_tied", "mistral", "qwen2", "qwen3"]
+
+ROPE_HEAD = dict(hidden_size=64, num_attention_heads=4, max_position_embeddings=64)   # head_dim 16
+ROPE_CASES = {
+    "default": dict(rope_theta=1e6),
+    "linear": dict(rope_scaling={"rope_type": "linear", "factor": 2.5}),
+    "llama3": dict(rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+    "yarn": dict(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+    "yarn_no_truncate": dict(rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0, "beta_slow": 2.0,
+                                           "original_max_position_embeddings": 16, "truncate": False}),
+    "yarn_mscale_only": dict(rope_scaling={"rope_type": "yarn", "factor": 8.0, "mscale": 0.707,
+                                           "original_max_position_embeddings": 16}),
+    "yarn_mscale_all_dim": dict(rope_scaling={"rope_type": "yarn", "factor": 8.0, "mscale": 0.707,
+                                              "mscale_all_dim": 1.0, "original_max_position_embeddings": 16}),
+    "yarn_factor_below_1": dict(rope_scaling={"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 16}),
+    "yarn_attention_factor": dict(rope_theta=1.5e5, rope_scaling={"rope_type": "yarn", "factor": 32.0,
+                                                                  "attention_factor": 1.3}),   # context: max_position
+    "longrope_factor": dict(rope_scaling={"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 8,
+                                          "long_factor": [1.0 + i / 2 for i in range(8)]}),
+    "longrope_original": dict(original_max_position_embeddings=16,
+                              rope_scaling={"type": "longrope", "attention_factor": 1.1,
+                                            "short_factor": [1.0 + i / 16 for i in range(8)],
+                                            "long_factor": [2.0 + i for i in range(8)]}),
+}
+ROPE_LENGTHS = (12, 80)   # below every case's original context, and above it
 
 
 def randomize(model):
@@ -99,6 +144,25 @@ def packed_reference(model, ids):
                 loss=loss.detach(), **grads(model))
 
 
+def rope_reference(out_dir):
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    for name, fields in ROPE_CASES.items():
+        config = LlamaConfig(**{**COMMON, **ROPE_HEAD, **fields})
+        rotary = LlamaRotaryEmbedding(config)
+        tensors = {"inv_freq": rotary.inv_freq.clone(), "attention_scaling": torch.tensor(rotary.attention_scaling,
+                                                                                          dtype=torch.float64)}
+        if rotary.rope_type == "longrope":   # the frequencies of a forward longer than the original context
+            tensors["long_inv_freq"] = rotary.rope_init_fn(config, None, seq_len=10**6)[0]
+        for n in ROPE_LENGTHS:
+            x = torch.zeros(1, n, 16)
+            cos, sin = rotary(x, torch.arange(n)[None])   # [1, n, D]
+            tensors[f"cos_{n}"], tensors[f"sin_{n}"] = cos.contiguous(), sin.contiguous()
+        (out_dir / "rope" / name).mkdir(parents=True)
+        config.to_json_file(out_dir / "rope" / name / "config.json")
+        save_file(tensors, out_dir / "rope" / name / "ref.safetensors")
+    print(f"rope: {len(ROPE_CASES)} parameter sets -> {out_dir / 'rope'}")
+
+
 def main(out_dir):
     torch.manual_seed(0)
     ids = torch.randint(0, VOCAB, (B, S))
@@ -110,12 +174,15 @@ def main(out_dir):
         for case, make in (("plain", plain_reference), ("packed", packed_reference)):
             tensors = {k: v.contiguous() for k, v in make(model, ids).items()}
             save_file(tensors, out_dir / name / f"ref_{case}.safetensors")
-        bf16 = AutoModelForCausalLM.from_pretrained(out_dir / name, dtype=torch.bfloat16, attn_implementation="eager")
-        tensors = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in plain_reference(bf16, ids).items()}
-        save_file(tensors, out_dir / name / "ref_plain_bf16.safetensors")
         count = sum(p.numel() for p in model.parameters())
         (out_dir / name / "parameter_count.txt").write_text(f"{count}\n")   # transformers' count, for the C++ test
         print(f"{name}: {count} parameters -> {out_dir / name}")
+        if name not in BF16_MODELS:
+            continue
+        bf16 = AutoModelForCausalLM.from_pretrained(out_dir / name, dtype=torch.bfloat16, attn_implementation="eager")
+        tensors = {k: v.float().contiguous() if v.is_floating_point() else v for k, v in plain_reference(bf16, ids).items()}
+        save_file(tensors, out_dir / name / "ref_plain_bf16.safetensors")
+    rope_reference(out_dir)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "arch/model_config.hpp"
+#include "arch/layer_spec.hpp"
 #include "arch/parameters.hpp"
 #include "model/causal_lm.hpp"
 #include "model/weights.hpp"
@@ -165,12 +167,45 @@ TEST_P(Bf16Parity, LossMatchesTransformersBf16AndIsAsCloseToFp32) {
   EXPECT_GT(ours.all_grads, 1e-3) << "the bf16 model gave fp32's gradients: it did not run in bf16";
 }
 
+// RoPE (model/rotary.hpp from arch/rope.hpp) against transformers' LlamaRotaryEmbedding for every rope_type and its
+// edge cases (make_hf_reference.py's ROPE_CASES): the inverse frequencies bit for bit (the same fp32 operations),
+// the attention factor to the last bit of a double, and cos/sin at a short and a long length, where longrope switches
+// to its long factors (a document longer than the original context).
+TEST(RopeParity, EveryKindAsTransformersComputesIt) {
+  int cases = 0;
+  for (const fs::directory_entry& dir : fs::directory_iterator(g_reference_dir / "rope")) {
+    const std::string name = dir.path().filename().string();
+    const arch::ModelConfig c = arch::read_model_config(dir.path() / "config.json");
+    auto ref = testing::read_tensors(dir.path() / "ref.safetensors");
+    const RopeFrequencies f = rope_frequencies(arch::layer_spec(c, 0).attention.rope);
+    EXPECT_TRUE(torch::equal(f.inv_freq, ref["inv_freq"])) << name << ": " << f.inv_freq << ref["inv_freq"];
+    EXPECT_EQ(f.attention_factor, ref["attention_scaling"].item<double>()) << name;
+    EXPECT_EQ(f.long_inv_freq.defined(), ref.contains("long_inv_freq")) << name;
+    if (f.long_inv_freq.defined()) {
+      EXPECT_TRUE(torch::equal(f.long_inv_freq, ref["long_inv_freq"])) << name;
+    }
+    for (const std::int64_t n : {12, 80}) {
+      const auto positions = at::arange(n, torch::kLong).unsqueeze(0);   // [1, n]: one document of n tokens
+      const RopeTables t = rope_tables(f, positions, at::full({1, n}, n, torch::kLong), torch::kFloat);
+      const double cos = (t.cos.squeeze(2) - ref[fmt::format("cos_{}", n)]).abs().max().item<double>();
+      const double sin = (t.sin.squeeze(2) - ref[fmt::format("sin_{}", n)]).abs().max().item<double>();
+      std::printf("rope %-22s n=%-3lld  %s  max |cos - hf| %.1e  |sin - hf| %.1e\n", name.c_str(),
+                  static_cast<long long>(n), arch::rope_summary(arch::layer_spec(c, 0).attention.rope).c_str(), cos, sin);
+      EXPECT_LE(cos, 1e-6) << name << " n=" << n;
+      EXPECT_LE(sin, 1e-6) << name << " n=" << n;
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 11) << "make_hf_reference.py wrote fewer RoPE cases than it lists";
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, Bf16Parity,
                          ::testing::Values("llama", "llama_tied", "mistral", "qwen2", "qwen3"),
                          [](const auto& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParity,
-                         ::testing::Values("llama", "llama_tied", "mistral", "qwen2", "qwen3"),
+                         ::testing::Values("llama", "llama_tied", "mistral", "qwen2", "qwen3", "qwen3_yarn", "llama_yarn",
+                                           "llama_linear", "llama_longrope"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

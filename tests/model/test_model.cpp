@@ -442,7 +442,8 @@ TEST(ModelDescription, LayerForwardTakesWeightsFromElsewhere) {
   auto& layer = *m->model->layers->ptr<DecoderLayerImpl>(0);
   const auto batch = packed_batch(64);
   auto x = torch::randn({2, 16, 32});                                          // [B, S, hidden]
-  const auto rope = rope_tables(rope_inv_freq(arch::layer_spec(tiny_config(2, std::nullopt), 0).attention.rope), batch.positions, torch::kFloat);
+  const auto rope = rope_tables(rope_frequencies(arch::layer_spec(tiny_config(2, std::nullopt), 0).attention.rope),
+                                batch.positions, {}, torch::kFloat);
   const AttentionPlan plan = plan_attention(batch.docs, std::nullopt, torch::kCPU);
   torch::NoGradGuard no_grad;
   const DecoderLayerWeights own = layer.weights();

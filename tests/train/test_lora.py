@@ -38,7 +38,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dic
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import TempDirCase, TINY_CONFIG  # noqa: E402
+from cli_checks import PackedDocuments, THREE_DOCUMENTS, TINY_CONFIG  # noqa: E402
 
 TRAIN, PACK, CKPT, MPIEXEC = sys.argv[1:5]
 del sys.argv[1:5]
@@ -47,7 +47,7 @@ transformers.logging.set_verbosity_error()
 BASE = json.loads(TINY_CONFIG.read_text())
 QWEN3 = dict(BASE, model_type="qwen3", architectures=["Qwen3ForCausalLM"], use_sliding_window=False,
              tie_word_embeddings=True)
-DOCS = [[(i * 37 + 11 * d) % 300 for i in range(n)] for d, n in enumerate((100, 80, 50))]   # one sequence of 256
+DOCS = THREE_DOCUMENTS   # one sequence of 256
 STEPS, LR, WD, CLIP = 5, 2e-3, 0.1, 1.0   # lr 10× a usual LoRA one
 
 
@@ -108,21 +108,8 @@ def reference(folder, adapters, rank, alpha, targets, rslora, dtype=torch.float3
     return losses, state
 
 
-class Lora(TempDirCase):
-    @classmethod
-    def setUpClass(cls):
-        import tempfile
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.shared = pathlib.Path(cls.tmp.name)
-        docs = cls.shared / "docs.jsonl"
-        docs.write_text("".join(json.dumps({"input_ids": d}) + "\n" for d in DOCS))
-        cls.data = cls.shared / "packed"
-        subprocess.run(list(map(str, [PACK, "pack", docs, "-o", cls.data, "--seq-len", 256, "--sp", 4,
-                                      "--vocab-size", 320])), check=True, capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class Lora(PackedDocuments):
+    PACK = PACK
 
     def train(self, ranks, folder, out, *flags, code=0, precision="fp32", sp=None, data=None):
         cmd = [MPIEXEC, "-n", ranks, TRAIN, "--data", data or self.data, "--init-from", folder, "--output", out,
