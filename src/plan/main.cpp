@@ -304,10 +304,12 @@ int run(Cli& o) {
     inside.across_islands = false;
     const std::string islands = (o.island_size > 0 ? fmt::format(" ISLAND_SIZE={}", o.island_size) : "") +
                                 (inside.sp_within_islands(l.sp) ? "" : " EXTRA_ARGS=\"--allow-sp-across-islands\"");
-    fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{} bash "
+    const std::string rope = (o.rope.scaling.empty() ? "" : fmt::format(" ROPE_SCALING='{}'", o.rope.scaling)) +
+                             (o.rope.theta == 0 ? "" : fmt::format(" ROPE_THETA={}", o.rope.theta));
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{}{} bash "
                "slurm/train_1m.sbatch\n",
                l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data,
-               o.flags.precision, up::memory_args(o.flags), islands);
+               o.flags.precision, up::memory_args(o.flags), islands, rope);
   }
   if (target > 0 && S > longest) {
     const up::Fit fit = up::check_fit(up::predict(c, l, f, profile, S), l, m);
