@@ -298,17 +298,20 @@ int run(Cli& o) {
              up::sequence_unit(l.sp, l.ring));
   if (S > 0 && (target == 0 || S <= longest)) {
     const std::string ring_flag = l.ring > 1 ? fmt::format(" --sp-ring {}", l.ring) : "";
-    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}{}\n", o.corpus, o.data, S, l.sp,
-               ring_flag);
+    fmt::print("\ncommands:\n  ulysses-pack pack {} -o {} --seq-len {} --sp {}{} --model-config {}\n", o.corpus, o.data, S,
+               l.sp, ring_flag, config_json.string());
     up::Layout inside = l;   // the trainer's opt-in where the SP groups span islands
     inside.across_islands = false;
     const std::string islands = (o.island_size > 0 ? fmt::format(" ISLAND_SIZE={}", o.island_size) : "") +
                                 (inside.sp_within_islands(l.sp) ? "" : " EXTRA_ARGS=\"--allow-sp-across-islands\"");
     const std::string rope = (o.rope.scaling.empty() ? "" : fmt::format(" ROPE_SCALING='{}'", o.rope.scaling)) +
                              (o.rope.theta == 0 ? "" : fmt::format(" ROPE_THETA={}", o.rope.theta));
-    fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} PRECISION={} MEMORY_ARGS=\"{}\"{}{} bash "
+    // the model as the sbatch takes it: a model directory to fine-tune, or a config.json to train from scratch
+    const std::string model = fs::is_directory(o.model) ? fmt::format("INIT_FROM={}", o.model.string())
+                                                        : fmt::format("MODEL_CONFIG={}", o.model.string());
+    fmt::print("  NODES={} GPUS_PER_NODE={} SP={}{} SEQ_LEN={} DATA={} {} PRECISION={} MEMORY_ARGS=\"{}\"{}{} bash "
                "slurm/train_1m.sbatch\n",
-               l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data,
+               l.nodes, l.ranks_per_node, l.sp, l.ring > 1 ? fmt::format(" SP_RING={}", l.ring) : "", S, o.data, model,
                o.flags.precision, up::memory_args(o.flags), islands, rope);
   }
   if (target > 0 && S > longest) {

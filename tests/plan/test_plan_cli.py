@@ -58,7 +58,8 @@ class PlanCli(TempDirCase):
         p, seconds, mib = timed(base + SBATCH_FLAGS)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("fits", p.stdout)
-        self.assertIn("ulysses-pack pack CORPUS -o DATA --seq-len 1048576 --sp 8", p.stdout)
+        self.assertIn(f"ulysses-pack pack CORPUS -o DATA --seq-len 1048576 --sp 8 --model-config {self.llama}", p.stdout)
+        self.assertIn(f"DATA=DATA MODEL_CONFIG={self.llama} PRECISION=", p.stdout)   # the model: run as printed
         self.assertIn("bash slurm/train_1m.sbatch", p.stdout)
         self.assertLess(seconds, 2)
         self.assertLess(mib, 200)
@@ -106,6 +107,13 @@ class PlanCli(TempDirCase):
             self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
             self.assertIn("the memory plan does not fit (exit 2): nothing submitted", p.stdout)
             self.assertIn("does not fit", p.stderr)
+        # a model that is not there is said as such, not as a plan that does not fit (it once was)
+        p = subprocess.run(["bash", str(root / "slurm/train_1m.sbatch")],
+                           env=dict({k: v for k, v in env.items() if k != "MODEL_CONFIG"}, INIT_FROM="/nonexistent/m"),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("cannot read the model config /nonexistent/m/config.json", p.stderr)
+        self.assertNotIn("does not fit", p.stdout + p.stderr)
 
     def test_choose_names_a_layout_that_reaches_the_target(self):
         """4M needs SP 16 here: across 2 nodes, pure Ulysses only with the trainer's own opt-in (the planner, the
@@ -216,8 +224,8 @@ class PlanCli(TempDirCase):
         SLURMD_NODENAME / SLURM_NODEID / SLURM_LOCALID; host memory chosen so that S = 64K needs SP 2, or SP 4 across
         the nodes), each layout ulysses-plan recommends — the sbatch line of --sp choose (SP 4 across the nodes as
         pure Ulysses with the opt-in, else as Ulysses 2 × a ring of 2), the layout its refusal's hint names — is one
-        the trainer's --dry-run accepts on those nodes with the line's flags (SP, SP_RING, ISLAND_SIZE, MEMORY_ARGS,
-        EXTRA_ARGS); and the across-island opt-in the plan prints is one the trainer needs."""
+        the trainer's --dry-run accepts on those nodes with the line's model and flags (MODEL_CONFIG, SP, SP_RING,
+        ISLAND_SIZE, MEMORY_ARGS, EXTRA_ARGS); and the across-island opt-in the plan prints is one the trainer needs."""
         config = self.root / "tiny-64k.json"
         config.write_text(json.dumps(dict(json.loads(TINY_CONFIG.read_text()), max_position_embeddings=1 << 20)))
         data = self.root / "packed-64k"
@@ -242,7 +250,8 @@ class PlanCli(TempDirCase):
                 n, local = divmod(g, per_node)
                 cmd += [":"] * (g > 0) + ["-n", 1, "-env", "SLURMD_NODENAME", f"n{n}", "-env", "SLURM_NODEID", n,
                                           "-env", "SLURM_LOCALID", local, TRAIN, "--data", data, "--model-config",
-                                          config, "--output", self.root / "dry", "--threads", 1, "--dry-run", *flags]
+                                          v["MODEL_CONFIG"], "--output", self.root / "dry", "--threads", 1, "--dry-run",
+                                          *flags]
             return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300)
 
         def sbatch_line(p):
@@ -265,7 +274,7 @@ class PlanCli(TempDirCase):
         # a refusal's hint: the layout (or the flags) it names, run as the trainer would be
         p = plan("--host-memory", "3GiB", "--sp", 1, code=2)
         hint = p.stderr.split("HINT: ")[1].strip()
-        line = f"NODES=2 GPUS_PER_NODE=2 SP=1 PRECISION=fp32 MEMORY_ARGS=\"\" bash slurm/train_1m.sbatch"
+        line = f"NODES=2 GPUS_PER_NODE=2 SP=1 MODEL_CONFIG={config} PRECISION=fp32 MEMORY_ARGS=\"\" bash slurm/train_1m.sbatch"
         if hint.startswith("use --sp "):
             line = line.replace("SP=1", f"SP={hint.split()[2]}")
             p = dry_run(line)
