@@ -24,13 +24,18 @@ The ids are encoded here, not rendered to text for ulysses-pack's tokenizer: a S
 Tekken file reads special-token text such as "<s>" or "[INST]" in a document as plain text. A SentencePiece folder
 must list the template's markers ([INST], …) as added or special tokens, as Mistral's Hugging Face repos do.
 
-usage: tools/chat_ids.py MODEL [--loss-on answers|all] [--mistral-common] [--messages-key KEY] < sft.jsonl > ids.jsonl
+usage: tools/chat_ids.py MODEL [--loss-on answers|all] [--mistral-common] [--messages-key KEY] < sft.jsonl -o ids.jsonl
        ulysses-pack pack ids.jsonl --loss-mask-key loss_mask --long-docs truncate -o packed/ --seq-len 131072 --sp 8
-exit 2, one line naming the input line, when a line is not a record of either kind or its answers cannot be found.
+exit 2, one line naming the input line, when a line is not a record of either kind or its answers cannot be found;
+then nothing is written: -o FILE appears (renamed from a temporary beside it) only once every record has passed, and
+without -o the ids go to stdout only then. Run it with the toolkit's venv (tools/bootstrap.sh installs transformers
+and mistral_common there): /opt/ulysses-deps/venv/bin/python tools/chat_ids.py ...
 """
 import argparse
 import json
+import os
 import sys
+import tempfile
 
 
 class BadRecord(Exception):
@@ -158,6 +163,33 @@ def fail(number, why):
     sys.exit(2)
 
 
+def encoder(a):
+    """The tokenizer the flags ask for; one line naming the venv when this Python lacks its package."""
+    try:
+        return MistralEncoder(a.model) if a.mistral_common else HfEncoder(a.model)
+    except ImportError as e:
+        venv = os.path.join(os.environ.get("ULYSSES_DEPS", "/opt/ulysses-deps"), "venv", "bin", "python")
+        print(f"error: {sys.executable} cannot import {e.name} — HINT: run it with the toolkit's venv: {venv} "
+              f"tools/chat_ids.py ... (tools/bootstrap.sh installs it)", file=sys.stderr)
+        sys.exit(2)
+
+
+def write_all(lines, output):
+    """Every line, once all records passed: to stdout, or to `output` through a temporary file beside it."""
+    if output is None:
+        sys.stdout.writelines(lines)
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(prefix=".chat_ids-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.writelines(lines)
+        os.replace(tmp, output)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -168,8 +200,10 @@ def main():
                    help="train on the assistant turns / the completion (default), or on every token")
     p.add_argument("--mistral-common", action="store_true", help="encode with mistral_common's MistralTokenizer")
     p.add_argument("--messages-key", default="messages", help="the key of each conversation (default: messages)")
+    p.add_argument("-o", "--output", help="the JSONL to write (default: stdout), complete or not at all")
     a = p.parse_args()
-    enc = MistralEncoder(a.model) if a.mistral_common else HfEncoder(a.model)
+    enc = encoder(a)
+    lines = []
     for number, line in enumerate(sys.stdin, 1):
         if not line.strip():
             continue
@@ -179,8 +213,9 @@ def main():
             fail(number, str(e))
         except Exception as e:   # the template's or the tokenizer's own refusal of this record
             fail(number, f"{type(e).__name__}: {e}")
-        print(json.dumps({"input_ids": [int(i) for i in ids],
-                          "loss_mask": mask if a.loss_on == "answers" else [1] * len(ids)}))
+        lines.append(json.dumps({"input_ids": [int(i) for i in ids],
+                                 "loss_mask": mask if a.loss_on == "answers" else [1] * len(ids)}) + "\n")
+    write_all(lines, a.output)
 
 
 if __name__ == "__main__":

@@ -48,13 +48,19 @@ std::string shard_name(std::size_t i, std::size_t n) {
   return n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
 }
 
+// The tokenizer files `dir` holds (none: an empty list).
+std::vector<fs::path> tokenizer_files_in(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const char* name : kTokenizerFiles)
+    if (fs::is_regular_file(dir / name)) files.push_back(dir / name);
+  return files;
+}
+
 std::vector<fs::path> tokenizer_files(const fs::path& dir) {
   if (!fs::is_directory(dir))
     throw BadInput(fmt::format("--tokenizer {} is not a directory", dir.string()),
                    "pass the directory of a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json, ...)");
-  std::vector<fs::path> files;
-  for (const char* name : kTokenizerFiles)
-    if (fs::is_regular_file(dir / name)) files.push_back(dir / name);
+  std::vector<fs::path> files = tokenizer_files_in(dir);
   if (files.empty())
     throw BadInput(fmt::format("--tokenizer {} holds no tokenizer file (tokenizer.json, tokenizer.model, ...)",
                                dir.string()),
@@ -105,7 +111,10 @@ int run_export_hf(const ExportOptions& o) {
   if (!o.merge_lora) require_whole_model(c, "export-hf");
   const std::optional<Weights> base = o.merge_lora ? std::optional(lora_base(c, o.base)) : std::nullopt;
   const Weights& from = base ? *base : c.model;
-  const std::vector<fs::path> tokenizer = o.tokenizer.empty() ? std::vector<fs::path>{} : tokenizer_files(o.tokenizer);
+  // --tokenizer's; merging LoRA, by default the base's own (the model merged into is the base, tokenizer and all)
+  const std::vector<fs::path> tokenizer = !o.tokenizer.empty() ? tokenizer_files(o.tokenizer)
+                                          : base && fs::is_directory(base->path()) ? tokenizer_files_in(base->path())
+                                                                                   : std::vector<fs::path>{};
   std::vector<std::string> names = c.model.names();   // the checkpoint's order; a base's: its parameters only
   if (base) {
     names.clear();

@@ -106,6 +106,7 @@ nlohmann::json to_json(const Manifest& m) {
               {"max_token_id", m.max_token_id}, {"has_loss_mask", m.has_loss_mask}, {"policy", m.policy},
               {"seed", m.seed}, {"command", m.command}, {"created_by", m.created_by}, {"inputs", inputs},
               {"shards", shards}, {"stats", m.stats}};
+  if (m.sp_ring > 1) out["sp_ring"] = m.sp_ring;   // what the data was packed for; absent: 1
   if (!m.tokenizer.file.empty())
     out["tokenizer"] = {{"file", m.tokenizer.file}, {"xxh3", m.tokenizer.xxh3}, {"eos_id", m.tokenizer.eos_id},
                         {"add_special_tokens", m.tokenizer.add_special_tokens}};
@@ -119,6 +120,10 @@ Manifest manifest_from_json(const nlohmann::json& j, const std::string& where) {
   m.seq_len = field<std::int64_t>(j, "seq_len", where);
   m.sp = field<std::int64_t>(j, "sp", where);
   m.alignment = field<std::int64_t>(j, "alignment", where);
+  if (j.contains("sp_ring")) m.sp_ring = field<std::int64_t>(j, "sp_ring", where);
+  if (m.sp_ring < 1 || m.sp % m.sp_ring != 0)
+    throw BadInput(fmt::format("{}: sp_ring ({}) must be a positive divisor of sp ({})", where, m.sp_ring, m.sp),
+                   kRepack);
   m.pad_id = field<std::int64_t>(j, "pad_id", where);
   m.vocab_size = field<std::int64_t>(j, "vocab_size", where);
   m.max_token_id = field<std::int64_t>(j, "max_token_id", where);

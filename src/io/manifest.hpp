@@ -41,6 +41,7 @@ struct ManifestTokenizer {
 struct Manifest {
   int format_version = 1;
   std::int64_t seq_len = 0, sp = 1, alignment = 64, pad_id = 0;
+  std::int64_t sp_ring = 1;          // --sp-ring it was packed for ("sp_ring" in the file only when > 1)
   std::int64_t vocab_size = 0;       // 0: unknown (no --model-config / --vocab-size given)
   std::int64_t max_token_id = -1;
   bool has_loss_mask = false;

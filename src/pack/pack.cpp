@@ -123,6 +123,10 @@ void print_summary(const PackSummary& s, const fs::path& out) {
   log_info("  padding tokens   {:>14}", s.plan.padding_tokens);
   if (s.skipped_documents) log_info("  skipped (bad)    {:>14}", s.skipped_documents);
   log_info("  tokens/s         {:>14.0f}", s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0);
+  if (s.target_tokens && s.plan.split_documents > 0)   // fine-tuning records (a loss mask) cut apart
+    log_line(fmt::format("warning: {} record{} longer than --seq-len split mid-record (--long-docs split): a piece after "
+                         "the first trains on its answers without the prompt before them; --long-docs truncate or drop "
+                         "keeps every record whole", s.plan.split_documents, s.plan.split_documents > 1 ? "s" : ""));
 }
 
 // Refuses up front (exit 2) when the shards cannot fit on the output's filesystem. A shard's bytes (no filter, every
@@ -151,7 +155,10 @@ void check_free_space(const fs::path& dir, const PackPlan& plan, const shard::Sh
 
 void check_seq_len(std::int64_t seq_len, std::int64_t sp, std::int64_t sp_ring, std::int64_t alignment) {
   check_ring_degree(sp, sp_ring);
-  check_ring_split(seq_len, sp, sp_ring, "--seq-len", alignment);
+  // the trainer's rule, one for both: every SP slice aligned (S % (sp × align)), and for a ring, S in 2R chunks of
+  // sp/R pieces (S % (2 × sp)), as ulysses-train checks data it trains under --sp-ring
+  check_ring_split(seq_len, sp, 1, "--seq-len", alignment);
+  if (sp_ring > 1) check_ring_split(seq_len, sp, sp_ring, "--seq-len");
   if (seq_len > (std::int64_t{1} << 31) - 1)
     throw BadInput(fmt::format("--seq-len {} exceeds the format's limit of 2^31-1 tokens", seq_len),
                    "pass a --seq-len of at most 2147483647");
@@ -214,6 +221,7 @@ PackSummary run_pack(const PackOptions& o) {
 
   m.seq_len = o.seq_len;
   m.sp = o.sp;
+  m.sp_ring = o.sp_ring;
   m.alignment = o.alignment;
   m.pad_id = o.pad_id;
   m.vocab_size = reader.vocab_size;

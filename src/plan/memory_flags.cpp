@@ -24,17 +24,18 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
                  "The dtype gradients are summed over ranks in before they reach the fp32 masters (FSDP2's "
                  "reduce_dtype): fp32, or bf16 — half the reduce bytes, each rank's part rounded to bf16 first")
       ->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  app.add_option("--attention-head-groups", o.attention_head_groups,
+  // Kept as given ("auto" or the number), so that --print-config writes what reads back (a resolved 0 would not);
+  // the number lands in attention_head_groups (kAutoHeadGroups for auto) once the check passed.
+  app.add_option_function<std::string>("--attention-head-groups", [&o](const std::string& text) {
+                   o.attention_head_groups = text == "auto" ? kAutoHeadGroups : std::stoll(text);
+                 },
                  "Run each layer's attention in this many groups of heads (UPipe's head chunking): per group its q/k/v "
                  "projections, RoPE, all-to-alls and attention, recomputed group by group in backward, so one group's "
                  "attention activations exist at a time; each group holds whole key/value heads or lies inside one. "
                  "auto: the least G the heads allow that keeps every kernel's tensor under 2^31 elements and fits "
                  "memory at the data's length. Exact")
-      ->transform(CLI::Validator([](std::string& text) -> std::string {
-        if (text == "auto") {
-          text = std::to_string(kAutoHeadGroups);
-          return "";
-        }
+      ->check(CLI::Validator([](const std::string& text) -> std::string {
+        if (text == "auto") return "";
         std::size_t used = 0;
         try {
           if (std::stoll(text, &used) >= 1 && used == text.size()) return "";
@@ -42,7 +43,7 @@ void add_memory_flags(CLI::App& app, MemoryFlags& o) {
         }
         return "a number of groups (1 or more) or auto";
       }, "G|auto"))
-      ->capture_default_str();
+      ->default_str(o.attention_head_groups == kAutoHeadGroups ? "auto" : std::to_string(o.attention_head_groups));
   app.add_flag("--fp32-residual", o.fp32_residual,
                "With --precision bf16: keep the residual stream (and so each kept or offloaded layer input) in fp32, "
                "as Megatron's --fp32-residual-connection; twice the bytes of those, for less rounding in the sums of "
@@ -117,6 +118,22 @@ void add_lora_flags(CLI::App& app, MemoryFlags& o) {
       }, "0"))
       ->capture_default_str();
   app.add_flag("--lora-rslora", o.lora_rslora, "Scale by alpha / √rank (rsLoRA, PEFT's use_rslora)");
+  // A LoRA flag set beside --lora-rank 0 (the default) would be a full fine-tune that looks like LoRA: refused, on the
+  // command line and in a --config file alike. "Set": other than its default — --print-config writes every LoRA key
+  // at its default, and that file must read back.
+  app.parse_complete_callback([&o] {
+    if (o.lora_rank > 0) return;
+    const MemoryFlags defaults;
+    std::vector<std::string> given;
+    if (o.lora_alpha != defaults.lora_alpha) given.emplace_back(fmt::format("--lora-alpha {}", o.lora_alpha));
+    if (o.lora_targets != defaults.lora_targets)
+      given.emplace_back(fmt::format("--lora-targets {}", fmt::join(o.lora_targets, ",")));
+    if (o.lora_rslora) given.emplace_back("--lora-rslora");
+    if (!given.empty())
+      throw CLI::ValidationError(fmt::format("{} given with --lora-rank 0, which means a full fine-tune with no "
+                                             "adapters: give --lora-rank R (PEFT's r) to train adapters, or drop {}",
+                                             fmt::join(given, ", "), given.size() > 1 ? "them" : "it"));
+  });
 }
 
 std::vector<std::string> lora_targets(const std::vector<std::string>& given) {

@@ -27,7 +27,7 @@ std::string group_text(const std::vector<int>& v) {
 
 }  // namespace
 
-std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& topo) {
+std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& topo, bool on_gpu) {
   std::vector<std::string> lines;
   for (int g = 0; g < l.world(); ++g) {
     const RankPlace& p = topo.place(g);
@@ -35,8 +35,9 @@ std::vector<std::string> rank_map_lines(const RankLayout& l, const Topology& top
         l.ring() == 1 ? "" : fmt::format(" (ulysses_rank {} of ulysses group {}, ring_rank {} of ring {})",
                                          l.ulysses_rank(g), group_text(l.ulysses_group_of(g)), l.ring_rank(g),
                                          group_text(l.ring_group_of(g)));
-    lines.push_back(fmt::format("rank {:>4}: host {}, node {}, local rank {}, gpu {}, island {}, sp_rank {} of sp group "
-                                "{}{}, dp_rank {} of dp group {}", g, p.host, p.node, p.local_rank, p.local_rank,
+    const std::string device = on_gpu ? fmt::format("gpu {}", p.local_rank) : "cpu";
+    lines.push_back(fmt::format("rank {:>4}: host {}, node {}, local rank {}, {}, island {}, sp_rank {} of sp group "
+                                "{}{}, dp_rank {} of dp group {}", g, p.host, p.node, p.local_rank, device,
                                 p.island, l.sp_rank(g), group_text(l.sp_group_of(g)), ring, l.dp_rank(g),
                                 group_text(l.dp_group_of(g))));
   }
@@ -144,9 +145,17 @@ void Metrics::write_eval(std::int64_t step, double loss, double tokens) {
   write_line({{"step", step}, {"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}});
 }
 
+// Three significant digits in a unit that shows them: a GPU's hundreds of TFLOPS, a CPU's GFLOPS (once "0.000 TFLOPS").
+std::string flops_text(double tflops) {
+  if (tflops >= 1) return fmt::format("{:.1f} TFLOPS", tflops);
+  if (tflops >= 1e-3) return fmt::format("{:.3g} GFLOPS", tflops * 1e3);
+  return fmt::format("{:.3g} MFLOPS", tflops * 1e6);
+}
+
 std::string step_line(const StepReport& r) {
-  std::string line = fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {:.3f} TFLOPS/device",
-                                 r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.tflops_per_device);
+  std::string line = fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {}/device",
+                                 r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
+                                 flops_text(r.tflops_per_device));
   if (r.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *r.mfu);
   if (r.peak_gpu_mib) line += fmt::format(" | peak GPU {:.0f} MiB", *r.peak_gpu_mib);
   line += fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);

@@ -19,9 +19,9 @@
 namespace ulysses::train {
 
 // One line per rank (rank 0 prints): where it runs and which groups it is in. Groups longer than 8 ranks
-// are shortened to "[first second third ... last]".
+// are shortened to "[first second third ... last]". on_gpu: each rank's GPU (its local rank), else "cpu".
 //   rank    3: host n2, node 1, local rank 1, gpu 1, island 1, sp_rank 1 of sp group [2 3], dp_rank 1 of dp group [1 3]
-std::vector<std::string> rank_map_lines(const RankLayout& layout, const Topology& topo);
+std::vector<std::string> rank_map_lines(const RankLayout& layout, const Topology& topo, bool on_gpu);
 constexpr int kFullRankMapUpTo = 64;   // a real run prints the map up to this many ranks; --dry-run always
 
 // "world 4 ranks (SLURM_NTASKS 4) = sp 2 × dp 2 on 2 nodes; 2 NVLink islands of 2 ranks; SP groups inside islands",

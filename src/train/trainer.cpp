@@ -221,7 +221,7 @@ std::string attention_line(const Run& r, std::int64_t seq_len) {
 void print_plan(const Run& r, const data::DataLoader& loader) {
   log_line(topology_line(r.layout, r.place.topo, std::getenv("SLURM_NTASKS")));
   if (r.o.dry_run || r.layout.world() <= kFullRankMapUpTo) {
-    for (const auto& line : rank_map_lines(r.layout, r.place.topo)) log_line(line);
+    for (const auto& line : rank_map_lines(r.layout, r.place.topo, r.place.device.is_cuda())) log_line(line);
   } else {
     log_info("rank map: {} ranks, printed by --dry-run", r.layout.world());
   }
@@ -266,7 +266,12 @@ void print_plan(const Run& r, const data::DataLoader& loader) {
              r.o.peak_tflops > 0                          ? " (--peak-tflops)"
              : r.place.precision != model::Precision::kFp32 ? " (dense bf16 peak of this GPU)"
                                                           : " (FP32 peak of this GPU: fp32 matmuls do not use TF32)");
-  log_info("memory: {}", plan::features_line(r.features, r.config, r.memory.layout));
+  // --attention-head-groups auto that chose all heads at once says so (the line otherwise names no head groups)
+  const bool auto_one_group =
+      r.o.memory.attention_head_groups == plan::kAutoHeadGroups && r.features.attention_head_groups == 1;
+  log_info("memory: {}{}", plan::features_line(r.features, r.config, r.memory.layout),
+           auto_one_group ? "; attention head groups auto: 1 (all heads at once fit, every tensor under 2^31 elements)"
+                          : "");
   log_info("memory plan at S = {} (profile {}: {}):", loader.seq_len(), r.memory.profile.name, r.memory.profile.source);
   for (const auto& line : plan::breakdown_lines(r.memory.breakdown, r.memory.layout, r.memory.machine))
     log_info("  {}", line);

@@ -120,7 +120,7 @@ class Sbatch(unittest.TestCase):
                                                             (1, "n1", 0, 1, "[0 1]", "[1 3]"),
                                                             (2, "n2", 1, 0, "[2 3]", "[0 2]"),
                                                             (3, "n2", 1, 1, "[2 3]", "[1 3]")]:
-            self.assertIn(f"rank {rank:>4}: host {host}, node {node}, local rank {local}, gpu {local}, island {node}, "
+            self.assertIn(f"rank {rank:>4}: host {host}, node {node}, local rank {local}, cpu, island {node}, "
                           f"sp_rank {local} of sp group {sp_group}, dp_rank {node} of dp group {dp_group}", log)
         self.assertEqual(len(losses(out)), 4)
         self.assertTrue((out / "checkpoints/latest").exists())

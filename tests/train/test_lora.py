@@ -58,6 +58,7 @@ def hf_folder(root, config, seed=7):
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
         model.float().save_pretrained(folder, safe_serialization=True)
+        (folder / "tokenizer_config.json").write_text('{"model_max_length": 256}\n')   # the merge copies it along
     return folder
 
 
@@ -199,6 +200,8 @@ class Lora(PackedDocuments):
         self.ckpt("export-hf", checkpoint, "-o", merged, "--merge-lora", "--dtype", "fp32", "--overwrite")
         config = json.loads((adapter / "adapter_config.json").read_text())
         self.assertEqual(config["base_model_name_or_path"], str(folder))
+        # the merged model is the base's, tokenizer included (it was dropped unless --tokenizer named it)
+        self.assertEqual((merged / "tokenizer_config.json").read_text(), (folder / "tokenizer_config.json").read_text())
         loaded = PeftModel.from_pretrained(base_model(folder), adapter)
         ids = torch.tensor([DOCS[0]])
         with torch.no_grad():

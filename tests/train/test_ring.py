@@ -130,6 +130,22 @@ class Ring(unittest.TestCase):
             self.assertIn(says, run.stderr)
             self.assertFalse((self.root / "refused" / "metrics.jsonl").exists())
 
+    def test_pack_and_the_trainer_have_one_ring_rule(self):
+        """ulysses-pack --sp-ring takes the lengths the trainer trains under --sp-ring (768 at --sp 4 --sp-ring 2, once
+        refused for its 96-token pieces, though data packed for --sp 4 trained so), refuses the ones it refuses, and
+        the manifest records the ring degree."""
+        docs = self.root / "ring.jsonl"
+        docs.write_text(json.dumps({"input_ids": list(range(200))}) + "\n")
+        out = self.root / "ring-768"
+        p = subprocess.run([PACK, "pack", str(docs), "-o", str(out), "--seq-len", "768", "--sp", "4", "--sp-ring", "2",
+                            "--model-config", str(self.config)], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads((out / "manifest.json").read_text())["sp_ring"], 2)
+        p = subprocess.run([PACK, "pack", str(docs), "-o", str(self.root / "ring-102"), "--seq-len", "102", "--sp", "2",
+                            "--sp-ring", "2", "--align", "1"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("sequence length (102) is not divisible by 2 × --sp (2)", p.stderr)
+
     def short_data(self):
         folder = self.root / "short"
         if not folder.exists():

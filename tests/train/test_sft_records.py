@@ -130,14 +130,22 @@ class SftRecords(unittest.TestCase):
         rewriting = tokenizer_folder(self.root / "rewriting", UNMARKED.replace(
             "{% for m in messages %}", "{% for m in messages %}{% if loop.last %}<|system|>{% endif %}"))
         src = self.root / "rewriting.jsonl"
-        src.write_text(json.dumps(CHATS[0]) + "\n")
+        src.write_text(json.dumps(TEXT[0]) + "\n" + json.dumps(CHATS[0]) + "\n")   # the refused record second
+        out = self.root / "rewriting-ids.jsonl"
         with src.open() as stdin:
-            p = subprocess.run([sys.executable, CHAT_IDS, rewriting], stdin=stdin, capture_output=True, text=True,
-                               timeout=300)
+            p = subprocess.run([sys.executable, CHAT_IDS, rewriting, "-o", out], stdin=stdin, capture_output=True,
+                               text=True, timeout=300)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
-        self.assertIn("stdin line 1: message 2 (assistant)", p.stderr)
+        self.assertIn("stdin line 2: message 2 (assistant)", p.stderr)
         self.assertIn("{% generation %}", p.stderr)
+        # nothing written, not the records before it (once a partial file that looked complete), no temporary left
+        self.assertEqual([x.name for x in self.root.iterdir() if x.name.startswith((out.name, ".chat_ids-"))], [])
+        # the system python without transformers: one line naming the venv, not a traceback
+        bare = subprocess.run(["python3", "-I", "-S", CHAT_IDS, rewriting], input="", capture_output=True, text=True)
+        self.assertEqual(bare.returncode, 2, bare.stderr)
+        self.assertEqual(bare.stderr.count("\n"), 1, bare.stderr)
+        self.assertIn("cannot import transformers — HINT: run it with the toolkit's venv", bare.stderr)
 
     def test_a_packed_sft_step_counts_the_answers_only(self):
         records, ids_file = self.chat_ids(self.marked, CHATS + CONVERSATIONAL + TEXT, "step")

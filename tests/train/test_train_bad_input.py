@@ -152,6 +152,45 @@ class BadInput(PackedSample):
                                'save_every = -1  # never\nlr_decay = \'linear\'\n')
         self.assertIn("steps=7", self.run_ok([TRAIN, "--config", path, "--print-config"]).stdout.replace(" ", ""))
 
+    def test_print_config_reads_back_unchanged(self):
+        """--print-config's file, given back to --config, is the same configuration: every flag whose value is auto
+        (head groups, precision, sharding, prefetch, device, comm) and the RoPE override's JSON included. (It once wrote
+        attention-head-groups auto as 0, which --config then refused.) lora-targets prints as "q_proj,v_proj" by
+        default and as an array once read: the same list."""
+        import tomllib
+
+        def resolved(text):
+            values = tomllib.loads(text)
+            targets = values["lora-targets"]
+            values["lora-targets"] = targets.split(",") if isinstance(targets, str) else targets
+            return values
+
+        first = self.run_ok([TRAIN, "--data", self.data, "--model-config", CONFIG, "--output", self.root / "cfg",
+                             "--attention-head-groups", "auto", "--precision", "auto", "--sharding", "auto",
+                             "--rope-scaling", '{"rope_type": "yarn", "factor": 4.0}', "--rope-theta", 1e6,
+                             "--print-config"]).stdout
+        self.assertIn('attention-head-groups="auto"', first.replace(" ", ""))
+        path = self.root / "printed.toml"
+        path.write_text(first)
+        again = self.run_ok([TRAIN, "--config", path, "--print-config"]).stdout
+        self.assertEqual(resolved(again), resolved(first))
+        self.assertEqual(resolved(first)["rope-scaling"], '{"rope_type": "yarn", "factor": 4.0}')
+
+    def test_lora_flags_without_a_rank_are_refused(self):
+        """--lora-alpha, --lora-targets or --lora-rslora beside --lora-rank 0 once ran a full fine-tune, exit 0: one
+        line naming them and what rank 0 means, exit 2, from the command line and from --config."""
+        base = [TRAIN, "--data", self.data, "--model-config", CONFIG, "--output", self.root / "nolora", "--dry-run"]
+        for extra in (["--lora-alpha", 16], ["--lora-targets", "q_proj,k_proj", "--lora-rslora"]):
+            p = self.run_ok(base + extra, code=2)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn(f"{extra[0]} ", lines[0])
+            self.assertIn("given with --lora-rank 0, which means a full fine-tune", lines[0])
+        path = self.root / "nolora.toml"
+        path.write_text('lora-alpha = 32\n')
+        p = self.run_ok(base + ["--config", path], code=2)
+        self.assertIn("--lora-alpha 32 given with --lora-rank 0", p.stderr)
+
     def test_numbers_out_of_range_are_refused_before_anything_runs(self):
         """A count that would overflow, a NaN, an infinity or a number outside its flag's range: one line naming the
         flag and the value, exit 2 (CLI11 alone saturated --steps at INT64_MAX and let NaN through)."""

@@ -262,6 +262,10 @@ class Train(PackedSample):
         self.assertNotEqual(a, b, "bf16 reproduced fp32 exactly: the model did not run in bf16")
         self.assertNotEqual(a, c, "amp-bf16 reproduced fp32 exactly: autocast did not take effect")
         self.assertNotEqual(b, c, "bf16 and amp-bf16 gave the same losses: one of them is not what it says")
+        # the step line's FLOPS in a unit with three digits (a CPU's once printed "0.000 TFLOPS")
+        rates = re.findall(r"\| ([0-9.]+) ([TGM])FLOPS/device", p.stderr)
+        self.assertTrue(rates, p.stderr[-2000:])
+        self.assertTrue(all(float(v) > 0 and len(v.replace(".", "").lstrip("0")) >= 2 for v, _ in rates), rates)
         m = json.loads((bf16 / "metrics.jsonl").read_text().splitlines()[-1])
         self.assertAlmostEqual(m["mfu"], m["tflops_per_device"] / 2, places=9)
         self.assertAlmostEqual(m["tflops_per_device"], m["tflops"] / 2, places=9)
@@ -415,13 +419,17 @@ class Train(PackedSample):
 
     def test_dry_run_prints_rank_map_and_memory(self):
         p = self.run_ok(train_cmd(4, self.data, self.root / "dry", "--sp", 2, "--dry-run"))
-        for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank"]:
+        for needle in ["rank    3:", "sp_rank 1 of sp group [2 3]", "dp_rank 1 of dp group [1 3]", "memory per rank",
+                       "local rank 3, cpu, island"]:   # CPU ranks: no "gpu 3" in their map
             self.assertIn(needle, p.stderr)
         self.assertTrue(p.stderr.strip().endswith("dry run: nothing was written"), p.stderr[-300:])
         self.assertFalse((self.root / "dry" / "metrics.jsonl").exists())
         # data packed for SP 4 run at SP 2 (a forgotten or changed --sp): said in the plan lines
         self.assertIn("the data was packed for --sp 4 and this run has --sp 2 (each sequence split over 2 ranks; "
                       "DP 2): pass --sp 4", p.stderr)
+        # head groups auto that resolve to all heads at once say so on the memory: line (it once said nothing)
+        p = self.run_ok(train_cmd(1, self.data, self.root / "dry1", "--attention-head-groups", "auto", "--dry-run"))
+        self.assertIn("attention head groups auto: 1 (all heads at once fit", p.stderr)
 
     def test_print_config_round_trips_through_config_file(self):
         cmd = train_cmd(1, self.data, self.root / "cfg", "--sp", 2, "--steps", 7, "--print-config")[3:]   # no mpiexec

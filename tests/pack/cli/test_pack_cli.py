@@ -226,6 +226,7 @@ class ShardChecksums(TempDirCase):
                 "--threads", 2)
         targets = sum(map(sum, masks))   # the report and the manifest count the mask's 1s
         self.assertIn(f"target tokens    {targets:>14}", p.stderr)
+        self.assertNotIn("warning:", p.stderr)
         self.assertEqual(json.loads((out / "manifest.json").read_text())["stats"]["target_tokens"], targets)
         self.assertEqual(run("verify", out).returncode, 0)
         # inspect: the count, and per document of the sample its targets and (--show-mask) the mask itself
@@ -243,6 +244,11 @@ class ShardChecksums(TempDirCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn('every loss-mask value under "loss_mask" is 0', p.stderr.strip().splitlines()[-1])
         self.assertFalse((self.root / "zeros").exists())
+        # records longer than S, split (the default): a warning line with the count (it once said nothing)
+        long = [[1] * 300, [2] * 600] + docs[:5]
+        path.write_text("".join(json.dumps({"input_ids": d, "loss_mask": [1] * len(d)}) + "\n" for d in long))
+        p = run("pack", path, "--loss-mask-key", "loss_mask", "-o", self.root / "long", "--seq-len", 256)
+        self.assertIn("warning: 2 records longer than --seq-len split mid-record (--long-docs split)", p.stderr)
         m, slices = read_with_h5py.read_dataset(str(out))   # the spec's labels honour the mask in every SP slice
         self.assertTrue(m["has_loss_mask"])
         self.assertGreater(slices, 0)
