@@ -238,7 +238,8 @@ std::string layout_words(const Layout& l) {
 }  // namespace
 
 std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
-                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus) {
+                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus,
+                                    bool choose_flags) {
   for (int nodes = fewest_gpus ? 1 : l.nodes; nodes <= l.nodes; ++nodes) {
     Layout at = l;
     at.nodes = nodes;
@@ -247,10 +248,15 @@ std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l,
       if (tried.empty() || tried.back() != d.sp) tried.push_back(d.sp);
       at.sp = d.sp, at.ring = d.ring;
       const std::int64_t unit = sequence_unit(d.sp, d.ring), s = (target + unit - 1) / unit * unit;
-      if (!fits(c, at, flags, p, m, s)) continue;
+      const std::optional<MemoryFlags> with = choose_flags              ? choose_memory_flags(c, at, flags, p, m, s)
+                                              : fits(c, at, flags, p, m, s) ? std::optional(flags)
+                                                                            : std::nullopt;
+      if (!with) continue;
       tried.pop_back();   // the degree that fits
-      const std::string smaller = tried.empty() ? "" : fmt::format("; SP {} does not fit", fmt::join(tried, ", "));
-      return Choice{at, fewest_gpus
+      const std::string smaller =
+          (tried.empty() ? "" : fmt::format("; SP {} does not fit", fmt::join(tried, ", "))) +
+          (choose_flags ? std::string(tried.empty() ? "" : " with any memory flags") : "");
+      return Choice{at, *with, fewest_gpus
                             ? fmt::format("{} GPUs ({} node{}) is the fewest that reach {} tokens, with {} the "
                                           "smallest layout that fits there{}",
                                           at.world(), nodes, nodes == 1 ? "" : "s", target, layout_words(at), smaller)

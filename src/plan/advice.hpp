@@ -67,12 +67,15 @@ void check_sp_for_world(const arch::ModelConfig& c, int world, int sp);
 // --sp choose: the layout that reaches `target` tokens, among sp_ring_degrees. fewest_gpus: the fewest whole nodes
 // (of l.nodes), then the smallest SP degree that fits there, then the smallest ring degree; else (throughput) all
 // nodes and the smallest SP (then ring) that fits (more data parallelism, less all-to-all traffic per token). nullopt
-// when no layout reaches it.
+// when no layout reaches it. choose_flags (--choose-memory-flags beside --sp choose): each layout is tried with the
+// memory flags choose_memory_flags picks for it, and the choice carries them.
 struct Choice {
   Layout layout;
-  std::string why;   // one sentence
+  MemoryFlags flags;   // `flags`, or with choose_flags the ones chosen for this layout
+  std::string why;     // one sentence
 };
 std::optional<Choice> choose_layout(const arch::ModelConfig& c, const Layout& l, const MemoryFlags& flags,
-                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus);
+                                    const Profile& p, const Machine& m, std::int64_t target, bool fewest_gpus,
+                                    bool choose_flags = false);
 
 }  // namespace ulysses::plan

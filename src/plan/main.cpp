@@ -155,8 +155,9 @@ up::Machine machine_of(const Cli& o, std::string& host_source) {   // one node, 
   return m;
 }
 
-// --sp N (checked against the ranks and the heads) or --sp choose (the layout that reaches `target`; `why` says why).
-up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs::path& config_json,
+// --sp N (checked against the ranks and the heads) or --sp choose (the layout that reaches `target`; `why` says why;
+// with --choose-memory-flags, o.flags become the ones chosen for that layout).
+up::Layout layout_of(Cli& o, const ulysses::arch::ModelConfig& c, const fs::path& config_json,
                      const up::Profile& profile, const up::Machine& m, std::int64_t target, std::string& why) {
   up::Layout l{o.nodes, o.gpus_per_node, 1, o.micro_batch, o.island_size, o.across_islands};
   if (o.sp == "choose") {
@@ -164,7 +165,8 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
       throw ulysses::BadInput(fmt::format("--sp choose picks the ring degree too (--sp-ring {} given)", o.sp_ring),
                               "drop --sp-ring, or pass a numeric --sp with it");
     if (target == 0) throw ulysses::BadInput("--sp choose needs a target", "add --seq-len, e.g. --seq-len 1M");
-    const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus");
+    const auto choice = up::choose_layout(c, l, o.flags, profile, m, target, o.objective == "fewest-gpus",
+                                          o.choose_flags);
     if (!choice) {
       const auto layouts = up::sp_ring_degrees(c, l);   // by SP, then ring: the widest last
       up::Layout widest = l;
@@ -184,6 +186,7 @@ up::Layout layout_of(const Cli& o, const ulysses::arch::ModelConfig& c, const fs
                                              : "more nodes, or a smaller model");
     }
     why = choice->why;
+    o.flags = choice->flags;
     return choice->layout;
   }
   try {

@@ -180,6 +180,16 @@ class PlanCli(TempDirCase):
         p = subprocess.run(list(map(str, base + ["--seq-len", "8M"])), capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
         one_error_line(self, p.stderr, ["--choose-memory-flags", "8388608"], self.root / "nothing")
+        # with --sp choose: each layout is tried with the flags chosen for it (once refused, its hint listing the
+        # very flags it was asked to choose); 4M on 4 nodes needs more than one node's SP, and memory flags
+        choose = [PLAN, "--model", self.llama, "--nodes", 4, "--gpus-per-node", 8, "--sp", "choose", "--precision",
+                  "bf16", "--seq-len", "4M"]
+        p = subprocess.run(list(map(str, choose)), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stdout)   # no layout fits without memory flags
+        p = subprocess.run(list(map(str, choose + ["--choose-memory-flags"])), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        line = next(x for x in p.stdout.splitlines() if "bash slurm/train_1m.sbatch" in x)
+        self.assertRegex(line, r'SP=[0-9]+ .* MEMORY_ARGS="--[^"]+"')
 
     def test_the_trainers_names_are_accepted(self):
         """One vocabulary: ulysses-train's --model-config / --init-from and --memory-profile name the same as
