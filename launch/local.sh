@@ -7,7 +7,8 @@
 #
 # Environment: ULYSSES_BIN (build directory or install bin/, default: build next to this file),
 # MPIEXEC (default mpiexec), NCCL_DEBUG (default WARN). Exit status: the trainer's (0 done, 2 bad input, 3 stopped
-# by SIGTERM or SIGUSR1 to this script or to the ranks, after saving: resume it), 130 after a Ctrl-C.
+# by SIGTERM, SIGUSR1 or SIGINT — a Ctrl-C — to this script or to the ranks, after saving: resume it; a second Ctrl-C
+# ends the ranks unsaved: 130).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if (($# < 1)) || ! [[ $1 =~ ^[0-9]+$ ]]; then
@@ -36,10 +37,18 @@ to_ranks() {
 }
 trap 'to_ranks TERM' TERM
 trap 'to_ranks USR1' USR1
-interrupted=0   # Ctrl-C reaches every process of the terminal's group; the ranks end unsaved
-trap 'interrupted=1' INT
+# A Ctrl-C reaches every process of the terminal's group, the ranks too (mpiexec, started in the background, ignores
+# it); SIGINT to this script alone goes to them as a Ctrl-C. Either way they save and stop together: exit 3. Twice:
+# the ranks end at once, unsaved, and this script exits 130.
+interrupts=0
+# shellcheck disable=SC2317   # called from the trap below
+on_int() {
+  interrupts=$((interrupts + 1))
+  to_ranks INT
+}
+trap on_int INT
 while kill -0 "$launcher" 2>/dev/null; do wait "$launcher" || true; done   # a trapped signal interrupts wait
 rc=0
 wait "$launcher" || rc=$?
-((interrupted)) && rc=130   # interrupted, whatever mpiexec's own status then reads (0, 2, …): not finished
+((interrupts > 1 && rc != 3)) && rc=130   # ended unsaved, whatever mpiexec's own status then reads: not finished
 exit "$rc"

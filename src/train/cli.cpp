@@ -46,7 +46,7 @@ Examples:
   # past the head limit: SP 32 over 4 nodes as Ulysses 8 inside each node × a ring of 4 across them
   srun --mpi=pmi2 --ntasks-per-node=8 ulysses-train --config run.toml --sp 32 --sp-ring 4
 
-Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after saving (resume it), 4 stopped on a
+Exit codes: 0 done, 1 failure, 2 bad input, 3 stopped by SIGUSR1/SIGTERM/SIGINT (Ctrl-C) after saving (resume it), 4 stopped on a
 non-finite loss or gradient norm (nothing saved on it: the last checkpoint is the last good state).)";
 
 // What to train on, where it writes, the layout and the length of the run.

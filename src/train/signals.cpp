@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
+#include <ctime>
 #include <cstdlib>
 #include <string>
 
@@ -12,7 +14,24 @@
 namespace ulysses::train {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+volatile std::int64_t g_first_int_ms = -1;   // CLOCK_MONOTONIC ms of the first SIGINT (a 64-bit store: one move)
+
+// A second Ctrl-C, a second or more after the first (one Ctrl-C arrives several times within milliseconds: from the
+// terminal to the whole group, and forwarded by mpiexec and launch/local.sh), ends the process at once, unsaved.
+extern "C" void on_stop_signal(int sig) {
+  if (sig == SIGINT) {
+    timespec now {};
+    clock_gettime(CLOCK_MONOTONIC, &now);   // async-signal-safe
+    const std::int64_t ms = static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+    if (g_first_int_ms < 0) {
+      g_first_int_ms = ms;
+    } else if (ms - g_first_int_ms >= 1000) {
+      std::signal(SIGINT, SIG_DFL);
+      std::raise(SIGINT);
+    }
+  }
+  g_signal = sig;
+}
 }  // namespace
 
 void install_stop_signals() {
@@ -22,6 +41,7 @@ void install_stop_signals() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);   // also where a launcher's background start left it ignored
 }
 
 bool stop_requested() { return g_signal != 0; }

@@ -1,6 +1,6 @@
 // When a run stops early to be resumed: a signal, or the job's end drawing near.
 //
-// SIGUSR1 / SIGTERM → "save and stop" request. The handler only sets a flag; it is installed before the run
+// SIGUSR1 / SIGTERM / SIGINT (a Ctrl-C; a second one ends the process unsaved) → "save and stop" request. The handler only sets a flag; it is installed before the run
 // starts (main), so a signal during start-up (weights, checkpoint, communicators) is kept, not fatal. The trainer
 // checks the flag before the first step and after each step, agrees on it across all ranks (one rank signalled is
 // enough), saves (nothing when no step ran), and exits with kExitPreempted (3). Slurm's `--signal=USR1@lead`,

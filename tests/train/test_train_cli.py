@@ -152,13 +152,15 @@ class Train(PackedSample):
     def test_sigterm_saves_and_exits_3(self):
         """What Slurm sends at the time limit (and scancel): the same save-and-stop as SIGUSR1, to one rank; and to
         the launcher, launch/local.sh, whose exit status is 3 too (mpiexec's own forwarding may read 0). A Ctrl-C
-        (SIGINT to the terminal's whole group) ends local.sh with 130, never a status that reads as done."""
+        (SIGINT to the terminal's whole group), and SIGINT to local.sh alone (once ignored: the ranks trained to the
+        end, then it exited 130), save and stop the same way: exit 3."""
         local = [ROOT / "launch/local.sh", 2, *train_cmd(2, self.data, "-", "--sp", 2, "--steps", 100000)[4:]]
         env = dict(os.environ, ULYSSES_BIN=pathlib.Path(TRAIN).parents[2], MPIEXEC=MPIEXEC)
         plain = train_cmd(2, self.data, "-", "--sp", 2, "--steps", 100000)
         for name, cmd, send, code in (("term", plain, lambda p, ranks: os.kill(ranks[0], signal.SIGTERM), 3),
                                       ("term-local", local, lambda p, ranks: os.kill(p.pid, signal.SIGTERM), 3),
-                                      ("ctrl-c", list(local), lambda p, ranks: os.killpg(p.pid, signal.SIGINT), 130)):
+                                      ("ctrl-c", list(local), lambda p, ranks: os.killpg(p.pid, signal.SIGINT), 3),
+                                      ("int-local", list(local), lambda p, ranks: os.kill(p.pid, signal.SIGINT), 3)):
             out = self.root / name
             cmd[cmd.index("--output") + 1] = out
             p = start(cmd, env=env)
