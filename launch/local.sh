@@ -23,7 +23,9 @@ train=$ULYSSES_BIN/src/train/ulysses-train
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 cmd=("${MPIEXEC:-mpiexec}" -n "$ranks" "$here/bind.sh" "$train" "$@")
 echo "+ ${cmd[*]}"
-"${cmd[@]}" &
+# In a session of its own: a terminal's Ctrl-C reaches this script alone, which sends it on to the ranks as it does
+# SIGTERM (MPICH's mpiexec, given a Ctrl-C itself, forwards it too, but its exit status may then read 0).
+setsid "${cmd[@]}" &
 launcher=$!
 
 # SIGTERM or SIGUSR1 to this script goes to the ranks themselves, which save and exit 3 together; this script then
@@ -37,9 +39,8 @@ to_ranks() {
 }
 trap 'to_ranks TERM' TERM
 trap 'to_ranks USR1' USR1
-# A Ctrl-C reaches every process of the terminal's group, the ranks too (mpiexec, started in the background, ignores
-# it); SIGINT to this script alone goes to them as a Ctrl-C. Either way they save and stop together: exit 3. Twice:
-# the ranks end at once, unsaved, and this script exits 130.
+# A Ctrl-C (the terminal's, or SIGINT to this script) goes to the ranks: they save and stop together, exit 3. Twice,
+# a second or more apart: the ranks end at once, unsaved, and this script exits 130.
 interrupts=0
 # shellcheck disable=SC2317   # called from the trap below
 on_int() {
