@@ -10,14 +10,18 @@ namespace {
 using enum HeadDimRule;
 using enum BiasRule;
 using enum WindowRule;
+using enum MoeRule;
 
 // Every rule means exactly what transformers 4.57 makes of the config (LlamaConfig, MistralConfig, ...).
 constexpr ArchitectureRules kArchitectures[] = {
-  // model_type class_name            kv=H   head_dim           bias                qk_norm window                 mlp_bias
-  {"llama",     "LlamaForCausalLM",   true,  kOptional,         kAttentionBiasFlag, false,  kNoWindow,             true},
-  {"mistral",   "MistralForCausalLM", false, kOptionalZeroNull, kNoBias,            false,  kSlidingWindow,        false},
-  {"qwen2",     "Qwen2ForCausalLM",   false, kOptional,         kQkvAlways,         false,  kUseSlidingWindowFlag, false},
-  {"qwen3",     "Qwen3ForCausalLM",   false, kRequired,         kAttentionBiasFlag, true,   kUseSlidingWindowFlag, false},
+  // model_type  class_name             kv=H   head_dim           bias                qk_norm window                  mlp_bias moe
+  {"llama",      "LlamaForCausalLM",    true,  kOptional,         kAttentionBiasFlag, false,  kNoWindow,              true,  kDense},
+  {"mistral",    "MistralForCausalLM",  false, kOptionalZeroNull, kNoBias,            false,  kSlidingWindow,         false, kDense},
+  {"mixtral",    "MixtralForCausalLM",  false, kOptionalZeroNull, kNoBias,            false,  kOptionalSlidingWindow, false, kMixtral},
+  {"qwen2",      "Qwen2ForCausalLM",    false, kOptional,         kQkvAlways,         false,  kUseSlidingWindowFlag,  false, kDense},
+  {"qwen2_moe",  "Qwen2MoeForCausalLM", false, kOptional,         kQkvBiasFlag,       false,  kUseSlidingWindowFlag,  false, kQwen2Moe},
+  {"qwen3",      "Qwen3ForCausalLM",    false, kRequired,         kAttentionBiasFlag, true,   kUseSlidingWindowFlag,  false, kDense},
+  {"qwen3_moe",  "Qwen3MoeForCausalLM", false, kOptional,         kAttentionBiasFlag, true,   kUseSlidingWindowFlag,  false, kQwen3Moe},
 };
 
 }  // namespace

@@ -21,6 +21,7 @@ enum class HeadDimRule {
 enum class BiasRule {
   kAttentionBiasFlag,   // q/k/v/o_proj follow "attention_bias" (default false); export writes it
   kQkvAlways,           // q/k/v_proj always, o_proj never
+  kQkvBiasFlag,         // q/k/v_proj follow "qkv_bias" (default true), o_proj never (Qwen2-MoE); export writes it
   kNoBias,              // none
 };
 
@@ -28,7 +29,19 @@ enum class BiasRule {
 enum class WindowRule {
   kNoWindow,            // no window; "use_sliding_window": true is refused
   kSlidingWindow,       // "sliding_window" is required (null = none): query i sees keys j with i - j < window
+  kOptionalSlidingWindow,   // the same, absent meaning none (Mixtral)
   kUseSlidingWindowFlag,// Qwen: "use_sliding_window" must be false; export writes it false
+};
+
+// The MLP of its decoder layers (arch/layer_spec.hpp), and the config fields that describe it (model_config.cpp).
+enum class MoeRule {
+  kDense,     // the dense gated MLP of intermediate_size in every layer
+  kMixtral,   // routed experts in every layer: num_local_experts of intermediate_size, top-k renormalised,
+              // "block_sparse_moe" with experts' w1/w3/w2; router_jitter_noise must be 0
+  kQwen2Moe,  // routed experts (num_experts of moe_intermediate_size, norm_topk_prob) in the layers that
+              // decoder_sparse_step and mlp_only_layers make sparse, dense ones of intermediate_size elsewhere, and a
+              // shared expert of shared_expert_intermediate_size with its sigmoid gate
+  kQwen3Moe,  // the same without the shared expert
 };
 
 struct ArchitectureRules {
@@ -40,12 +53,13 @@ struct ArchitectureRules {
   bool qk_norm;                    // RMSNorm over D of every query and key head before RoPE (Qwen3)
   WindowRule window;
   bool mlp_bias_field;             // the config class reads "mlp_bias": export writes it (false)
+  MoeRule moe;
 };
 
 // The row of `model_type`, or nullptr.
 const ArchitectureRules* find_architecture(std::string_view model_type);
 
-// "llama, mistral, qwen2, qwen3": the supported model types, for messages.
+// "llama, mistral, mixtral, ...": the supported model types, for messages.
 std::string supported_model_types();
 
 }  // namespace ulysses::arch

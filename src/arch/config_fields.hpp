@@ -12,7 +12,7 @@ namespace ulysses::arch::config_fields {
 using Json = nlohmann::ordered_json;
 
 inline constexpr const char* kConfigHint =
-    "pass the config.json of a Hugging Face Llama, Mistral, Qwen2 or Qwen3 model";
+    "pass the config.json of a Hugging Face Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3 or Qwen3-MoE model";
 // Upper bound on sizes and context lengths, far above any published model.
 inline constexpr std::int64_t kMaxSize = std::int64_t{1} << 24;
 

@@ -1,6 +1,8 @@
 // The layer description (see layer_spec.hpp): every field as transformers 4.57 builds the layer for the config.
 #include "arch/layer_spec.hpp"
 
+#include <fmt/format.h>
+
 namespace ulysses::arch {
 namespace {
 
@@ -32,10 +34,53 @@ Block attention_block(const AttentionSpec& a) {
   return b;
 }
 
-Block mlp_block(const MlpSpec& m) {
-  return {Block::Kind::kMlp, "mlp", {{"mlp.gate_proj.weight", {m.intermediate, m.hidden}, "gate_proj"},    // [I, hidden]
-                                     {"mlp.up_proj.weight", {m.intermediate, m.hidden}, "up_proj"},        // [I, hidden]
-                                     {"mlp.down_proj.weight", {m.hidden, m.intermediate}, "down_proj"}}};  // [hidden, I]
+// A gated MLP's three projections under `prefix`, in registration order; adaptable (peft_target) or not.
+void add_gated(std::vector<LayerParameter>& out, const std::string& prefix, std::int64_t hidden,
+               std::int64_t intermediate, const GatedMlpNames& n, bool adaptable) {
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    out.push_back({prefix + name + ".weight", std::move(shape), adaptable ? name : ""});
+  };
+  add(n.gate, {intermediate, hidden});                                                // [I, hidden]
+  if (n.down_before_up) add(n.down, {hidden, intermediate});                          // [hidden, I]
+  add(n.up, {intermediate, hidden});                                                  // [I, hidden]
+  if (!n.down_before_up) add(n.down, {hidden, intermediate});                         // [hidden, I]
+}
+
+// Mixtral's sparse block is "block_sparse_moe"; every other MLP, sparse or dense, is "mlp".
+std::string mlp_module(const ModelConfig& c, const MlpSpec& m) {
+  return m.routed() && c.rules->moe == MoeRule::kMixtral ? "block_sparse_moe" : "mlp";
+}
+
+// The dense MLP; or the router, the experts (not adapted by LoRA), the shared expert and its gate, in transformers'
+// order (Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock).
+Block mlp_block(const std::string& module, const MlpSpec& m) {
+  Block b{Block::Kind::kMlp, module, {}};
+  const std::string p = module + ".";
+  if (!m.routed()) {
+    add_gated(b.parameters, p, m.hidden, m.intermediate, m.names, true);
+    return b;
+  }
+  b.parameters.push_back({p + "gate.weight", {m.experts, m.hidden}, ""});                       // [E, hidden]
+  for (std::int64_t e = 0; e < m.experts; ++e)
+    add_gated(b.parameters, fmt::format("{}experts.{}.", p, e), m.hidden, m.intermediate, m.names, false);
+  if (m.shared_intermediate > 0) {
+    add_gated(b.parameters, p + "shared_expert.", m.hidden, m.shared_intermediate, GatedMlpNames{}, false);
+    b.parameters.push_back({p + "shared_expert_gate.weight", {1, m.hidden}, ""});              // [1, hidden]
+  }
+  return b;
+}
+
+MlpSpec mlp_of(const ModelConfig& c, std::int64_t layer) {
+  MlpSpec m;
+  m.hidden = c.hidden_size;
+  m.intermediate = c.intermediate_size;
+  if (!sparse_layer(c.moe, layer)) return m;
+  m.kind = MlpKind::kRoutedExperts;
+  m.intermediate = c.moe.expert_intermediate;
+  if (c.rules->moe == MoeRule::kMixtral) m.names = {"w1", "w3", "w2", true};
+  m.experts = c.moe.experts, m.top_k = c.moe.top_k, m.normalize_top_k = c.moe.normalize_top_k;
+  m.shared_intermediate = c.moe.shared_intermediate;
+  return m;
 }
 
 Block norm_block(const std::string& module, const NormSpec& n) {
@@ -48,9 +93,10 @@ LayerSpec layer_spec(const ModelConfig& c, std::int64_t layer) {
   LayerSpec l;
   l.index = layer;
   l.attention = attention_of(c);
-  l.mlp = {MlpKind::kDenseGated, c.hidden_size, c.intermediate_size};
+  l.mlp = mlp_of(c, layer);
   l.input_norm = l.post_attention_norm = {NormKind::kRms, c.hidden_size, c.rms_norm_eps};
-  l.blocks = {attention_block(l.attention), mlp_block(l.mlp), norm_block("input_layernorm", l.input_norm),
+  l.blocks = {attention_block(l.attention), mlp_block(mlp_module(c, l.mlp), l.mlp),
+              norm_block("input_layernorm", l.input_norm),
               norm_block("post_attention_layernorm", l.post_attention_norm)};
   return l;
 }
@@ -63,12 +109,29 @@ std::vector<LayerSpec> layer_specs(const ModelConfig& c) {
 
 std::int64_t LayerSpec::parameter_count() const {
   std::int64_t n = 0;
-  for (const Block& b : blocks)
-    for (const LayerParameter& p : b.parameters) {
-      std::int64_t e = 1;
-      for (std::int64_t d : p.shape) e *= d;
-      n += e;
-    }
+  for (const Block& b : blocks) n += b.parameter_count();
+  return n;
+}
+
+std::int64_t Block::parameter_count() const {
+  std::int64_t n = 0;
+  for (const LayerParameter& p : parameters) {
+    std::int64_t e = 1;
+    for (std::int64_t d : p.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+std::int64_t MlpSpec::active_parameter_count() const {
+  const std::int64_t expert = 3 * hidden * intermediate;
+  if (!routed()) return expert;
+  return experts * hidden + top_k * expert + (shared_intermediate > 0 ? 3 * hidden * shared_intermediate + hidden : 0);
+}
+
+std::int64_t LayerSpec::active_parameter_count() const {
+  std::int64_t n = 0;
+  for (const Block& b : blocks) n += b.kind == Block::Kind::kMlp ? mlp.active_parameter_count() : b.parameter_count();
   return n;
 }
 

@@ -36,12 +36,29 @@ struct AttentionSpec {
 };
 
 enum class MlpKind {
-  kDenseGated,   // down(silu(gate x) * up x), no biases
+  kDenseGated,      // down(silu(gate x) * up x), no biases
+  kRoutedExperts,   // a router [E, hidden] picks each token's top-k of E experts, each a dense gated MLP; their outputs
+                    // weighted by the router's probabilities (renormalised over the k, or not), plus a shared expert
+                    // gated by sigmoid(shared_expert_gate x) where there is one
+};
+
+// A gated MLP's projections: their module names, and the order transformers registers them in.
+struct GatedMlpNames {
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+  bool down_before_up = false;   // Mixtral's experts: w1 (gate), w2 (down), w3 (up)
 };
 
 struct MlpSpec {
   MlpKind kind = MlpKind::kDenseGated;
-  std::int64_t hidden = 0, intermediate = 0;   // hidden, I
+  std::int64_t hidden = 0, intermediate = 0;   // hidden, I (routed: each expert's)
+  GatedMlpNames names;                         // of the MLP's (routed: each expert's) projections
+  // kRoutedExperts
+  std::int64_t experts = 0, top_k = 0;         // E, k
+  bool normalize_top_k = false;                // the k probabilities divided by their sum
+  std::int64_t shared_intermediate = 0;        // the shared expert's I; 0: none
+  bool routed() const { return kind == MlpKind::kRoutedExperts; }
+  // Parameters of one token's forward: the router, k experts and the shared expert (the dense MLP: all of them).
+  std::int64_t active_parameter_count() const;
 };
 
 enum class NormKind {
@@ -68,6 +85,7 @@ struct Block {
   enum class Kind { kTokenMixer, kMlp, kNorm } kind;
   std::string module;
   std::vector<LayerParameter> parameters;
+  std::int64_t parameter_count() const;
 };
 
 // x + mixer(input_norm(x)), then h + mlp(post_attention_norm(h)): transformers' decoder layer of every supported
@@ -80,6 +98,7 @@ struct LayerSpec {
   std::vector<Block> blocks;   // in transformers' named_parameters() order: self_attn, mlp, the two norms
 
   std::int64_t parameter_count() const;
+  std::int64_t active_parameter_count() const;   // what one token computes with (routed: k of the E experts)
 };
 
 LayerSpec layer_spec(const ModelConfig& c, std::int64_t layer);

@@ -70,14 +70,16 @@ void read_biases(const json& j, const std::string& file, ModelConfig& c) {
   switch (c.rules->bias) {
     case BiasRule::kAttentionBiasFlag: c.qkv_bias = c.o_bias = bool_or(j, file, "attention_bias", false); break;
     case BiasRule::kQkvAlways: c.qkv_bias = true; break;
+    case BiasRule::kQkvBiasFlag: c.qkv_bias = bool_or(j, file, "qkv_bias", true); break;
     case BiasRule::kNoBias: break;
   }
   if (bool_or(j, file, "mlp_bias", false)) bad_field(file, "mlp_bias", "is true; MLP biases are not supported");
 }
 
 void read_attention_window(const json& j, const std::string& file, ModelConfig& c) {
-  if (c.rules->window == WindowRule::kSlidingWindow) {
-    if (!j.contains("sliding_window")) bad_field(file, "sliding_window", "is required (null for none) but missing");
+  if (c.rules->window == WindowRule::kSlidingWindow || c.rules->window == WindowRule::kOptionalSlidingWindow) {
+    if (c.rules->window == WindowRule::kSlidingWindow && !j.contains("sliding_window"))
+      bad_field(file, "sliding_window", "is required (null for none) but missing");
     if (const json* w = field(j, "sliding_window")) c.sliding_window = positive_int(*w, file, "sliding_window", std::int64_t{1} << 40);
   } else if (bool_or(j, file, "use_sliding_window", false)) {
     bad_field(file, "use_sliding_window", "is true; sliding-window layers are not supported for this architecture");
@@ -100,8 +102,9 @@ void check_total_size(const ModelConfig& c, const std::string& file) {
   constexpr double kMaxParameters = 0x1p44;   // 17.6 trillion: 25× the largest published dense model
   const double h = static_cast<double>(c.hidden_size), attention = static_cast<double>(c.num_heads + 2 * c.num_kv_heads) *
                                                                      static_cast<double>(c.head_dim);
-  const double layer = h * (attention + static_cast<double>(c.num_heads * c.head_dim)) +
-                       3 * h * static_cast<double>(c.intermediate_size);
+  const MoeConfig& m = c.moe;   // every layer counted sparse and dense: a bound
+  const double mlp = static_cast<double>(c.intermediate_size + m.experts * m.expert_intermediate + m.shared_intermediate);
+  const double layer = h * (attention + static_cast<double>(c.num_heads * c.head_dim)) + 3 * h * mlp;
   const double total = static_cast<double>(c.num_layers) * layer + 2 * h * static_cast<double>(c.vocab_size);
   if (total > kMaxParameters)
     throw BadInput(fmt::format("{}: the sizes declare about {:.3g} parameters, more than the {:.3g} this toolkit "
@@ -118,6 +121,7 @@ ModelConfig parse(const json& j, const std::string& file) {
   c.num_layers = required_int(j, file, "num_hidden_layers", kMaxCount);
   read_heads(j, file, c);
   read_head_dim(j, file, c);
+  c.moe = read_moe_config(j, file, c.rules->moe, c.intermediate_size, c.num_layers);
   check_total_size(c, file);
   read_biases(j, file, c);
   read_attention_window(j, file, c);

@@ -5,7 +5,8 @@
 // arch/parameters.hpp's.
 //
 // Supported: the rows of architectures.cpp — Llama 2/3/3.1/3.2, with every RoPE kind of arch/rope.hpp,
-// Mistral (sliding window), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim). Every
+// Mistral (sliding window), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm, explicit head_dim), and the
+// mixtures of experts Mixtral, Qwen2-MoE (shared expert) and Qwen3-MoE (dense layers among sparse ones). Every
 // field means exactly what transformers 4.57 makes of it; anything the model would compute differently
 // (another activation, dynamic RoPE, partial rotary, MLP bias, Qwen sliding-window layers, attention
 // dropout) is a BadInput naming the file and the field, never silently ignored.
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/architectures.hpp"
+#include "arch/moe_config.hpp"
 #include "arch/rope.hpp"
 
 namespace ulysses::arch {
@@ -46,6 +48,7 @@ struct ModelConfig {
   std::optional<std::int64_t> sliding_window;   // query i sees keys j with i - j < window
   std::optional<std::int64_t> pad_token_id;     // embedding row that never receives a gradient (HF padding_idx)
   double initializer_range = 0.02;     // std of the from-scratch normal init
+  MoeConfig moe;                       // routed experts (arch/moe_config.hpp); none in a dense model
 };
 
 // Reads and validates config.json, with --rope-scaling / --rope-theta applied when given (arch/rope.hpp). BadInput

@@ -5,6 +5,16 @@
 #include "arch/layer_spec.hpp"
 
 namespace ulysses::arch {
+namespace {
+
+// Σ over the layers of (all − active) parameters: the routed experts a token does not compute with (all 2-d).
+std::int64_t inactive_parameter_count(const ModelConfig& c) {
+  std::int64_t n = 0;
+  for (const LayerSpec& l : layer_specs(c)) n += l.parameter_count() - l.active_parameter_count();
+  return n;
+}
+
+}  // namespace
 
 std::int64_t ParameterSpec::numel() const {
   std::int64_t n = 1;
@@ -51,5 +61,11 @@ std::int64_t matmul_parameter_count(const ModelConfig& c) {
 }
 
 std::int64_t layer_parameter_count(const ModelConfig& c) { return c.num_layers > 0 ? layer_spec(c, 0).parameter_count() : 0; }
+
+std::int64_t active_parameter_count(const ModelConfig& c) { return parameter_count(c) - inactive_parameter_count(c); }
+
+std::int64_t active_matmul_parameter_count(const ModelConfig& c) {
+  return matmul_parameter_count(c) - inactive_parameter_count(c);
+}
 
 }  // namespace ulysses::arch

@@ -31,5 +31,9 @@ std::int64_t layer_parameter_count(const ModelConfig& c);   // the first decoder
 // The weights of matrix products: every 2-d parameter except an untied embedding table (a lookup, no
 // FLOPs); a tied table counts once, as the head. A step's model FLOPs are 6 × this × tokens + attention.
 std::int64_t matmul_parameter_count(const ModelConfig& c);
+// What one token computes with: the same counts with each routed layer's E experts replaced by its k
+// (LayerSpec::active_parameter_count): a step's FLOPs are those of the active parameters, its state bytes those of all.
+std::int64_t active_parameter_count(const ModelConfig& c);
+std::int64_t active_matmul_parameter_count(const ModelConfig& c);
 
 }  // namespace ulysses::arch

@@ -110,6 +110,7 @@ MicroBatch DataLoader::micro_batch(std::int64_t micro) {
   mb.input_ids.resize(BL);
   mb.positions.resize(BL);
   mb.labels.resize(BL);
+  mb.real.resize(BL);
   mb.doc_ids.resize(static_cast<std::size_t>(mb.batch * mb.seq_len));
   const std::uint64_t first = cursor_ + static_cast<std::uint64_t>((micro * o_.dp + o_.dp_rank) * o_.micro_batch);
   for (std::int64_t b = 0; b < mb.batch; ++b) read_into(sequence_at(first + static_cast<std::uint64_t>(b)), mb, b);
@@ -133,6 +134,7 @@ void DataLoader::read_into(std::uint64_t seq, MicroBatch& mb, std::int64_t b) {
     std::copy(ids.begin(), ids.begin() + L, mb.input_ids.begin() + static_cast<std::ptrdiff_t>(off));
     shard::slice_labels(meta, begin, ids, mask, std::span(mb.labels).subspan(off, n));
     shard::slice_positions(meta, begin, std::span(mb.positions).subspan(off, n));
+    for (std::int64_t i = 0; i < L; ++i) mb.real[off + static_cast<std::size_t>(i)] = begin + i < meta.length ? 1 : 0;
     off += n;
   }
   shard::slice_doc_ids(meta, 0, std::span(mb.doc_ids).subspan(static_cast<std::size_t>(b * S), static_cast<std::size_t>(S)));

@@ -42,6 +42,7 @@ struct MicroBatch {
   std::vector<std::int64_t> positions;     // [B, L] position ids, reset at each document
   std::vector<std::int64_t> labels;        // [B, L] next token or -100
   std::vector<std::int64_t> doc_ids;       // [B, S] document id of every position of the whole sequence
+  std::vector<std::uint8_t> real;          // [B, L] 1 where the token is not padding
   std::int64_t valid_labels() const;       // labels != -100 in this rank's slice
   // Σ d² over the documents (runs of equal doc id, padding one more) of the B whole sequences: twice the causal
   // attention pairs, for the FLOP count (plan::step_flops). With a sliding window w a document longer than w

@@ -16,20 +16,22 @@ namespace ulysses::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const ModelOptions& options,
                                    std::shared_ptr<SharedSideStream> heads_ahead)
-    : options_(options) {
+    : options_(options), spec_(layer.mlp) {
   const HeadGroups groups{options.attention_head_groups(), options.precision(), std::move(heads_ahead)};
-  ULY_CHECK(layer.mlp.kind == arch::MlpKind::kDenseGated && layer.input_norm.kind == arch::NormKind::kRms &&
-                layer.post_attention_norm.kind == arch::NormKind::kRms,
+  ULY_CHECK(layer.input_norm.kind == arch::NormKind::kRms && layer.post_attention_norm.kind == arch::NormKind::kRms,
             "layer {}: a block kind this model has no module for", layer.index);
   // registered in the order of the spec's blocks: transformers' named_parameters() order
   self_attn = register_module("self_attn", Attention(layer, sp, groups, options.lora()));
-  mlp = register_module("mlp", Mlp(layer.mlp, options.lora()));
+  const std::string& mlp_module = layer.blocks[1].module;   // "mlp", or Mixtral's "block_sparse_moe"
+  if (spec_.routed()) moe = register_module(mlp_module, RoutedMlp(layer.mlp));
+  else mlp = register_module(mlp_module, Mlp(layer.mlp, options.lora()));
   input_layernorm = register_module("input_layernorm", RMSNorm(layer.input_norm));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(layer.post_attention_norm));
 }
 
 DecoderLayerWeights DecoderLayerImpl::weights() const {
-  return {input_layernorm->weight, self_attn->weights(), post_attention_layernorm->weight, mlp->weights()};
+  return {input_layernorm->weight, self_attn->weights(), post_attention_layernorm->weight,
+          mlp ? mlp->weights() : MlpWeights{}, moe ? moe->weights() : MoeWeights{}};
 }
 
 namespace {
@@ -40,6 +42,7 @@ void for_each_tensor(DecoderLayerWeights& w, Fn&& fn) {
   for (torch::Tensor* t : tensor_slots(w.attention)) fn(*t);
   fn(w.post_attention_norm);
   for (torch::Tensor* t : tensor_slots(w.mlp)) fn(*t);
+  for (torch::Tensor* t : tensor_slots(w.moe)) fn(*t);
 }
 
 // Parameters become placeholders of the same shapes (every stride 0: one element of storage each), so the
@@ -65,15 +68,28 @@ DecoderLayerWeights DecoderLayerImpl::weights(const std::vector<torch::Tensor>& 
   return w;
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
-                                        const DecoderLayerWeights& w) {
+torch::autograd::variable_list DecoderLayerImpl::run(const torch::Tensor& x, const RopeTables& rope,
+                                                     const AttentionPlan& plan, const Routing& routing,
+                                                     const DecoderLayerWeights& w) {
   const double eps = post_attention_layernorm->eps;
+  const std::int64_t tile = options_.mlp_tile_tokens();
   const auto attended = self_attn->forward_normed(x, w.input_norm, rope, plan, w.attention);
   auto h = x + attended;                                                                    // [B, S/P, hidden]
-  if (options_.mlp_tile_tokens() > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
-    return tiled_mlp_block(h.reshape({-1, h.size(-1)}), w.post_attention_norm, eps, w.mlp, options_.mlp_tile_tokens(),
-                           options_.precision()).view(h.sizes());
-  return h + model::mlp(rms_norm_for_matmul(h, w.post_attention_norm, eps), w.mlp);         // [B, S/P, hidden]
+  const torch::Tensor rows = h.reshape({-1, h.size(-1)});                                   // [B*S/P, hidden]
+  if (spec_.routed()) {   // {[B, S/P, hidden], Σ probabilities [E], selections [E]}
+    if (tile > 0) {
+      auto out = tiled_moe_block(rows, w.post_attention_norm, eps, w.moe, spec_, routing.real, routing.router_gradient,
+                                 tile, options_.precision());
+      out[0] = out[0].view(h.sizes());
+      return out;
+    }
+    const MoeOutput out = moe_mlp(rms_norm_for_matmul(rows, w.post_attention_norm, eps), w.moe, spec_, routing.real,
+                                  routing.router_gradient);
+    return {h + out.y.view(h.sizes()), out.stats.probability_sum, out.stats.selections};
+  }
+  if (tile > 0)   // [B*S/P, hidden] in tiles -> [B, S/P, hidden]
+    return {tiled_mlp_block(rows, w.post_attention_norm, eps, w.mlp, tile, options_.precision()).view(h.sizes())};
+  return {h + model::mlp(rms_norm_for_matmul(h, w.post_attention_norm, eps), w.mlp)};       // [B, S/P, hidden]
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, const SequenceParallel& sp, const ModelOptions& options,
@@ -120,7 +136,7 @@ void DecoderImpl::use_states(std::shared_ptr<ShardedStates> states, std::vector<
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                  const torch::Tensor& doc_ids) {
+                                  const torch::Tensor& doc_ids, const Routing& routing, RouterStats* router) {
   auto h = embed(input_ids);                                                             // [B, S/P, hidden]
   // shared with the layers' recomputation in backward when checkpointing; in the embeddings' (compute) dtype
   const torch::Tensor doc_lengths = rope_.long_inv_freq.defined() ? local_document_lengths(doc_ids, sp_) : torch::Tensor();
@@ -133,12 +149,19 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& input_ids, const torch::T
   const auto plan = std::make_shared<const AttentionPlan>(plan_attention(doc_ids, sliding_window_, h.device(),
                                                                          /*dense_mask=*/!ring_));
   runner_.begin(h.device());
+  std::int64_t real = -1;   // routing.real's tokens, counted at the first sparse layer
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto layer = layers->ptr<DecoderLayerImpl>(i);
-    const LayerForward run = [layer, rope, plan](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-      return w.empty() ? layer->forward(x, *rope, *plan) : layer->forward(x, *rope, *plan, layer->weights(w));
+    const LayerForward run = [layer, rope, plan, routing](const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+      return layer->run(x, *rope, *plan, routing, w.empty() ? layer->weights() : layer->weights(w));
     };
-    h = runner_(static_cast<std::int64_t>(i), run, h);                                   // [B, S/P, hidden]
+    torch::autograd::variable_list out = runner_(static_cast<std::int64_t>(i), run, h);
+    h = out[0];                                                                          // [B, S/P, hidden]
+    if (out.size() == 1 || !router) continue;
+    router->probability_sum = router->probability_sum.defined() ? router->probability_sum + out[1] : out[1];   // [E]
+    router->selections = router->selections.defined() ? router->selections + out[2].detach() : out[2].detach();
+    if (real < 0) real = routing.real.defined() ? routing.real.sum().item<std::int64_t>() : h.size(0) * h.size(1);
+    router->tokens += real;
   }
   return h;
 }
@@ -186,10 +209,21 @@ void check_inputs(const torch::Tensor& input_ids, const torch::Tensor& position_
             fmt::streamed(doc_ids.sizes()), fmt::streamed(input_ids.sizes()), sp_degree);
 }
 
+// The statistics summed over the SP group (its Ulysses group, then its ring group), detached.
+RouterStats over_sequence(const RouterStats& local, const SequenceParallel& sp) {
+  const std::int64_t E = local.probability_sum.size(0);
+  torch::Tensor all = torch::cat({local.probability_sum.detach().to(torch::kFloat64), local.selections,
+                                  torch::full({1}, static_cast<double>(local.tokens), local.selections.options())});
+  for (comm::Communicator* group : {sp.ulysses_group(), sp.ring_group()})   // [2E + 1]
+    if (group && group->size() > 1) group->all_reduce_sum(all);
+  return {all.narrow(0, 0, E), all.narrow(0, E, E), static_cast<std::int64_t>(all[2 * E].item<double>())};
+}
+
 }  // namespace
 
 CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                     const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits) {
+                                     const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits,
+                                     const torch::Tensor& real_tokens) {
   check_inputs(input_ids, position_ids, doc_ids, labels, sp_degree_, ring_degree_);
   ULY_CHECK(states_ || options_.precision() != Precision::kBf16 ||
                 model->embed_tokens->weight.scalar_type() == c10::kBFloat16,
@@ -197,7 +231,10 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
             "copies of its fp32 masters (or convert the module: ->to(torch::kBFloat16))",
             fmt::streamed(model->embed_tokens->weight.scalar_type()));
   const AutocastScope autocast(options_.precision(), input_ids.device());   // the forward; backward follows its dtypes
-  auto h = model->hidden(input_ids, position_ids, doc_ids);                              // [B, S/P, hidden]
+  Routing routing{real_tokens.defined() ? real_tokens.reshape({-1}).to(torch::kBool) : torch::Tensor(),
+                  config_.moe.router_loss && torch::GradMode::is_enabled()};
+  RouterStats router;
+  auto h = model->hidden(input_ids, position_ids, doc_ids, routing, &router);             // [B, S/P, hidden]
   auto flat_labels = labels.reshape({-1});                                               // [B*S/P]
   auto valid_count = (flat_labels != kIgnoreLabel).sum();
   const std::int64_t chunk = keep_logits ? 0 : options_.logits_chunk_tokens();
@@ -221,7 +258,9 @@ CausalLmOutput CausalLmImpl::forward(const torch::Tensor& input_ids, const torch
   } else {   // the head unit holds the norm (and lm_head); tied, the head is the embedding unit's table
     out = recomputed(head, h, {}, model->runner().head());
   }
-  return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count};
+  std::optional<RouterLoss> router_loss;
+  if (router.probability_sum.defined()) router_loss = model::router_loss(router, over_sequence(router, model->sequence_parallel()));
+  return {keep_logits ? out[1] : torch::Tensor(), out[0], valid_count, router_loss};
 }
 
 }  // namespace ulysses::model

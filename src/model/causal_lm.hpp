@@ -27,6 +27,7 @@
 #include "model/attention.hpp"
 #include "model/layer_runner.hpp"
 #include "model/mlp.hpp"
+#include "model/moe.hpp"
 #include "model/rms_norm.hpp"
 #include "model/rotary.hpp"
 #include "model/options.hpp"
@@ -42,10 +43,18 @@ struct DecoderLayerWeights {
   torch::Tensor input_norm;            // [hidden]
   AttentionWeights attention;
   torch::Tensor post_attention_norm;   // [hidden]
-  MlpWeights mlp;
+  MlpWeights mlp;                      // a dense layer's (undefined in a sparse one)
+  MoeWeights moe;                      // a sparse layer's (no experts in a dense one)
 };
 
-// x + attn(norm(x)), then h + mlp(norm(h)).
+// What one forward's sparse layers route with: which of this rank's tokens are real (their statistics count only
+// those), and whether the statistics carry the graph the load-balancing loss back-propagates through.
+struct Routing {
+  torch::Tensor real;            // [B*S/P] bool; undefined: every token
+  bool router_gradient = false;
+};
+
+// x + attn(norm(x)), then h + mlp(norm(h)); the MLP dense or routed (arch::MlpKind).
 struct DecoderLayerImpl : torch::nn::Module {
   // heads_ahead: where its head groups issue their first stages ahead (prefetch; shared by the layers), or null
   DecoderLayerImpl(const arch::LayerSpec& layer, const SequenceParallel& sp, const ModelOptions& options,
@@ -58,14 +67,23 @@ struct DecoderLayerImpl : torch::nn::Module {
     return forward(x, rope, plan, weights());
   }
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
-                        const DecoderLayerWeights& w);
+                        const DecoderLayerWeights& w) {
+    return run(x, rope, plan, {}, w)[0];
+  }
+  // {the output [B, S/P, hidden]} and, in a sparse layer, its routing statistics (RouterStats' probability_sum [E]
+  // and selections [E], over routing.real's tokens).
+  torch::autograd::variable_list run(const torch::Tensor& x, const RopeTables& rope, const AttentionPlan& plan,
+                                     const Routing& routing, const DecoderLayerWeights& w);
+  bool sparse() const { return spec_.routed(); }
 
   Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};          // dense layers
+  RoutedMlp moe{nullptr};    // sparse layers: registered as "mlp" (Qwen) or "block_sparse_moe" (Mixtral)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 
  private:
   ModelOptions options_;   // the MLP tile and the precision its recomputation re-enters
+  arch::MlpSpec spec_;
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -84,11 +102,13 @@ struct DecoderImpl : torch::nn::Module {
                         const torch::Tensor& doc_ids) {
     return norm(hidden(input_ids, position_ids, doc_ids));
   }
-  // The same before the final norm.
-  torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids);
+  // The same before the final norm; `router`, when given, gets the sparse layers' routing statistics summed over them.
+  torch::Tensor hidden(const torch::Tensor& input_ids, const torch::Tensor& position_ids, const torch::Tensor& doc_ids,
+                       const Routing& routing = {}, RouterStats* router = nullptr);
   // head_units: the units the head runs with after the last layer (what that layer prefetches)
   void use_states(std::shared_ptr<ShardedStates> states, std::vector<int> head_units);
   const LayerRunner& runner() const { return runner_; }
+  const SequenceParallel& sequence_parallel() const { return sp_; }
   // Bytes of layer inputs the last forward copied to host memory (checkpoint offload).
   std::int64_t offloaded_bytes() const { return runner_.offloaded().bytes; }
   // Layer inputs whose copy back the last backward issued ahead (checkpoint offload with prefetch).
@@ -115,6 +135,9 @@ struct CausalLmOutput {
   torch::Tensor logits;        // [B, S/P, V] in the model's dtype; undefined unless asked for
   torch::Tensor loss_sum;      // [] fp32: sum of the cross-entropies of this rank's valid labels
   torch::Tensor valid_count;   // [] int64: number of this rank's labels != kIgnoreLabel
+  // A mixture of experts: the load-balancing loss of this forward's real tokens over the SP group (moe.hpp; its term
+  // carries a graph when the config trains it); nullopt in a dense model.
+  std::optional<RouterLoss> router;
 };
 
 struct CausalLmImpl : torch::nn::Module {
@@ -128,11 +151,14 @@ struct CausalLmImpl : torch::nn::Module {
 
   // input_ids, position_ids, labels [B, S/P] int64 (position ids global, restarting at 0 in each
   // document; labels kIgnoreLabel where no loss is taken); doc_ids [B, S] int64, the whole sequence's.
+  // real_tokens [B, S/P] bool: the tokens that are not padding (undefined: all), which the routing statistics count.
+  // The statistics carry a graph when the config trains the load-balancing loss (arch::MoeConfig::router_loss).
   // BadInput when S is not a multiple of P. Runs under the autocast scope of options().precision() (amp-bf16). In
   // bf16 it computes in its parameters' dtype: bf16 (train::ModelStates keeps the fp32 masters) or, sharded, the
   // gathered bf16 copies.
   CausalLmOutput forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                         const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits = false);
+                         const torch::Tensor& doc_ids, const torch::Tensor& labels, bool keep_logits = false,
+                         const torch::Tensor& real_tokens = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }

@@ -32,16 +32,17 @@ void LayerRunner::begin(const c10::Device& device) {
   previous_ = nullptr;
 }
 
-torch::Tensor LayerRunner::operator()(std::int64_t i, const LayerForward& layer, const torch::Tensor& h) {
+torch::autograd::variable_list LayerRunner::operator()(std::int64_t i, const LayerForward& layer,
+                                                       const torch::Tensor& h) {
   if (!states_ && !options_.activation_checkpointing()) return layer(h, {});   // plain
   Recompute recompute;
   recompute.precision = options_.precision();
   recompute.offload = offloaded_input(i);
   recompute.gathered = gathered_layer(i);
   const ChunkForward run = [layer](const Chunk&, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-    return torch::autograd::variable_list{layer(x, w)};
+    return layer(x, w);
   };
-  return recomputed(run, h, {}, recompute)[0];   // [B, S/P, hidden]
+  return recomputed(run, h, {}, recompute);   // {[B, S/P, hidden], ...}
 }
 
 std::optional<OffloadedInput> LayerRunner::offloaded_input(std::int64_t i) {

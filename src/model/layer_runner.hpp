@@ -24,8 +24,9 @@
 namespace ulysses::model {
 
 // A layer's forward: its input and its gathered weights in parameter order (empty when not sharded: the module's
-// own) -> its output.
-using LayerForward = std::function<torch::Tensor(const torch::Tensor& x, const std::vector<torch::Tensor>& weights)>;
+// own) -> its output, then what else it returns (a sparse layer's routing statistics).
+using LayerForward =
+    std::function<torch::autograd::variable_list(const torch::Tensor& x, const std::vector<torch::Tensor>& weights)>;
 
 class LayerRunner {
  public:
@@ -37,8 +38,8 @@ class LayerRunner {
   // Before a forward through the layers on `device`: the chain of offloaded inputs starts again; with grad on,
   // the offload counts too (an evaluation offloads nothing and keeps them).
   void begin(const c10::Device& device);
-  // Layer i (in order, after begin) on h [B, S/P, hidden] -> [B, S/P, hidden].
-  torch::Tensor operator()(std::int64_t i, const LayerForward& layer, const torch::Tensor& h);
+  // Layer i (in order, after begin) on h [B, S/P, hidden] -> {[B, S/P, hidden], what else the layer returns}.
+  torch::autograd::variable_list operator()(std::int64_t i, const LayerForward& layer, const torch::Tensor& h);
 
   // Sharded: how the embeddings' and the head's units run (recomputed over their gathered weights, prefetching the
   // next ones).

@@ -4,12 +4,14 @@ namespace ulysses::model {
 
 MlpImpl::MlpImpl(const arch::MlpSpec& m, const LoraOptions& lora) : lora_scale_(lora.enabled() ? lora.scale() : 0) {
   auto linear = [](std::int64_t in, std::int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
-  gate_proj = register_module("gate_proj", torch::nn::Linear(linear(m.hidden, m.intermediate)));
-  up_proj = register_module("up_proj", torch::nn::Linear(linear(m.hidden, m.intermediate)));
-  down_proj = register_module("down_proj", torch::nn::Linear(linear(m.intermediate, m.hidden)));
-  add_adapter(gate_proj, "gate_proj", lora);
-  add_adapter(up_proj, "up_proj", lora);
-  add_adapter(down_proj, "down_proj", lora);
+  const arch::GatedMlpNames& n = m.names;   // registered in transformers' order: gate, up, down (Mixtral's w1, w2, w3)
+  gate_proj = register_module(n.gate, torch::nn::Linear(linear(m.hidden, m.intermediate)));
+  if (n.down_before_up) down_proj = register_module(n.down, torch::nn::Linear(linear(m.intermediate, m.hidden)));
+  up_proj = register_module(n.up, torch::nn::Linear(linear(m.hidden, m.intermediate)));
+  if (!n.down_before_up) down_proj = register_module(n.down, torch::nn::Linear(linear(m.intermediate, m.hidden)));
+  add_adapter(gate_proj, n.gate, lora);
+  add_adapter(up_proj, n.up, lora);
+  add_adapter(down_proj, n.down, lora);
 }
 
 MlpWeights MlpImpl::weights() const {

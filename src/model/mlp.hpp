@@ -30,6 +30,7 @@ torch::Tensor mlp(const torch::Tensor& x, const MlpWeights& w);
 std::vector<torch::Tensor*> tensor_slots(MlpWeights& w);
 
 struct MlpImpl : torch::nn::Module {
+  // m: a dense gated MLP (or one expert of a routed one), its projections registered under m.names
   explicit MlpImpl(const arch::MlpSpec& m, const LoraOptions& lora = {});
   MlpWeights weights() const;   // its own parameters
   torch::Tensor forward(const torch::Tensor& x) { return mlp(x, weights()); }

@@ -41,7 +41,9 @@ torch::Tensor rows_of(const torch::Tensor& t, const Chunk& c, const Chunking& ho
 
 // Whether output i of the chunks is added over them (a loss over rows; the first output of chunks of columns) rather
 // than concatenated.
-bool summed(const Chunking& how, std::size_t i) { return how.columns > 0 ? i == 0 : how.sum_outputs; }
+bool summed(const Chunking& how, std::size_t i) {
+  return how.columns > 0 ? i == 0 : how.sum_outputs || (how.sum_trailing && i > 0);
+}
 
 // Chunk c's share of the joined output i, y: all of y (one chunk; a summed output), its rows, or its columns (the last
 // dim).
@@ -370,7 +372,8 @@ torch::autograd::variable_list recomputed(ChunkForward f, const torch::Tensor& x
   ULY_CHECK(!options.offload || (options.offload->copies && options.offload->host_memory),
             "checkpoint offload needs a side stream for its copies and host memory for them");
   ULY_CHECK(options.chunking.rows == 0 || x.dim() > 0, "chunks of rows need an input with rows");
-  ULY_CHECK(options.chunking.columns <= 0 || (options.chunking.rows == 0 && !options.chunking.sum_outputs),
+  ULY_CHECK(options.chunking.columns <= 0 || (options.chunking.rows == 0 && !options.chunking.sum_outputs &&
+                                                !options.chunking.sum_trailing),
             "chunks of columns take all rows (their first outputs added, the others concatenated)");
   ULY_CHECK(!options.ahead == !options.ahead_stream, "a first stage issued ahead needs its side stream, and only it");
   const torch::Tensor anchor = torch::empty({0}).requires_grad_(torch::GradMode::is_enabled());

@@ -82,6 +82,8 @@ using ChunkForward = std::function<torch::autograd::variable_list(const Chunk& c
 struct Chunking {
   std::int64_t rows = 0;      // > 0: chunks of this many rows of x (the last may be shorter); 0: one chunk, all of x
   bool sum_outputs = false;   // the chunks' outputs are added (a loss); otherwise concatenated along dim 0
+  bool sum_trailing = false;  // rows: the first output concatenated, the others added (a tiled MoE block: its output
+                              // and its routing statistics)
   std::int64_t columns = 0;   // > 0 (rows 0): this many chunks, each of all of x; their first outputs added (each
                               // chunk's backward gets the sum's whole gradient), the others, of equal sizes,
                               // concatenated along the last dim (attention's head groups: o_proj's products added,

@@ -28,4 +28,31 @@ torch::Tensor tiled_mlp_block(const torch::Tensor& h, const torch::Tensor& norm_
   return recomputed(block, h, ws, tiles)[0];   // [N, hidden]
 }
 
+torch::autograd::variable_list tiled_moe_block(const torch::Tensor& h, const torch::Tensor& norm_weight, double eps,
+                                               const MoeWeights& w, const arch::MlpSpec& m, const torch::Tensor& real,
+                                               bool router_gradient, std::int64_t tile_tokens, Precision precision) {
+  ULY_CHECK(h.dim() == 2 && tile_tokens > 0, "tiled MoE: h [N, hidden], tile > 0 (got {} dims, {})", h.dim(),
+            tile_tokens);
+  MoeWeights handed = w;
+  SlotMask mask;
+  std::vector<torch::Tensor> ws = mask.take(tensor_slots(handed));
+  ws.insert(ws.begin(), norm_weight);
+  const std::size_t experts = w.experts.size();
+  // one tile: h_t [n, hidden] -> {[n, hidden], Σ probabilities [E], selections [E]}; ws: norm, then the defined tensors
+  const ChunkForward block = [eps, mask, experts, m, real, router_gradient](const Chunk& c, const torch::Tensor& ht,
+                                                                            const std::vector<torch::Tensor>& ws) {
+    MoeWeights mw;
+    mw.experts.resize(experts);
+    mask.put(tensor_slots(mw), ws, 1);
+    const torch::Tensor tile_real = real.defined() ? real.narrow(0, c.first, c.rows) : torch::Tensor();
+    MoeOutput out = moe_mlp(rms_norm_for_matmul(ht, ws[0], eps), mw, m, tile_real, router_gradient);
+    return torch::autograd::variable_list{ht + out.y, out.stats.probability_sum, out.stats.selections};
+  };
+  Recompute tiles;
+  tiles.precision = precision;
+  tiles.chunking.rows = tile_tokens;
+  tiles.chunking.sum_trailing = true;
+  return recomputed(block, h, ws, tiles);
+}
+
 }  // namespace ulysses::model

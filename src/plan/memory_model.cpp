@@ -31,16 +31,35 @@ struct LayerCounts {
   double mlp_token = 0;   // per token: the MLP block's input and its norm. G > 1: none beyond attention's — the MLP's
                           // backward holds as many whole tensors as a group's (the output's gradient, the MLP's input
                           // and its gradient), and its rows are counted apart
-  double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up
+  double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up; routed: mlp_row_of
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
   double heads_q = 0, heads_kv = 0;   // per token: q, and k or v, after the all-to-all (KV replicated): one group
   bool operator==(const LayerCounts&) const = default;
 };
 
+// Elements per token of the tile in the MLP (act: the compute dtype's bytes; fp32 and int64 tensors counted as
+// 4/act and 8/act elements). Dense: gate, up, act(gate), act(gate)·up, each [I]. Routed (model/moe.cpp): the router's
+// logits and fp32 probabilities [E]; the top-k's fp32 weights (before and after renormalising) and int64 picks [k];
+// for each of the token's k picks what autograd keeps of its expert — the gathered input [hidden], gate, up,
+// act(gate), act(gate)·up [I] and the expert's output [hidden]; the weighted output of the expert running, [n_e,
+// hidden] with n_e the tokens routed to it: bounded by the tile's tokens, since a token picks an expert once, so it
+// counts one [hidden] per token (all picks on one expert, the worst imbalance); the pick rows themselves sum to
+// exactly k per token whatever the imbalance. The shared expert: its gate, up, act, product [I_shared], its output and
+// the gated output [hidden], its gate's logit.
+double mlp_row_of(const arch::MlpSpec& m, double act) {
+  const double I = static_cast<double>(m.intermediate);
+  if (!m.routed()) return 4 * I;
+  const double h = static_cast<double>(m.hidden), E = static_cast<double>(m.experts), k = static_cast<double>(m.top_k);
+  const double shared = static_cast<double>(m.shared_intermediate);
+  const double router = E * (1 + 4 / act) + k * (2 * 4 + 8) / act;
+  return router + k * (4 * I + 2 * h) + h + (shared > 0 ? 4 * shared + 2 * h + 1 : 0);
+}
+
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
 // the query heads (model/document_attention.hpp).
 // keeps: head groups keep attention's output (MemoryFeatures::keeps_head_output).
-LayerCounts counts(const arch::LayerSpec& layer, int sp, bool expanded_kv, std::int64_t groups, bool keeps) {
+LayerCounts counts(const arch::LayerSpec& layer, int sp, bool expanded_kv, std::int64_t groups, bool keeps,
+                   double act) {
   const arch::AttentionSpec& a = layer.attention;
   const std::int64_t group_heads = a.heads / groups, group_kv = std::max<std::int64_t>(a.kv_heads / groups, 1);
   const std::int64_t rank_heads = group_heads / sp, rank_kv = std::max<std::int64_t>(group_kv, sp) / sp;   // after a2a
@@ -54,7 +73,7 @@ LayerCounts counts(const arch::LayerSpec& layer, int sp, bool expanded_kv, std::
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;
-  n.mlp_row = 4 * static_cast<double>(layer.mlp.intermediate);
+  n.mlp_row = mlp_row_of(layer.mlp, act);
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
   n.heads_q = qa, n.heads_kv = kva;
   return n;
@@ -74,7 +93,8 @@ std::vector<LayerKind> layer_kinds(const arch::ModelConfig& c, const Layout& l, 
   std::vector<LayerKind> kinds;
   for (arch::LayerSpec& spec : arch::layer_specs(c)) {
     const bool keeps = f.keeps_head_output(p.cuda, spec.attention.head_dim, l.ring);
-    const LayerCounts n = counts(spec, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups, keeps);
+    const LayerCounts n = counts(spec, l.ulysses(), p.cuda && !f.bf16, f.attention_head_groups, keeps,
+                                 f.compute_bytes());
     const auto same = [&](const LayerKind& k) {
       return k.n == n && k.keeps == keeps && k.spec.attention.sliding_window == spec.attention.sliding_window &&
              k.spec.attention.heads == spec.attention.heads && k.spec.attention.head_dim == spec.attention.head_dim;
@@ -283,7 +303,7 @@ std::int64_t attention_width(const arch::ModelConfig& c) {   // Σ over the laye
 }  // namespace
 
 double step_flops(const arch::ModelConfig& c, double tokens, double attention_pairs) {
-  return 6.0 * static_cast<double>(arch::matmul_parameter_count(c)) * tokens +
+  return 6.0 * static_cast<double>(arch::active_matmul_parameter_count(c)) * tokens +
          6.0 * static_cast<double>(attention_width(c)) * attention_pairs;
 }
 

@@ -100,8 +100,8 @@ std::int64_t sequence_unit(int sp, int ring = 1);
 std::int64_t longest_sequence(const arch::ModelConfig& c, const Layout& l, const Features& f, const Profile& p,
                               const Machine& m, std::int64_t ceiling = std::int64_t{1} << 32);
 
-// Model FLOPs of one step over all ranks: 6·M·T + 6·L·H·D·Σd² — M = arch::matmul_parameter_count, T the
-// step's tokens, L layers, H query heads, D head_dim, Σd² over every document of every sequence of the step
+// Model FLOPs of one step over all ranks: 6·M·T + 6·L·H·D·Σd² — M = arch::active_matmul_parameter_count (a routed
+// layer's k experts of E, its router and shared expert: what a token computes with), T the step's tokens, L layers, H query heads, D head_dim, Σd² over every document of every sequence of the step
 // (attention_pairs; 2·d·w − w² for a document longer than a sliding window w). Forward causal attention over a document of d tokens is 2·H·D·d² per layer (QKᵀ and PV,
 // each 2·H·D·d² dense, half of it causal); backward twice that. Recomputation is not counted. Megatron's
 // formula counts 12·L·H·D·S·T (dense, whole rows) and ALST's the same; for one document per row, Σd² = S·T and

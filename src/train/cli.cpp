@@ -55,6 +55,15 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--model-config", o.model_config, "Hugging Face config.json: train from scratch");
   app.add_option("--init-from", o.init_from, "Hugging Face model directory (config.json + safetensors)");
   arch::add_rope_flags(app, o.rope);
+  // Kept as given ("auto" or the number), so that --print-config writes what reads back.
+  app.add_option_function<std::string>("--router-aux-loss-coef", [&o](const std::string& text) {
+                   o.router_aux_loss_coef = text == "auto" ? -1 : std::stod(text);
+                 },
+                 "Mixture of experts: the load-balancing loss's weight; > 0 trains it (loss + coef × aux_loss), 0 "
+                 "turns it off; auto: config.json's router_aux_loss_coef when its output_router_logits is true, "
+                 "else 0")
+      ->check(real_number(0, kUnbounded) | CLI::IsMember({"auto"}))
+      ->default_str("auto");
   app.add_option("--output", o.output, "Run directory: checkpoints/, metrics.jsonl, tensorboard/; required to train");
   app.add_option("--tensorboard", o.tensorboard,
                  "TensorBoard event folder for the metrics (default OUTPUT/tensorboard; 'none': off); "

@@ -49,6 +49,7 @@ nlohmann::json to_json(const TrainOptions& o) {
           {"ignore_memory_plan", o.ignore_memory_plan}};
   if (!o.rope.scaling.empty()) j["rope_scaling"] = o.rope.scaling;   // only when given: a run without them records
   if (o.rope.theta != 0) j["rope_theta"] = o.rope.theta;              // what it did before they existed
+  if (o.router_aux_loss_coef >= 0) j["router_aux_loss_coef"] = o.router_aux_loss_coef;
   return j;
 }
 
@@ -87,6 +88,18 @@ arch::RopeOverride stored_rope(const OrderedJson& source, const OrderedJson& sto
   return kept;
 }
 
+// --router-aux-loss-coef: the weight of the load-balancing loss, which it turns on (> 0) or off (0) whatever the
+// config's output_router_logits says.
+void apply_router_coefficient(double coef, const std::filesystem::path& config, arch::MoeConfig& moe) {
+  if (coef < 0) return;
+  if (!moe.enabled())
+    throw BadInput(fmt::format("--router-aux-loss-coef {}: {} describes a model without routed experts", coef,
+                               config.string()),
+                   "drop --router-aux-loss-coef: only a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) has a router");
+  moe.router_aux_loss_coef = coef;
+  moe.router_loss = coef > 0;
+}
+
 }  // namespace
 
 RunModelConfig run_model_config(const TrainOptions& o, const std::optional<std::filesystem::path>& from) {
@@ -107,6 +120,7 @@ RunModelConfig run_model_config(const TrainOptions& o, const std::optional<std::
     rope = stored_rope(arch::read_model_config_file(path).json, stored);
   }
   arch::ModelConfigFile file = arch::read_model_config_file(path, rope);
+  apply_router_coefficient(o.router_aux_loss_coef, path, file.config.moe);
   std::string text = rope.empty() ? read_small_file(path, "model config", kMaxJsonBytes) : file.json.dump(2) + "\n";
   return {path, std::move(file.config), std::move(text)};
 }

@@ -19,6 +19,7 @@ struct TrainOptions {
   std::filesystem::path model_config;      // a Hugging Face config.json (from-scratch init)
   std::filesystem::path init_from;         // or a Hugging Face model directory (config.json + safetensors)
   arch::RopeOverride rope;                 // --rope-scaling, --rope-theta: context extension over that config
+  double router_aux_loss_coef = -1;        // MoE: the load-balancing loss's weight (-1: the config's; 0: off)
   std::filesystem::path output;            // run directory: checkpoints/, metrics.jsonl, tensorboard/
   std::string tensorboard;                 // TensorBoard event folder ("": output/tensorboard; "none": off)
   std::int64_t sp = 1;                     // sequence-parallel degree; DP = world / sp
@@ -66,7 +67,8 @@ nlohmann::json to_json(const TrainOptions& o);
 std::filesystem::path model_config_path(const TrainOptions& options,
                                         const std::optional<std::filesystem::path>& from = std::nullopt);
 
-// The model this run trains: model_config_path's config.json with --rope-scaling / --rope-theta applied. Resuming, the
+// The model this run trains: model_config_path's config.json with --rope-scaling / --rope-theta applied, and
+// --router-aux-loss-coef (BadInput on a model without routed experts). Resuming, the
 // RoPE (rope_scaling, rope_theta) is the checkpoint's, what its run trained with, and the flags, when given, must
 // give the same (BadInput otherwise). `text`: what the run's checkpoints hold as config.json — the file's own bytes,
 // or, where RoPE was replaced, the config rewritten.

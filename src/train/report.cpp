@@ -136,6 +136,7 @@ void Metrics::write(const StepReport& r) {
                       {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
                       {"tflops_per_device", r.tflops_per_device}, {"peak_rss_mib", r.peak_mib}};
   if (r.mfu) j["mfu"] = *r.mfu;
+  if (r.aux_loss) j["aux_loss"] = *r.aux_loss;
   if (r.peak_gpu_mib) j["peak_gpu_mib"] = *r.peak_gpu_mib;
   if (r.nonfinite) j["nonfinite"] = true;   // its loss or grad_norm is null: nothing was updated
   write_line(j);
@@ -156,6 +157,7 @@ std::string step_line(const StepReport& r) {
   std::string line = fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | {}/device",
                                  r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s,
                                  flops_text(r.tflops_per_device));
+  if (r.aux_loss) line.insert(line.find(" | lr "), fmt::format(" | aux {:.4f}", *r.aux_loss));
   if (r.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *r.mfu);
   if (r.peak_gpu_mib) line += fmt::format(" | peak GPU {:.0f} MiB", *r.peak_gpu_mib);
   line += fmt::format(" | peak RSS {:.0f} MiB", r.peak_mib);

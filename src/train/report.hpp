@@ -36,6 +36,7 @@ struct StepReport {
   double tflops = 0;                     // model TFLOPS of the whole job (all ranks)
   double tflops_per_device = 0;          // tflops / ranks
   std::optional<double> mfu;             // tflops_per_device / peak per device, when a peak is known
+  std::optional<double> aux_loss;        // MoE: the load-balancing loss before its coefficient (train/step.hpp)
   double peak_mib = 0;                   // host resident set, max over ranks
   std::optional<double> peak_gpu_mib;    // PyTorch's CUDA allocations, max over ranks (CUDA runs)
   std::int64_t tokens = 0;              // target tokens: labels that count in the loss (valid, not -100), all ranks

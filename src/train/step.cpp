@@ -15,11 +15,12 @@ torch::Tensor as_tensor(const std::vector<std::int64_t>& v, std::int64_t rows, s
 }
 
 LossTotals sum_over(comm::Communicator& group, const LossTotals& local, const c10::Device& device) {
-  torch::Tensor totals =
-      torch::tensor({local.sum, local.count, local.attention_pairs}, torch::kFloat64).to(device);   // [3]
+  torch::Tensor totals = torch::tensor({local.sum, local.count, local.attention_pairs, local.aux_sum, local.forwards},
+                                       torch::kFloat64).to(device);   // [5]
   if (group.size() > 1) group.all_reduce_sum(totals);
   totals = totals.cpu();
-  return {totals[0].item<double>(), totals[1].item<double>(), totals[2].item<double>()};
+  return {totals[0].item<double>(), totals[1].item<double>(), totals[2].item<double>(), totals[3].item<double>(),
+          totals[4].item<double>()};
 }
 
 // Micro-batch `micro` of the loader's step, agreed on by every rank when `agree` is given.
@@ -31,21 +32,51 @@ data::MicroBatch read_micro_batch(data::DataLoader& loader, std::int64_t micro,
   return mb;
 }
 
+// The step's label count over the grad group, before any backward (its micro-batches, read here, are returned).
+double step_label_count(std::vector<data::MicroBatch>& batches, data::DataLoader& loader, std::int64_t grad_accum,
+                        comm::Communicator& group, const c10::Device& device,
+                        const std::optional<DataAgreement>& agree) {
+  LossTotals local;
+  for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
+    batches.push_back(read_micro_batch(loader, micro, agree));
+    local.count += static_cast<double>(batches.back().valid_labels());
+  }
+  return sum_over(group, local, device).count;
+}
+
 }  // namespace
 
 model::CausalLmOutput forward_micro_batch(model::CausalLm& model, const data::MicroBatch& mb, const c10::Device& device) {
   const std::int64_t B = mb.batch, L = mb.local_len, S = mb.seq_len;
+  const torch::Tensor real = mb.real.empty() ? torch::Tensor()   // [B, L] bool
+                                             : torch::tensor(mb.real, torch::kUInt8).view({B, L}).to(torch::kBool);
   return model->forward(as_tensor(mb.input_ids, B, L).to(device), as_tensor(mb.positions, B, L).to(device),
-                        as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device));
+                        as_tensor(mb.doc_ids, B, S), as_tensor(mb.labels, B, L).to(device), /*keep_logits=*/false,
+                        real.defined() ? real.to(device) : real);
 }
 
 LossTotals compute_gradients(model::CausalLm& model, data::DataLoader& loader, std::int64_t grad_accum,
                              ModelStates& states, const c10::Device& device, std::optional<DataAgreement> agree) {
   LossTotals local;
+  const arch::MoeConfig& moe = model->config().moe;
+  const double sp = loader.sp_degree(), forwards = static_cast<double>(grad_accum * states.grad_group().size()) / sp;
+  std::vector<data::MicroBatch> batches;   // the router loss' weight needs the step's label count first
+  const double router_weight =
+      moe.router_loss ? moe.router_aux_loss_coef *
+                            std::max(step_label_count(batches, loader, grad_accum, states.grad_group(), device, agree),
+                                     1.0) / forwards
+                      : 0.0;
   for (std::int64_t micro = 0; micro < grad_accum; ++micro) {
-    const data::MicroBatch mb = read_micro_batch(loader, micro, agree);
+    const data::MicroBatch mb = batches.empty() ? read_micro_batch(loader, micro, agree)
+                                                : std::move(batches[static_cast<std::size_t>(micro)]);
     const model::CausalLmOutput out = forward_micro_batch(model, mb, device);
-    out.loss_sum.backward();   // every rank, even with no valid label: the all-to-all backward is collective
+    torch::Tensor objective = out.loss_sum;
+    if (out.router) {   // each SP rank holds the forward's value: each counts its share of it once
+      local.aux_sum += out.router->value / sp;
+      local.forwards += 1 / sp;
+      if (moe.router_loss) objective = objective + router_weight * out.router->term;
+    }
+    objective.backward();      // every rank, even with no valid label: the all-to-all backward is collective
     states.take_gradients();   // replicated bf16: into the fp32 masters' gradients, each micro-batch's
     local.sum += out.loss_sum.item<double>();
     local.count += static_cast<double>(out.valid_count.item<std::int64_t>());

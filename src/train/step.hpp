@@ -5,6 +5,13 @@
 // gradients over the grad group (SP × DP; reduce-scattered into shards when sharded) and divides by the
 // global count: on return the gradient each rank holds (every parameter's, or its shards') is that of
 // loss = Σ token losses / Σ valid labels, the same as any other layout's.
+//
+// A mixture of experts adds its load-balancing loss (model/moe.hpp: one value per forward, over the SP group's real
+// tokens of that micro-batch, the same at any SP degree): the step's aux_loss is its mean over the step's forwards
+// (grad_accum on each of the DP replicas: SP=2 × DP=2 and SP=1 × grad_accum 2 run the same forwards), and where the
+// config trains it the gradient is that of loss + coef · aux_loss. Each rank back-propagates its share of each
+// forward's value, scaled so that the division by the global label count leaves coef / forwards: that count is taken
+// before the first backward (the step's micro-batches are read first).
 #pragma once
 
 #include <optional>
@@ -23,7 +30,10 @@ namespace ulysses::train {
 struct LossTotals {
   double sum = 0, count = 0;
   double attention_pairs = 0;   // Σ d² over the documents of every sequence of the step (each counted once)
+  double aux_sum = 0;           // MoE: Σ of the step's forwards' load-balancing losses (each counted once)
+  double forwards = 0;          // the forwards of the step over every replica (MoE only)
   double mean() const { return count > 0 ? sum / count : 0.0; }
+  double aux_loss() const { return forwards > 0 ? aux_sum / forwards : 0.0; }
 };
 
 // One micro-batch through the model on `device` (document ids stay on the host, where the attention plan is made).

@@ -301,6 +301,7 @@ StepReport train_step(Run& r, data::DataLoader& loader, const Schedule& schedule
                    "--loss-mask-key to train on every token");
   StepReport rep;
   rep.loss = totals.mean();
+  if (totals.forwards > 0) rep.aux_loss = totals.aux_loss();
   rep.grad_norm = r.states->clip(r.o.clip);
   rep.lr = schedule.lr_at(step);
   rep.nonfinite = any_rank(!std::isfinite(rep.loss) || !std::isfinite(rep.grad_norm), r.world);

@@ -13,6 +13,12 @@ For each tiny model (float32, hidden 64, 2 layers, vocab 256, 4 query heads shar
   llama_linear  linear ×2.5
   llama_longrope  longrope over a top-level original context of 8: the 13- and 16-token documents take the long
               factors, the others the short ones (transformers switches per forward, here per document)
+  mixtral     4 experts, top-2 renormalised
+  qwen2_moe   top-3 of 6 unnormalised, a shared expert and its gate, the load-balancing loss trained (coef 0.3)
+  qwen3_moe   a dense first layer (mlp_only_layers), top-2 of 4 renormalised, the load-balancing loss trained
+The mixtures of experts' references hold aux_loss (load_balancing_loss_func over the forward's tokens: the plain
+batch's, every document's of the packed one), and their gradients are those of loss + coef · aux_loss where the
+config trains it (output_router_logits); loss is the CE alone. An expert no token picked has a zero gradient.
 it writes OUT_DIR/<name>/ (save_pretrained: config.json + model.safetensors) and, beside them,
 ref_plain.safetensors and ref_packed.safetensors holding the inputs in the C++ model's convention
 (input_ids, position_ids, doc_ids, pre-shifted labels; all [B, S] int64), the reference logits [B, S, V],
@@ -36,7 +42,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
-from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, AutoModelForCausalLM
+from transformers import (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config,
+                          Qwen3MoeConfig, AutoModelForCausalLM)
+from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
 B, S, VOCAB = 2, 16, 256
 PACKED_DOC_LENGTHS = [[5, 7, 4], [3, 13]]   # per row, summing to S
@@ -59,6 +67,13 @@ MODELS = {
     "llama_longrope": LlamaConfig(**COMMON, original_max_position_embeddings=8,
                                   rope_scaling={"rope_type": "longrope", "short_factor": [1.0 + i / 8 for i in range(8)],
                                                 "long_factor": [1.0 + i for i in range(8)]}),
+    "mixtral": MixtralConfig(**{**COMMON, "intermediate_size": 48}, num_local_experts=4, num_experts_per_tok=2),
+    "qwen2_moe": Qwen2MoeConfig(**COMMON, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=32,
+                                shared_expert_intermediate_size=48, norm_topk_prob=False, output_router_logits=True,
+                                router_aux_loss_coef=0.3),
+    "qwen3_moe": Qwen3MoeConfig(**COMMON, mlp_only_layers=[0], num_experts=4, num_experts_per_tok=2,
+                                moe_intermediate_size=32, norm_topk_prob=True, output_router_logits=True,
+                                router_aux_loss_coef=0.3),
 }
 BF16_MODELS = ["llama", "llama_tied", "mistral", "qwen2", "qwen3"]
 
@@ -116,32 +131,61 @@ def packed_inputs(ids):
 
 
 def grads(model):
-    return {f"grad.{n}": p.grad.detach().clone() for n, p in model.named_parameters()}
+    return {f"grad.{n}": p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+            for n, p in model.named_parameters()}
+
+
+def router_loss(model, router_logits):
+    """(load_balancing_loss_func over the sparse layers' logits, its weight in the trained loss)."""
+    c = model.config
+    aux = load_balancing_loss_func(router_logits, getattr(c, "num_local_experts", None) or c.num_experts,
+                                   c.num_experts_per_tok)
+    return aux, c.router_aux_loss_coef if c.output_router_logits else 0.0
+
+
+def is_moe(model):
+    return hasattr(model.config, "num_experts_per_tok")
 
 
 def plain_reference(model, ids):
     hf_labels = ids.clone()
     hf_labels[0, :4] = -100                        # a masked prompt
     model.zero_grad()
-    out = model(input_ids=ids, labels=hf_labels)   # transformers shifts the labels itself
-    out.loss.backward()
+    moe = is_moe(model)
+    out = model(input_ids=ids, labels=hf_labels, output_router_logits=moe)   # transformers shifts the labels itself
+    extra, loss = {}, out.loss
+    if moe:   # out.loss holds coef · aux_loss where the config trains it (output_router_logits)
+        aux, coef = router_loss(model, out.router_logits)
+        loss = model.loss_function(out.logits, hf_labels, vocab_size=VOCAB)
+        (loss + coef * aux).backward()
+        extra["aux_loss"] = aux.detach()
+    else:
+        loss.backward()
     return dict(input_ids=ids, position_ids=torch.arange(S).repeat(B, 1), doc_ids=torch.zeros_like(ids),
-                labels=shifted(hf_labels), logits=out.logits.detach(), loss=out.loss.detach(), **grads(model))
+                labels=shifted(hf_labels), logits=out.logits.detach(), loss=loss.detach(), **extra, **grads(model))
 
 
 def packed_reference(model, ids):
     positions, docs, labels = packed_inputs(ids)
     model.zero_grad()
-    rows = []
+    moe = is_moe(model)
+    rows, router_logits = [], []
     for b, lengths in enumerate(PACKED_DOC_LENGTHS):
-        pieces = ids[b].split(lengths)
-        rows.append(torch.cat([model(input_ids=p[None]).logits[0] for p in pieces]))   # [S, V]
+        outs = [model(input_ids=p[None], output_router_logits=moe) for p in ids[b].split(lengths)]
+        rows.append(torch.cat([o.logits[0] for o in outs]))                           # [S, V]
+        router_logits += [o.router_logits for o in outs] if moe else []
     logits = torch.stack(rows)                                                         # [B, S, V]
     loss = F.cross_entropy(logits.float().view(-1, VOCAB), labels.view(-1), ignore_index=-100, reduction="sum")
     loss = loss / (labels != -100).sum()
-    loss.backward()
+    extra, objective = {}, loss
+    if moe:   # every document's tokens together, layer by layer
+        layers = tuple(torch.cat([doc[i] for doc in router_logits]) for i in range(len(router_logits[0])))
+        aux, coef = router_loss(model, layers)
+        objective = loss + coef * aux
+        extra["aux_loss"] = aux.detach()
+    objective.backward()
     return dict(input_ids=ids, position_ids=positions, doc_ids=docs, labels=labels, logits=logits.detach(),
-                loss=loss.detach(), **grads(model))
+                loss=loss.detach(), **extra, **grads(model))
 
 
 def rope_reference(out_dir):

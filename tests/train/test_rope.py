@@ -18,7 +18,6 @@ as its own forward (what the packed sequence's attention and positions reproduce
 usage: test_rope.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -26,10 +25,10 @@ import unittest
 
 import torch
 import transformers
-from safetensors.torch import load_file
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # tests/: the shared CLI checks
-from cli_checks import PackedDocuments, THREE_DOCUMENTS, TINY_CONFIG  # noqa: E402
+from cli_checks import THREE_DOCUMENTS, TINY_CONFIG  # noqa: E402
+from against_transformers import CLIP, STEPS, TrainsAgainstTransformers, hf_folder, metrics, trainer_adamw  # noqa: E402
 
 TRAIN, PACK, CKPT, MPIEXEC = sys.argv[1:5]
 del sys.argv[1:5]
@@ -46,17 +45,6 @@ EXTENSION = {"rope_type": "yarn", "factor": 8.0, "mscale": 0.707, "mscale_all_di
              "original_max_position_embeddings": 32}
 EXTENSION_THETA = 40000.0
 DOCS = THREE_DOCUMENTS   # one sequence of 256
-STEPS, LR, WD, CLIP = 3, 2e-3, 0.1, 1.0
-
-
-def hf_folder(root, name, config, seed=7):
-    """A transformers model of `config`, seeded, saved in fp32 (what both sides start from)."""
-    folder = root / name
-    if not folder.exists():
-        torch.manual_seed(seed)
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
-        model.float().save_pretrained(folder, safe_serialization=True)
-    return folder
 
 
 def documents_loss(model):
@@ -76,10 +64,7 @@ def reference(folder, steps=STEPS, **config_changes):
     config = transformers.AutoConfig.from_pretrained(folder, **config_changes)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, torch_dtype=torch.float32,
                                                               attn_implementation="eager")
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith(".bias")]
-    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.endswith(".bias"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}], lr=LR,
-                            betas=(0.9, 0.95), eps=1e-8)
+    opt = trainer_adamw(model)
     losses = []
     for _ in range(steps):
         loss = documents_loss(model)
@@ -91,34 +76,17 @@ def reference(folder, steps=STEPS, **config_changes):
     return losses, model
 
 
-def losses_of(out):
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-class Rope(PackedDocuments):
-    PACK = PACK
-
-    def train(self, ranks, folder, out, *flags, code=0, sp=None, steps=STEPS):
-        cmd = [MPIEXEC, "-n", ranks, TRAIN, "--data", self.data, "--init-from", folder, "--output", out,
-               "--threads", 1, "--sp", sp or ranks, "--warmup", 0, "--lr-decay", "constant", "--weight-decay", WD,
-               "--clip", CLIP, "--lr", LR, "--steps", steps, *flags]
-        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
-        self.assertEqual(p.returncode, code, p.stderr[-3000:])
-        return p
-
-    def assert_losses(self, got, want, tolerance, what):
-        self.assertEqual(len(got), len(want), what)
-        for step, (g, w) in enumerate(zip(got, want), 1):
-            self.assertLess(abs(g - w), tolerance * abs(w), f"{what}, step {step}: {g} vs {w}")
+class Rope(TrainsAgainstTransformers):
+    PACK, TRAIN, MPIEXEC = PACK, TRAIN, MPIEXEC
 
     def check_kind(self, name, config):
         folder = hf_folder(self.shared, name, config)
         want, _ = reference(folder)
         plain = self.root / f"{name}-1"
         self.train(1, folder, plain)
-        self.assert_losses(losses_of(plain), want, 1e-4, f"{name} SP 1 against transformers")
+        self.assert_close(metrics(plain), want, 1e-4, f"{name} SP 1 against transformers")
         self.train(4, folder, self.root / f"{name}-4")
-        self.assert_losses(losses_of(self.root / f"{name}-4"), losses_of(plain), 1e-5, f"{name} SP 4 against SP 1")
+        self.assert_close(metrics(self.root / f"{name}-4"), metrics(plain), 1e-5, f"{name} SP 4 against SP 1")
 
     def test_qwen3_with_yarn(self):
         self.check_kind("qwen3-yarn", QWEN3_YARN)
@@ -132,7 +100,7 @@ class Rope(PackedDocuments):
         want, trained = reference(folder, rope_scaling=EXTENSION, rope_theta=EXTENSION_THETA)
         out = self.root / "extended"
         self.train(1, folder, out, *flags)
-        self.assert_losses(losses_of(out), want, 1e-4, "--rope-scaling yarn against transformers with it")
+        self.assert_close(metrics(out), want, 1e-4, "--rope-scaling yarn against transformers with it")
         final = out / f"checkpoints/step-{STEPS:07d}"
         stored = json.loads((final / "config.json").read_text())
         self.assertEqual((stored["rope_scaling"], stored["rope_theta"]), (EXTENSION, EXTENSION_THETA))
@@ -151,7 +119,7 @@ class Rope(PackedDocuments):
         # --resume keeps the checkpoint's RoPE without the flags: its next step is the reference's fourth
         want4, _ = reference(folder, steps=STEPS + 1, rope_scaling=EXTENSION, rope_theta=EXTENSION_THETA)
         self.train(1, folder, out, "--resume", "auto", steps=STEPS + 1)
-        self.assert_losses(losses_of(out)[-1:], want4[-1:], 1e-4, "the resumed step against transformers")
+        self.assert_close(metrics(out)[-1:], want4[-1:], 1e-4, "the resumed step against transformers")
         resumed = json.loads((out / f"checkpoints/step-{STEPS + 1:07d}/config.json").read_text())
         self.assertEqual((resumed["rope_scaling"], resumed["rope_theta"]), (EXTENSION, EXTENSION_THETA))
         other = self.train(1, folder, out, "--resume", "auto", "--rope-theta", 10000.0, steps=STEPS + 2, code=2)
@@ -171,7 +139,7 @@ class Rope(PackedDocuments):
             with self.subTest(what):
                 out = self.root / what.replace(" ", "-")
                 self.train(ranks, folder, out, *extra)
-                self.assert_losses(losses_of(out), losses_of(plain), 1e-5, f"{what} against SP 1")
+                self.assert_close(metrics(out), metrics(plain), 1e-5, f"{what} against SP 1")
 
 
 if __name__ == "__main__":
