@@ -7,7 +7,8 @@ GPU) and, in parentheses, off; and ours in bf16 with attention in head groups (-
 least G that fits the longest length), with the parameters offloaded too (--offload-params) where that reaches further,
 and what stops the next length (ulysses-plan's refusal one unit past it). Then LoRA (rank 16 on all seven projections,
 the frozen bf16 base sharded over the ranks) with the same features, against ALST's full fine-tune on the same GPUs.
-Then Llama-3.1-8B past one node and past its 32 heads: SP 32 as pure Ulysses over 4 nodes against Ulysses 8 inside
+Then the mixtures of experts (Qwen3-30B-A3B against TRL's 1M on the same 8 H100s, Mixtral-8x7B) with what expert
+parallelism would move at their longest. Then Llama-3.1-8B past one node and past its 32 heads: SP 32 as pure Ulysses over 4 nodes against Ulysses 8 inside
 each node × a ring of 4 (--sp-ring), and SP 64 and 128 as Ulysses 8 × a ring of 8 and 16. The byte model's own
 lengths, as the records are measured maxima: --headroom 0 (ulysses-plan's default keeps 5% free on the counted h100/h200 profiles).
 
@@ -33,6 +34,16 @@ MODELS = {"Llama-3.1-8B": llama(4096, 14336, 32, 32, 8, 128256),
           "Llama-3.1-70B": llama(8192, 28672, 80, 64, 8, 128256),
           "Qwen3-32B": llama(5120, 25600, 64, 64, 8, 151936, head_dim=128, architectures=["Qwen3ForCausalLM"],
                              model_type="qwen3")}
+# Mixtures of experts (issue 60): Qwen3-30B-A3B and Mixtral-8x7B as their config.json ship them
+MOE_MODELS = {"Qwen3-30B-A3B": llama(2048, 6144, 48, 32, 4, 151936, head_dim=128, architectures=["Qwen3MoeForCausalLM"],
+                                     model_type="qwen3_moe", num_experts=128, num_experts_per_tok=8,
+                                     moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1,
+                                     mlp_only_layers=[], rope_theta=1e6, rms_norm_eps=1e-6),
+              "Mixtral-8x7B": llama(4096, 14336, 32, 32, 8, 32000, architectures=["MixtralForCausalLM"],
+                                    model_type="mixtral", num_local_experts=8, num_experts_per_tok=2, rope_theta=1e6,
+                                    sliding_window=None)}
+# (model, nodes, gpus per node, SP, the published figure or None, its source)
+MOE_ROWS = [("Qwen3-30B-A3B", 1, 8, 8, "1M", "TRL"), ("Mixtral-8x7B", 1, 8, 8, None, None)]
 ALL = ["--offload-optimizer", "--offload-checkpoints", "-1", "--tiled-mlp", "--tiled-logits"]
 BASE = ["--offload-optimizer", "--activation-checkpointing"]
 LONGEST = ["--attention-head-groups", "auto", "--offload-params"]
@@ -122,13 +133,49 @@ def best(a, cfg, nodes, gpus, sp, flags, gpu):
     return length, text, binds(a, cfg, nodes, gpus, sp, flags + extra, gpu, length)
 
 
+def moe_tables(a, cfgs):
+    """The MoE rows, then what expert parallelism would move at each row's longest length, against what sharding the
+    experts moves: per layer and rank, ZeRO-3 gathers the layer in bf16 twice (forward, and again for the
+    checkpointed backward) and reduce-scatters its fp32 gradient (8 bytes a parameter); EP's all-to-alls send each of
+    the rank's T tokens to its k experts and back, in forward, recompute and backward (6 · T · k · hidden · 2 bytes).
+    Both times (W - 1) / W crosses the wire. EP moves less only below T = 2 · E · I / k tokens a rank."""
+    print("| model | parameters (active) | GPUs (SP) | published | ours, bf16 | ours / published | ours, bf16, head "
+          "groups (+ parameter offload) | ours / published | what binds |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    longest_of = {}
+    for model, nodes, gpus, sp, figure, source in MOE_ROWS:
+        cfg = cfgs[model]
+        on = plan(a, cfg, nodes, gpus, sp, ALL, "h100", "bf16", "auto")
+        bf16, bf16_text, _ = ours(a, cfg, nodes, gpus, sp, ALL, "bf16")
+        longest_ours, best_text, bound = best(a, cfg, nodes, gpus, sp, ALL, "H100")
+        longest_of[model] = (longest_ours, sp)
+        ratio = (lambda n: f"{n / tokens(figure):.2f}") if figure else (lambda n: "—")
+        print(f"| {model} | {on['parameters'] / 1e9:.1f}B ({on['active_parameters'] / 1e9:.1f}B) | {nodes * gpus} H100 "
+              f"({sp}) | {f'{figure} ({source})' if figure else '—'} | {bf16_text} | {ratio(bf16)} | {best_text} | "
+              f"{ratio(longest_ours)} | {bound} |")
+    print()
+    print("| model | tokens a rank (T) | picks per expert a rank (T·k/E) | a layer's experts, ZeRO-3 (8 B a parameter) | "
+          "EP's token all-to-alls a layer (6·T·k·hidden·2 B) | EP / ZeRO-3 | EP moves less below T = |")
+    print("|---|---|---|---|---|---|---|")
+    for model, (length, sp) in longest_of.items():
+        c = MOE_MODELS[model]
+        E = c.get("num_experts") or c["num_local_experts"]
+        k, h = c["num_experts_per_tok"], c["hidden_size"]
+        I = c.get("moe_intermediate_size") or c["intermediate_size"]
+        T = length // sp
+        zero = 8 * E * 3 * h * I
+        ep = 6 * T * k * h * 2
+        print(f"| {model} | {human(T)} | {human(T * k / E)} | {zero / 2**30:.1f} GiB | {ep / 2**30:.1f} GiB | "
+              f"{ep / zero:.1f} | {human(2 * E * I / k)} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cfgs = {}
-        for name, c in MODELS.items():
+        for name, c in {**MODELS, **MOE_MODELS}.items():
             cfgs[name] = pathlib.Path(tmp, f"{name}.json")
             cfgs[name].write_text(json.dumps(c))
         print("| model | GPUs (SP) | published | planner, alst-h100 | error | ours, bf16 | ours / published | "
@@ -165,6 +212,8 @@ def main():
             ratio = f"{longest_ours / tokens(figure):.2f}" if figure else "—"
             print(f"| {model} | {nodes * gpus} H100 ({sp}) | {layout} | {figure or '— (past the head limit)'} | "
                   f"{best_text} | {ratio} | {bound} |")
+        print()
+        moe_tables(a, cfgs)
         print()
         print("| features | ALST | planner, alst-h100 | error | ours, bf16 (h100) | ours / ALST | ours, amp-bf16 (h100) |")
         print("|---|---|---|---|---|---|---|")

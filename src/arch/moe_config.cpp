@@ -60,7 +60,7 @@ MoeConfig read_moe_config(const Json& j, const std::string& file, MoeRule rule, 
   m.experts = experts ? positive_int(*experts, file, d.experts_key, std::int64_t{1} << 16) : d.experts;
   m.top_k = positive_int_or(j, file, "num_experts_per_tok", d.top_k);
   if (m.top_k > m.experts)
-    bad_field(file, "num_experts_per_tok", fmt::format("({}) must be at most the {} experts ({})", m.top_k,
+    bad_field(file, "num_experts_per_tok", fmt::format("({}) must be at most {} ({})", m.top_k,
                                                         d.experts_key, m.experts));
   m.router_aux_loss_coef = number_or(j, file, "router_aux_loss_coef", 0.001);
   if (!(m.router_aux_loss_coef >= 0))

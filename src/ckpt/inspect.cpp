@@ -18,6 +18,16 @@ namespace fs = std::filesystem;
 namespace ulysses::ckpt {
 namespace {
 
+// The MLP: "MLP dense gated, intermediate 176" or "MLP routed, 6 experts of 32, top 3 renormalised, shared expert
+// 48 (sigmoid gate)".
+std::string describe(const arch::MlpSpec& m) {
+  if (!m.routed()) return fmt::format("MLP dense gated, intermediate {}", m.intermediate);
+  std::string s = fmt::format("MLP routed, {} experts of {}, top {}{}", m.experts, m.intermediate, m.top_k,
+                              m.normalize_top_k ? " renormalised" : "");
+  if (m.shared_intermediate > 0) s += fmt::format(", shared expert {} (sigmoid gate)", m.shared_intermediate);
+  return s;
+}
+
 // One layer as its description (arch/layer_spec.hpp) has it: "attention 4 heads (2 kv) x 16, qkv bias, RoPE llama3
 // ×8 over 8192, theta 500000; MLP dense gated, intermediate 176; RMSNorm eps 1e-05".
 std::string describe(const arch::LayerSpec& l) {
@@ -28,14 +38,16 @@ std::string describe(const arch::LayerSpec& l) {
   if (a.qk_norm) mixer += ", qk norm";
   if (a.sliding_window) mixer += fmt::format(", sliding window {}", *a.sliding_window);
   mixer += ", RoPE " + arch::rope_summary(a.rope);
-  return fmt::format("{}; MLP dense gated, intermediate {}; RMSNorm eps {}", mixer, l.mlp.intermediate,
-                     l.input_norm.eps);
+  return fmt::format("{}; {}; RMSNorm eps {}", mixer, describe(l.mlp), l.input_norm.eps);
 }
 
 // The model, then its layers: one line for each run of layers that are alike ("layers 0-31: ...").
 void print_spec(const arch::ModelConfig& s) {
-  fmt::print("config: {} ({}), {} parameters, hidden {}, {} layers, vocab {}{}\n", s.architecture, s.model_type,
-             human_count(static_cast<std::uint64_t>(arch::parameter_count(s))), s.hidden_size, s.num_layers,
+  const std::string active = s.moe.enabled() ? fmt::format(" ({} active)", human_count(static_cast<std::uint64_t>(
+                                                                 arch::active_parameter_count(s))))
+                                               : "";
+  fmt::print("config: {} ({}), {} parameters{}, hidden {}, {} layers, vocab {}{}\n", s.architecture, s.model_type,
+             human_count(static_cast<std::uint64_t>(arch::parameter_count(s))), active, s.hidden_size, s.num_layers,
              s.vocab_size, s.tie_word_embeddings ? ", tied embeddings" : "");
   const std::vector<arch::LayerSpec> layers = arch::layer_specs(s);
   for (std::size_t first = 0, i = 1; i <= layers.size(); ++i) {

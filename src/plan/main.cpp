@@ -268,12 +268,18 @@ int run(Cli& o) {
     out["heads_ahead"] = f.issues_heads_ahead(profile.cuda);   // the next head group issued ahead (--prefetch)
     out["headroom"] = m.headroom;
     out["parameters"] = ulysses::arch::parameter_count(c);   // as transformers counts them for this config.json
+    out["active_parameters"] = ulysses::arch::active_parameter_count(c);   // a token's: k of each layer's E experts
     fmt::print("{}\n", out.dump());
     return target > 0 && S > longest ? ulysses::kExitBadInput : 0;
   }
-  fmt::print("model {} ({}): {} parameters, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
+  fmt::print("model {} ({}): {} parameters{}, {} layers, hidden {}, {} heads ({} KV), vocab {}\n",
              config_json.string(), c.architecture,
              ulysses::human_count(static_cast<std::uint64_t>(ulysses::arch::parameter_count(c))),
+             c.moe.enabled() ? fmt::format(" ({} active: {} of {} experts)",
+                                           ulysses::human_count(static_cast<std::uint64_t>(
+                                               ulysses::arch::active_parameter_count(c))),
+                                           c.moe.top_k, c.moe.experts)
+                             : "",
              c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size);
   fmt::print("cluster: {} node{} × {} {}; {}host {} per node ({})\n", l.nodes, l.nodes == 1 ? "" : "s",
              l.ranks_per_node, cuda ? "GPUs" : "CPU ranks",

@@ -223,7 +223,20 @@ Features resolve(const MemoryFlags& o, const arch::ModelConfig& c, int world, in
   f.lora_alpha = o.lora_alpha;
   f.lora_rslora = o.lora_rslora;
   if (o.lora_rank > 0) f.lora_targets = lora_targets(o.lora_targets);
+  check_lora_on_experts(f.lora_targets, c);
   return f;
+}
+
+void check_lora_on_experts(const std::vector<std::string>& targets, const arch::ModelConfig& c) {
+  if (!c.moe.enabled()) return;
+  std::vector<std::string> mlp;
+  for (const std::string& t : targets)
+    if (t == "gate_proj" || t == "up_proj" || t == "down_proj") mlp.push_back(t);
+  if (mlp.empty()) return;
+  throw BadInput(fmt::format("--lora-targets {}: on a mixture of experts ({} experts) PEFT adapts every expert's "
+                             "projections of those names, and adapters on experts are not built yet",
+                             fmt::join(mlp, ","), c.moe.experts),
+                 "adapt the attention projections: --lora-targets q_proj,k_proj,v_proj,o_proj");
 }
 
 int shard_ranks(Sharding s, int world, int sp) {

@@ -59,6 +59,9 @@ void add_memory_flags(CLI::App& app, MemoryFlags& flags);   // with add_lora_fla
 void add_lora_flags(CLI::App& app, MemoryFlags& flags);
 // --lora-targets expanded: all-linear → the seven projections; the names in model order, each once.
 std::vector<std::string> lora_targets(const std::vector<std::string>& given);
+// BadInput for MLP projections among the (expanded) targets of a mixture of experts: PEFT would adapt its experts'
+// projections by those names, which this trainer does not build (its routers and experts carry no adapters).
+void check_lora_on_experts(const std::vector<std::string>& targets, const arch::ModelConfig& c);
 void settle_precision(MemoryFlags& flags, bool gpu);
 // The command-line flags that give `flags` back through add_memory_flags, --precision left out (the sbatch's
 // PRECISION variable carries it): the sbatch's MEMORY_ARGS. Defaults are not written; "" when all are defaults.

@@ -31,28 +31,42 @@ struct LayerCounts {
   double mlp_token = 0;   // per token: the MLP block's input and its norm. G > 1: none beyond attention's — the MLP's
                           // backward holds as many whole tensors as a group's (the output's gradient, the MLP's input
                           // and its gradient), and its rows are counted apart
-  double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up; routed: mlp_row_of
+  double mlp_row = 0;     // per MLP row (a token of the tile): gate, up, act(gate), act(gate)·up; routed: none
+  double routed = 0;      // per token of the tile, a routed MLP: what its forward keeps (routed_counts)
+  double routed_backward = 0;   // per token of the tile: the gradients beside it at its peak, the imbalance bound
   double a2a = 0;         // per token: what crosses the all-to-all (q, k, v there, the output back): one group
   double heads_q = 0, heads_kv = 0;   // per token: q, and k or v, after the all-to-all (KV replicated): one group
   bool operator==(const LayerCounts&) const = default;
 };
 
-// Elements per token of the tile in the MLP (act: the compute dtype's bytes; fp32 and int64 tensors counted as
-// 4/act and 8/act elements). Dense: gate, up, act(gate), act(gate)·up, each [I]. Routed (model/moe.cpp): the router's
-// logits and fp32 probabilities [E]; the top-k's fp32 weights (before and after renormalising) and int64 picks [k];
-// for each of the token's k picks what autograd keeps of its expert — the gathered input [hidden], gate, up,
-// act(gate), act(gate)·up [I] and the expert's output [hidden]; the weighted output of the expert running, [n_e,
-// hidden] with n_e the tokens routed to it: bounded by the tile's tokens, since a token picks an expert once, so it
-// counts one [hidden] per token (all picks on one expert, the worst imbalance); the pick rows themselves sum to
-// exactly k per token whatever the imbalance. The shared expert: its gate, up, act, product [I_shared], its output and
-// the gated output [hidden], its gate's logit.
-double mlp_row_of(const arch::MlpSpec& m, double act) {
-  const double I = static_cast<double>(m.intermediate);
-  if (!m.routed()) return 4 * I;
-  const double h = static_cast<double>(m.hidden), E = static_cast<double>(m.experts), k = static_cast<double>(m.top_k);
+// The routed MLP (model/moe.cpp), per token of the tile, in elements of the compute dtype (act its bytes: fp32 and
+// int64 tensors count 4/act and 8/act). Counted as what is alive at its backward's peak, not scaled by the profile's
+// mlp_factor: that factor measures how a dense MLP's gradients replace its saved tensors one by one, while here every
+// pick's saved tensors stay until its own expert back-propagates, the experts one after another.
+//   saved: the router's logits and fp32 probabilities [E], the top-k's fp32 weights (before and after renormalising)
+//     and int64 picks [k]; for each of the token's k picks its expert's gathered input [hidden], gate, up,
+//     act(gate), act(gate)·up [I] and output [hidden] — the picks of a tile are exactly k per token, whatever the
+//     imbalance —; the shared expert's gate, up, act, product [I_shared], its output and gated output [hidden] and
+//     its gate's logit.
+//   backward: one expert's gradients at a time — of its output [hidden], its product, act, gate and up [I], its
+//     gathered input [hidden] — over the n_e tokens routed to it, beside two [hidden] a token of the tile (the
+//     gather's backward buffer and the input's gradient it adds into); or the shared expert's, if larger. The top-k
+//     imbalance bound: n_e is at most the tile's tokens (a token picks an expert once), so one expert's rows are
+//     counted for every token of the tile, all picks on one expert; a balanced router gives it k/E of them
+//     (tools/bench/moe_bench.py measures the difference).
+struct RoutedCounts {
+  double saved = 0, backward = 0;
+};
+RoutedCounts routed_counts(const arch::MlpSpec& m, double act) {
+  if (!m.routed()) return {};
+  const double h = static_cast<double>(m.hidden), I = static_cast<double>(m.intermediate);
+  const double E = static_cast<double>(m.experts), k = static_cast<double>(m.top_k);
   const double shared = static_cast<double>(m.shared_intermediate);
   const double router = E * (1 + 4 / act) + k * (2 * 4 + 8) / act;
-  return router + k * (4 * I + 2 * h) + h + (shared > 0 ? 4 * shared + 2 * h + 1 : 0);
+  RoutedCounts n;
+  n.saved = router + k * (4 * I + 2 * h) + (shared > 0 ? 4 * shared + 2 * h + 1 : 0);
+  n.backward = std::max(4 * I + 2 * h, 4 * shared + 2 * h) + 2 * h;
+  return n;
 }
 
 // expanded_kv: CUDA in fp32 with grouped KV heads, where SDPA gets (and saves for backward) K and V expanded to
@@ -73,7 +87,9 @@ LayerCounts counts(const arch::LayerSpec& layer, int sp, bool expanded_kv, std::
   n.kept = groups > 1 && keeps ? heads_output : 0;
   n.heads = 2 * (q + 2 * kv) + (qa + 2 * kva) + qa + (expanded_kv ? 2 * (qa - kva) : 0);
   n.mlp_token = groups > 1 ? 0 : 2 * h;
-  n.mlp_row = mlp_row_of(layer.mlp, act);
+  n.mlp_row = layer.mlp.routed() ? 0 : 4 * static_cast<double>(layer.mlp.intermediate);
+  const RoutedCounts routed = routed_counts(layer.mlp, act);
+  n.routed = routed.saved, n.routed_backward = routed.backward;
   n.a2a = sp > 1 ? 2 * qa + 2 * kva : 0;
   n.heads_q = qa, n.heads_kv = kva;
   return n;
@@ -172,8 +188,12 @@ std::int64_t layer_working_bytes(const LayerKind& k, const Layout& l, const Feat
   const auto mlp_rows = static_cast<double>(f.mlp_rows(static_cast<std::int64_t>(T)));
   const double ahead = f.issues_heads_ahead(p.cuda) ? n.heads_q + 2 * n.heads_kv : 0;
   const double layer_tokens = T * (std::max(n.attention + n.heads, n.projections) + ahead + n.mlp_token + lora_row(f));
+  // a routed MLP's saved tensors are this layer's own when it recomputes them (checkpointing, or a tile's in
+  // TiledMLP's backward); otherwise they are among every layer's saved activations (layer_saved_bytes)
+  const bool recomputes = f.activation_checkpointing || !f.saves_mlp_rows();
+  const double routed = mlp_rows * (n.routed_backward + (recomputes ? n.routed : 0));
   std::int64_t working = bytes(act * (2 * (p.work_factor * layer_tokens + p.mlp_factor * mlp_rows * n.mlp_row) +
-                                      p.work_factor * T * n.kept));
+                                      p.work_factor * T * n.kept + routed));
   if (a.sliding_window) {   // no fused kernel: the [B, 1, S, S] bool mask and the scores of the rank's H/P heads
     const double S = static_cast<double>(seq_len), B = static_cast<double>(l.micro_batch);
     if (l.ring == 1) working += bytes(B * S * S * (1 + act * static_cast<double>(a.heads / l.sp)));
@@ -189,8 +209,9 @@ double layer_saved_bytes(const LayerKind& k, const Features& f, const Profile& p
   const double act = f.compute_bytes();
   const double saved_mlp = f.saves_mlp_rows() ? T * n.mlp_row : 0.0;
   const double saved_heads = f.saves_head_tensors() ? T * n.heads : 0.0;
+  const double saved_routed = f.saves_mlp_rows() ? T * n.routed : 0.0;
   return act * k.layers * (p.saved_factor * T * (n.attention + n.kept + n.mlp_token + lora_row(f)) +
-                           p.saved_factor * saved_heads + p.mlp_factor * saved_mlp) +
+                           p.saved_factor * saved_heads + p.mlp_factor * saved_mlp + saved_routed) +
          k.layers * kept_lse(k, T);
 }
 

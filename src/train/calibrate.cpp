@@ -146,6 +146,11 @@ int run_calibration(const TrainOptions& o, comm::Communicator& world) {
                    "run it without mpiexec/srun, or with -n 1");
   const std::filesystem::path config_path = model_config_path(o);
   const arch::ModelConfig c = arch::read_model_config(config_path, o.rope);
+  if (c.moe.enabled())   // the factors are of dense layers' tensors; a routed MLP's are counted (plan/memory_model.cpp)
+    throw BadInput(fmt::format("--calibrate-memory: {} is a mixture of experts ({} experts); a profile is measured on "
+                               "a dense model", config_path.string(), c.moe.experts),
+                   "pass a small dense config of the family's attention (e.g. a Qwen3 or Llama of the same hidden "
+                   "size); the planner counts the routed MLP itself and uses the profile for the rest");
   const std::vector<std::int64_t> lengths = parse_lengths(o.calibrate_lengths);
   const c10::Device device = choose_device(o.device, 0);
   const std::string& precision = o.memory.precision;

@@ -85,6 +85,26 @@ TEST(ModelConfig, ReadsTheFeaturesOfEachArchitecture) {
   EXPECT_FALSE(config_of(j).sliding_window);
   j["sliding_window"] = 4096;
   EXPECT_EQ(config_of(j).sliding_window, 4096);
+
+  // a mixture of experts: the class defaults, and which layers are sparse
+  j = llama_json();
+  j["model_type"] = "qwen3_moe";
+  j["architectures"] = {"Qwen3MoeForCausalLM"};
+  j["head_dim"] = 8;
+  j["num_hidden_layers"] = 4;
+  j["mlp_only_layers"] = {0};
+  j["decoder_sparse_step"] = 2;
+  const ModelConfig moe = config_of(j);
+  EXPECT_EQ(moe.moe.experts, 128);   // Qwen3MoeConfig's defaults
+  EXPECT_EQ(moe.moe.top_k, 8);
+  EXPECT_EQ(moe.moe.expert_intermediate, 768);
+  EXPECT_FALSE(moe.moe.normalize_top_k || moe.moe.router_loss);
+  EXPECT_EQ(sparse_layer_count(moe.moe, 4), 2);   // (i + 1) % 2 == 0: layers 1 and 3
+  EXPECT_TRUE(sparse_layer(moe.moe, 1) && sparse_layer(moe.moe, 3) && !sparse_layer(moe.moe, 2));
+  j["output_router_logits"] = true;
+  EXPECT_TRUE(config_of(j).moe.router_loss);
+  j["router_aux_loss_coef"] = 0.0;   // on, but of no weight: not trained
+  EXPECT_FALSE(config_of(j).moe.router_loss);
 }
 
 struct BadConfig {
@@ -121,6 +141,19 @@ TEST(ModelConfig, RejectsWhatItCannotComputeExactly) {
       {"qwen window", {{"model_type", "qwen2"}, {"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
        "use_sliding_window"},
       {"mistral window", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}, "sliding_window"},
+      // mixtures of experts (Qwen3-MoE's fields; Mixtral's jitter)
+      {"moe top-k", {{"model_type", "qwen3_moe"}, {"architectures", {"Qwen3MoeForCausalLM"}}, {"head_dim", 8},
+                     {"num_experts", 4}, {"num_experts_per_tok", 6}}, "(6) must be at most num_experts (4)"},
+      {"moe experts", {{"model_type", "qwen3_moe"}, {"architectures", {"Qwen3MoeForCausalLM"}}, {"head_dim", 8},
+                       {"num_experts", -2}}, "num_experts"},
+      {"moe dense layer", {{"model_type", "qwen3_moe"}, {"architectures", {"Qwen3MoeForCausalLM"}}, {"head_dim", 8},
+                           {"mlp_only_layers", {0, 5}}}, "in [0, 2) (got 5)"},
+      {"moe coefficient", {{"model_type", "qwen3_moe"}, {"architectures", {"Qwen3MoeForCausalLM"}}, {"head_dim", 8},
+                           {"router_aux_loss_coef", -0.1}}, "router_aux_loss_coef"},
+      {"moe expert size", {{"model_type", "qwen2_moe"}, {"architectures", {"Qwen2MoeForCausalLM"}},
+                           {"moe_intermediate_size", 0}}, "moe_intermediate_size"},
+      {"mixtral jitter", {{"model_type", "mixtral"}, {"architectures", {"MixtralForCausalLM"}},
+                          {"sliding_window", nullptr}, {"router_jitter_noise", 0.1}}, "router_jitter_noise"},
       // declared sizes that would allocate without end (a 3e8-layer config hung and took 7 GB)
       {"layers", {{"num_hidden_layers", 300000000}}, "\"num_hidden_layers\" is 300000000, more than the 4096"},
       {"vocabulary", {{"vocab_size", std::int64_t{1} << 40}}, "more than the 16777216 this toolkit accepts"},

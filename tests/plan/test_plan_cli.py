@@ -296,20 +296,38 @@ class PlanCli(TempDirCase):
 
     def test_the_parameters_are_transformers_count(self):
         """--json's "parameters" is what transformers builds for the config (on the meta device: no memory); the text
-        plan prints it with three significant digits (the tiny model was "0.00B")."""
+        plan prints it with three significant digits (the tiny model was "0.00B"). "active_parameters": the same less,
+        in each sparse layer of an MoE, the share (E - k) / E of its experts' parameters (a token runs k of them)."""
         import torch
         import transformers
         tied = self.root / "tied.json"
         tied.write_text(json.dumps(dict(LLAMA_8B, tie_word_embeddings=True)))
+        moe = self.root / "qwen2-moe.json"   # a dense layer among sparse ones, a shared expert
+        moe.write_text(json.dumps(dict(LLAMA_8B, model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"],
+                                       num_hidden_layers=4, mlp_only_layers=[1], num_experts=16,
+                                       num_experts_per_tok=4, moe_intermediate_size=1408,
+                                       shared_expert_intermediate_size=5632)))
         counts = {}
-        for config in (TINY_CONFIG, self.llama, tied):
+        for config in (TINY_CONFIG, self.llama, tied, moe):
             with torch.device("meta"):
                 model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(config))
             want = counts[config] = sum(p.numel() for p in model.parameters())
+            idle = 0
+            for layer in model.model.layers:
+                experts = getattr(layer.mlp, "experts", None)
+                if experts is not None:
+                    unpicked = len(experts) - model.config.num_experts_per_tok
+                    idle += sum(p.numel() for p in experts.parameters()) * unpicked // len(experts)
             p = subprocess.run(list(map(str, [PLAN, "--model", config, "--gpus-per-node", 4, "--sp", 4, "--json"])),
                                capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertEqual(json.loads(p.stdout)["parameters"], want, config)
+            got = json.loads(p.stdout)
+            self.assertEqual((got["parameters"], got["active_parameters"]), (want, want - idle), config)
+        self.assertGreater(idle, 0)
+        text = subprocess.run(list(map(str, [PLAN, "--model", moe, "--gpus-per-node", 4, "--sp", 4])),
+                              capture_output=True, text=True).stdout
+        self.assertIn(f"{counts[moe] / 1e9:.2f}B parameters ({(counts[moe] - idle) / 1e9:.2f}B active: 4 of 16 experts)",
+                      text)
         text = subprocess.run(list(map(str, [PLAN, "--model", TINY_CONFIG, "--device", "cpu"])), capture_output=True,
                               text=True).stdout
         self.assertIn(f"{counts[TINY_CONFIG] / 1e3:.0f}K parameters", text)   # 133K

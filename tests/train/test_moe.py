@@ -14,7 +14,9 @@ and aux_loss within 1e-4 of load_balancing_loss_func. Then, on Qwen2-MoE: --rout
 transformers' CE alone; every memory feature on (sharded states, the optimizer and every layer input offloaded,
 TiledMLP over the routed MLP, tiled logits, prefetch) at SP = 4, and SP = 2 × DP = 2 (against SP = 1 with grad-accum
 2: the same forwards), give SP = 1's losses to 1e-5; the export after training computes the reference's logits, and
-import → export is bit-exact.
+import → export is bit-exact. LoRA on the attention projections trains adapters there only, and MLP targets (whose
+experts PEFT would adapt) are one line, exit 2; ulysses-ckpt inspect shows the active parameters and each run of
+layers' MLP, dense or routed.
 
 usage: test_moe.py ULYSSES_TRAIN ULYSSES_PACK ULYSSES_CKPT MPIEXEC
 """
@@ -154,6 +156,38 @@ class Moe(TrainsAgainstTransformers):
         self.assertEqual(sorted(before), sorted(after))
         for key, tensor in before.items():
             self.assertTrue(torch.equal(tensor, after[key]), key)
+
+    def test_lora_on_attention_only(self):
+        """LoRA adapts an MoE's attention projections; MLP targets, whose experts PEFT would adapt, are one line, exit 2."""
+        folder = hf_folder(self.shared, "qwen3-moe", QWEN3_MOE)
+        for targets in ("all-linear", "q_proj,gate_proj"):
+            p = self.train(1, folder, self.root / "refused", "--lora-rank", 4, "--lora-targets", targets, code=2)
+            lines = [line for line in p.stderr.splitlines() if "error" in line]
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn("mixture of experts", lines[0])
+            self.assertFalse((self.root / "refused" / "checkpoints").exists())
+        out = self.root / "lora"
+        self.train(1, folder, out, "--lora-rank", 4, "--lora-targets", "q_proj,v_proj")
+        final = out / f"checkpoints/step-{STEPS:07d}"
+        shown = subprocess.run([CKPT, "inspect", str(final)], capture_output=True, text=True).stdout
+        adapted = sorted({line.split()[0].rsplit(".lora_", 1)[0].split(".", 3)[3] for line in shown.splitlines()
+                          if ".lora_A" in line})
+        self.assertEqual(adapted, ["self_attn.q_proj", "self_attn.v_proj"], shown[-2000:])
+        self.assertEqual(len(metrics(out)), STEPS)
+
+    def test_inspect_shows_experts(self):
+        """ulysses-ckpt inspect of an HF folder: the total and active parameters, each run of layers' MLP."""
+        shown = {}
+        for name, config in (("qwen2-moe", QWEN2_MOE), ("qwen3-moe", QWEN3_MOE)):
+            p = subprocess.run([CKPT, "inspect", str(hf_folder(self.shared, name, config))], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            shown[name] = p.stdout
+        self.assertRegex(shown["qwen2-moe"], r"parameters \(\S+ active\)")
+        self.assertIn("layers 0-1: ", shown["qwen2-moe"])
+        self.assertIn("MLP routed, 6 experts of 32, top 3, shared expert 48 (sigmoid gate)", shown["qwen2-moe"])
+        self.assertRegex(shown["qwen3-moe"], r"layer 0: .*MLP dense gated, intermediate 176")
+        self.assertRegex(shown["qwen3-moe"], r"layers 1-2: .*MLP routed, 6 experts of 32, top 3 renormalised;")
 
 
 if __name__ == "__main__":

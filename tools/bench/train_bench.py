@@ -61,6 +61,22 @@ def train(build, work, data, config, ranks, steps, threads, tag):
     return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def hf_step_seconds(model, ids, steps):
+    """The median time of a transformers training step as HF Trainer runs one — forward and backward on `ids` as
+    their own labels, clipping at 1, torch AdamW(foreach) — over `steps`, the first two left out (warm-up)."""
+    import torch
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
 def step_ratio(a, work, name, cfg, S):
     tag = name.split()[0]
     path = work / f"step-{tag}.json"
@@ -74,18 +90,7 @@ def step_ratio(a, work, name, cfg, S):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation="sdpa"))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
-    ids = torch.randint(0, VOCAB, (1, S))
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    theirs = statistics.median(times[2:])
+    theirs = hf_step_seconds(model, torch.randint(0, VOCAB, (1, S)), steps)
     params = sum(p.numel() for p in model.parameters())
     print(f"step: {name} Llama {params / 1e6:.2f}M params, S={S}, batch 1, {a.threads} threads: ours {ours * 1e3:.1f} ms, "
           f"transformers {theirs * 1e3:.1f} ms (medians of {a.repeat})")
